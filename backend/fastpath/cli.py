@@ -1,0 +1,115 @@
+"""The ``fastpath`` command line.
+
+    fastpath build [--if-missing]          build model artifacts into the model repository
+    fastpath serve [--http-port N ...]     run tritonserver on the model repository (what `make serve` runs)
+
+Ports default to the environment variables HTTP_PORT, GRPC_PORT and METRICS_PORT, then to Triton's
+8000, 8001 and 8002.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+LOG = logging.getLogger("fastpath")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_REPOSITORY = REPO_ROOT / "model_repository"
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    try:
+        return int(value) if value else default
+    except ValueError:
+        raise SystemExit(f"environment variable {name}={value!r} is not a port number") from None
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from fastpath.build.export import export_text_embedding
+
+    version_dir = args.model_repository / "text_embedding" / "1"
+    if args.if_missing and all((version_dir / n).is_file() for n in ("model.onnx", "tokenizer.json", "manifest.json")):
+        LOG.info("artifacts present in %s (fastpath build rebuilds them)", version_dir)
+        return 0
+    LOG.info("exporting all-MiniLM-L6-v2 to ONNX into %s", version_dir)
+    path = export_text_embedding(version_dir)
+    LOG.info("wrote %s (%.1f MB)", path, path.stat().st_size / 1e6)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from fastpath.server import ServerError, ServerOptions, TritonServer
+
+    options = ServerOptions(
+        model_repository=args.model_repository,
+        models=tuple(args.model),
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        host=args.host,
+        log_verbose=args.log_verbose,
+    )
+    server = TritonServer(options)
+
+    def _stop(signum: int, _frame: object) -> None:
+        LOG.info("received %s: stopping tritonserver", signal.Signals(signum).name)
+        server.stop()
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    server.start()
+    LOG.info("tritonserver pid %s, models %s from %s", server.pid, ", ".join(options.models), options.model_repository)
+    try:
+        server.wait_ready(timeout_s=args.ready_timeout_s)
+    except ServerError as exc:
+        server.stop()
+        LOG.error("%s", exc)
+        return 1
+    LOG.info("ready: HTTP http://%s:%d  gRPC %s:%d  metrics http://%s:%d/metrics",
+             args.host, options.http_port, args.host, options.grpc_port, args.host, options.metrics_port)
+    LOG.info("try: curl -s localhost:%d/v2/models/text_embedding/infer -d "
+             "'{\"inputs\":[{\"name\":\"TEXT\",\"shape\":[1,1],\"datatype\":\"BYTES\",\"data\":[\"hello world\"]}]}'",
+             options.http_port)
+    code = server.wait()
+    LOG.info("tritonserver exited with code %s", code)
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fastpath", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    build = sub.add_parser("build", help="build model artifacts (ONNX export) into the model repository")
+    build.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
+    build.add_argument("--if-missing", action="store_true", help="do nothing when the artifacts exist")
+    build.set_defaults(func=cmd_build)
+
+    serve = sub.add_parser("serve", help="run tritonserver with FastPath models (Ctrl-C stops it)")
+    serve.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
+    serve.add_argument("--model", action="append", default=None, help="model to load (repeatable; default text_embedding)")
+    serve.add_argument("--http-port", type=int, default=_env_int("HTTP_PORT", 8000))
+    serve.add_argument("--grpc-port", type=int, default=_env_int("GRPC_PORT", 8001))
+    serve.add_argument("--metrics-port", type=int, default=_env_int("METRICS_PORT", 8002))
+    serve.add_argument("--host", default="0.0.0.0", help="address HTTP and gRPC bind to")
+    serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
+    serve.add_argument("--ready-timeout-s", type=float, default=300.0)
+    serve.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s fastpath %(levelname)s %(message)s")
+    args = build_parser().parse_args(argv)
+    if getattr(args, "model", "") is None:
+        args.model = ["text_embedding"]
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Model pipelines, independent of Triton: they turn decoded inputs into outputs with an engine."""

@@ -1,0 +1,143 @@
+"""Sentence embeddings with all-MiniLM-L6-v2 semantics.
+
+Pipeline (sentence-transformers ``encode()`` for this model, modules.json): WordPiece tokenization
+truncated at ``max_seq_length`` (256) -> BERT -> mean pooling over the attention mask -> L2
+normalization. Pooling and normalization are part of the exported ONNX graph
+(:mod:`fastpath.build.export`), so an engine maps padded token ids straight to unit vectors.
+
+Batches are formed by length: texts are sorted by token count, cut into runs of at most
+``max_batch_texts``, and each run pads only to the smallest length bucket that holds its longest
+member. Padding never changes a row's result: the attention mask excludes pad tokens from attention
+and from the mean (../shared/cases K02).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Encoding
+
+from fastpath.config import TextEmbeddingConfig
+from fastpath.engines import Engine, load_engine
+from fastpath.errors import ArtifactError, EngineError
+from fastpath.text import TextTokenizer
+
+EMBEDDING_DIM = 384  # all-MiniLM-L6-v2 hidden size (config.json "hidden_size")
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddingResult:
+    """Outputs for N texts, in input order.
+
+    Attributes:
+        embeddings: float32 [N, 384], unit L2 norm.
+        token_counts: int32 [N], tokens the model saw per text ([CLS] and [SEP] included, <= max_seq_length).
+        truncated: bool [N], True where the text was longer than max_seq_length tokens and was cut.
+    """
+
+    embeddings: np.ndarray
+    token_counts: np.ndarray
+    truncated: np.ndarray
+
+    def slice(self, start: int, stop: int) -> "EmbeddingResult":
+        """Rows ``start:stop`` (views, no copy)."""
+        return EmbeddingResult(self.embeddings[start:stop], self.token_counts[start:stop], self.truncated[start:stop])
+
+
+def padded_length(longest: int, buckets: Sequence[int], max_seq_length: int) -> int:
+    """Smallest length bucket >= ``longest``, or ``longest`` itself when no bucket holds it.
+
+    Args:
+        longest: token count of the longest sequence in the batch.
+        buckets: strictly increasing bucket lengths in tokens.
+        max_seq_length: no batch pads beyond this.
+    """
+    index = bisect.bisect_left(buckets, longest)
+    if index == len(buckets):
+        return longest
+    return min(buckets[index], max(longest, max_seq_length))
+
+
+def plan_batches(lengths: Sequence[int], max_batch: int) -> list[list[int]]:
+    """Group text indices into batches of similar length.
+
+    Indices are sorted by token count (stable), then cut into runs of at most ``max_batch``.
+
+    Returns:
+        Lists of indices into ``lengths``; every index appears exactly once.
+    """
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    return [order[start : start + max_batch] for start in range(0, len(order), max_batch)]
+
+
+class TextEmbedder:
+    """Tokenizer + engine for one model version.
+
+    Args:
+        engine: an engine whose ONNX graph maps (input_ids, attention_mask, token_type_ids) int64
+            [B, L] to ``embedding`` float32 [B, 384].
+        tokenizer: the model's tokenizer.
+        config: the model's parameters.
+    """
+
+    def __init__(self, engine: Engine, tokenizer: TextTokenizer, config: TextEmbeddingConfig) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.config = config
+        self._output_name = engine.outputs[0].name
+
+    @classmethod
+    def from_directory(cls, directory: str | Path, config: TextEmbeddingConfig) -> "TextEmbedder":
+        """Load the artifact and tokenizer of one model version directory.
+
+        Raises:
+            ArtifactError: a file is missing (run ``fastpath build``).
+            EngineError: the artifact does not load.
+        """
+        directory = Path(directory)
+        for name in (config.artifact, config.tokenizer):
+            if not (directory / name).is_file():
+                raise ArtifactError(f"{directory / name} is missing; build the artifacts with 'fastpath build'")
+        engine = load_engine(config.runtime, str(directory / config.artifact), intra_op_threads=config.intra_op_threads)
+        tokenizer = TextTokenizer(directory / config.tokenizer, max_seq_length=config.max_seq_length)
+        return cls(engine, tokenizer, config)
+
+    def run_encodings(self, encodings: Sequence[Encoding]) -> np.ndarray:
+        """Run one batch of encodings (at most ``max_batch_texts``) padded to its length bucket.
+
+        Returns:
+            float32 [len(encodings), 384].
+
+        Raises:
+            EngineError: the engine failed or returned the wrong shape.
+        """
+        longest = max(len(e.ids) for e in encodings)
+        length = padded_length(longest, self.config.length_buckets_tokens, self.config.max_seq_length)
+        batch = self.tokenizer.pad(encodings, length)
+        output = self.engine.infer(batch.feeds())[self._output_name]
+        if output.shape != (len(encodings), EMBEDDING_DIM):
+            raise EngineError(f"engine returned {self._output_name} of shape {output.shape}; expected ({len(encodings)}, {EMBEDDING_DIM})")
+        return np.asarray(output, dtype=np.float32)
+
+    def embed_encodings(self, encodings: Sequence[Encoding]) -> EmbeddingResult:
+        """Embed already tokenized texts, batching by length; results in input order."""
+        count = len(encodings)
+        embeddings = np.empty((count, EMBEDDING_DIM), dtype=np.float32)
+        lengths = [len(e.ids) for e in encodings]
+        for indices in plan_batches(lengths, self.config.max_batch_texts):
+            embeddings[indices] = self.run_encodings([encodings[i] for i in indices])
+        token_counts = np.asarray(lengths, dtype=np.int32)
+        truncated = np.asarray([len(e.overflowing) > 0 for e in encodings], dtype=np.bool_)
+        return EmbeddingResult(embeddings, token_counts, truncated)
+
+    def embed(self, texts: Sequence[str]) -> EmbeddingResult:
+        """Embed texts: float32 [N, 384] unit vectors, as sentence-transformers ``encode()`` gives."""
+        return self.embed_encodings(self.tokenizer.encode(texts))
+
+    def close(self) -> None:
+        """Release the engine (idempotent)."""
+        self.engine.close()

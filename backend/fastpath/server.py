@@ -1,0 +1,227 @@
+"""Start, watch and stop the real ``tritonserver`` binary that ships in the ``nvidia-pytriton`` wheel.
+
+Follows PyTriton's ``server/triton_server.py``: the python-backend stub matching this interpreter's
+minor version is copied into ``backends/python/``; ``nvidia_pytriton.libs`` goes on
+``LD_LIBRARY_PATH``; the child gets ``PR_SET_PDEATHSIG`` so it dies with its parent; stopping sends
+SIGINT (Triton's graceful shutdown) and kills after a timeout.
+
+The stub embeds the system ``libpython3.X.so`` and finds packages through the first ``python3`` on
+``PATH`` (../shared/ENVIRONMENT.md), so this interpreter's ``bin/`` goes first on the child's PATH.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import dataclasses
+import filecmp
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+from fastpath.errors import FastPathError
+
+GRACEFUL_STOP_S = 30.0
+
+
+class ServerError(FastPathError, RuntimeError):
+    """tritonserver could not be started, did not become ready, or exited."""
+
+
+def triton_dist_dir() -> Path:
+    """``pytriton/tritonserver`` inside the installed nvidia-pytriton wheel."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or spec.origin is None:
+        raise ServerError("the nvidia-pytriton wheel is not installed; run 'make serve' or pip install nvidia-pytriton==0.7.0")
+    return Path(spec.origin).parent / "tritonserver"
+
+
+def prepare_backends(dist: Path) -> Path:
+    """Put the stub for this Python into ``backends/python``; return the backend directory.
+
+    Raises:
+        ServerError: no stub for this Python minor version, or the system libpython is missing.
+    """
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise ServerError(f"no python-backend stub for Python {version} in {dist}; use Python 3.8-3.13")
+    target = dist / "backends" / "python" / "triton_python_backend_stub"
+    if not target.exists() or not filecmp.cmp(stub, target, shallow=False):
+        shutil.copy2(stub, target)
+    if ctypes.util.find_library(f"python{version}") is None:
+        raise ServerError(
+            f"the python-backend stub needs the system libpython{version}.so (Debian: apt-get install libpython{version})"
+        )
+    return dist / "backends"
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServerOptions:
+    """Where and how tritonserver listens and what it loads.
+
+    Attributes:
+        model_repository: the model repository directory.
+        models: models loaded at start (explicit model-control mode).
+        http_port, grpc_port, metrics_port: TCP ports (Triton defaults 8000/8001/8002).
+        host: address HTTP and gRPC bind to.
+        log_verbose: Triton's ``--log-verbose`` level.
+        extra_args: more tritonserver flags, passed as given.
+    """
+
+    model_repository: Path
+    models: tuple[str, ...] = ("text_embedding",)
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    host: str = "0.0.0.0"
+    log_verbose: int = 0
+    extra_args: tuple[str, ...] = ()
+
+
+def server_command(options: ServerOptions, backends: Path, dist: Path) -> list[str]:
+    """The ``tritonserver`` argument list for ``options``."""
+    command = [
+        str(dist / "bin" / "tritonserver"),
+        f"--model-repository={options.model_repository.resolve()}",
+        f"--backend-directory={backends}",
+        f"--cache-directory={dist / 'caches'}",
+        "--model-control-mode=explicit",
+        f"--http-address={options.host}",
+        f"--grpc-address={options.host}",
+        f"--http-port={options.http_port}",
+        f"--grpc-port={options.grpc_port}",
+        f"--metrics-port={options.metrics_port}",
+        "--allow-metrics=true",
+        f"--log-verbose={options.log_verbose}",
+        "--exit-on-error=true",
+        "--strict-readiness=true",
+    ]
+    command += [f"--load-model={name}" for name in options.models]
+    return command + list(options.extra_args)
+
+
+def server_environment(dist: Path) -> dict[str, str]:
+    """The child's environment: this interpreter's ``bin/`` first on PATH, Triton's libs on LD_LIBRARY_PATH."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    libs = dist.parent.parent / "nvidia_pytriton.libs"
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs), env.get("LD_LIBRARY_PATH", "")) if p)
+    return env
+
+
+class TritonServer:
+    """A running ``tritonserver`` child process.
+
+    Use as a context manager, or call :meth:`start` / :meth:`stop`. ``stop`` is idempotent.
+
+    Args:
+        options: ports, repository and models.
+        log_path: file for Triton's stdout/stderr; ``None`` inherits this process's streams.
+    """
+
+    def __init__(self, options: ServerOptions, *, log_path: Path | None = None) -> None:
+        self.options = options
+        self.log_path = log_path
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log_file = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.options.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.options.grpc_port}"
+
+    def start(self) -> "TritonServer":
+        dist = triton_dist_dir()
+        command = server_command(self.options, prepare_backends(dist), dist)
+        if self.log_path is not None:
+            self._log_file = open(self.log_path, "ab")
+        self._process = subprocess.Popen(
+            command,
+            env=server_environment(dist),
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT if self._log_file else None,
+            preexec_fn=_die_with_parent,
+        )
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def poll(self) -> int | None:
+        """Exit code if the process has exited, else None."""
+        return self._process.poll() if self._process else None
+
+    def is_ready(self, models: Sequence[str] | None = None) -> bool:
+        """True when the server and ``models`` (default: the loaded ones) answer ready over HTTP."""
+        paths = ["/v2/health/ready"] + [f"/v2/models/{m}/ready" for m in (models if models is not None else self.options.models)]
+        for path in paths:
+            try:
+                with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=2) as reply:
+                    if reply.status != 200:
+                        return False
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                return False
+        return True
+
+    def wait_ready(self, timeout_s: float = 120.0, poll_s: float = 0.1) -> None:
+        """Block until ready.
+
+        Raises:
+            ServerError: the process exited, or ``timeout_s`` passed (the log path is named).
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            code = self.poll()
+            if code is not None:
+                raise ServerError(f"tritonserver exited with code {code} before becoming ready; see {self.log_path or 'its output'}")
+            if self.is_ready():
+                return
+            time.sleep(poll_s)
+        raise ServerError(f"tritonserver not ready after {timeout_s:.0f} s; see {self.log_path or 'its output'}")
+
+    def wait(self) -> int:
+        """Block until the process exits; return its exit code."""
+        return self._process.wait() if self._process else 0
+
+    def stop(self, timeout_s: float = GRACEFUL_STOP_S) -> int | None:
+        """SIGINT (graceful: Triton unloads models, drains requests), then SIGKILL after ``timeout_s``."""
+        process, self._process = self._process, None
+        code = None
+        if process is not None:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            code = process.returncode
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        return code
+
+    def __enter__(self) -> "TritonServer":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

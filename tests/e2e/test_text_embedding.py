@@ -1,0 +1,162 @@
+"""text_embedding through a real tritonserver, over HTTP and gRPC, against sentence-transformers."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+pytestmark = pytest.mark.e2e
+MODEL = "text_embedding"
+EDGE_TEXTS = ["", "   ", "\t\n", " 😃 hello how are you", "🥱", "的人有", "naïve café", "\x00abc", "\ufffd", "word " * 20000]
+
+
+def _client(server, protocol):
+    if protocol == "http":
+        return httpclient, httpclient.InferenceServerClient(server.http_url, concurrency=4, network_timeout=120)
+    return grpcclient, grpcclient.InferenceServerClient(server.grpc_url)
+
+
+def _embed(server, protocol, texts):
+    module, client = _client(server, protocol)
+    data = np.array([[t.encode("utf-8") if isinstance(t, str) else t] for t in texts], dtype=np.object_)
+    tensor = module.InferInput("TEXT", list(data.shape), "BYTES")
+    tensor.set_data_from_numpy(data)
+    outputs = [module.InferRequestedOutput(n) for n in ("EMBEDDING", "TOKEN_COUNT", "TRUNCATED")]
+    result = client.infer(MODEL, [tensor], outputs=outputs)
+    return result.as_numpy("EMBEDDING"), result.as_numpy("TOKEN_COUNT"), result.as_numpy("TRUNCATED")
+
+
+def _cosine(a, b):
+    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_real_sentences_match_sentence_transformers(triton_server, reference, sentences, protocol):
+    texts = sentences[:: max(1, len(sentences) // 96)][:96]
+    got = np.concatenate([_embed(triton_server, protocol, texts[i : i + 32])[0] for i in range(0, len(texts), 32)])
+    assert got.shape == (len(texts), 384) and got.dtype == np.float32
+    assert _cosine(got, reference(texts)).min() >= 0.9999
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_edge_texts_match_reference_with_counts(triton_server, reference, protocol):
+    """K01/K03: empty, blank, unicode, NUL and a 100 KB text each give sentence-transformers' vector."""
+    embedding, token_count, truncated = _embed(triton_server, protocol, EDGE_TEXTS)
+    assert np.isfinite(embedding).all()
+    assert _cosine(embedding, reference(EDGE_TEXTS)).min() >= 0.9999
+    assert token_count.reshape(-1).tolist() == [2, 2, 2, 7, 3, 5, 4, 3, 2, 256]
+    assert truncated.reshape(-1).tolist() == [False] * 9 + [True]
+
+
+def test_empty_text_keeps_row_order(triton_server, reference):
+    """K01: ["first sentence", "second one", ""] -> three rows, in order."""
+    texts = ["first sentence", "second one", ""]
+    embedding, _, _ = _embed(triton_server, "grpc", texts)
+    assert _cosine(embedding, reference(texts)).min() >= 0.9999
+
+
+def test_hello_world_independent_of_neighbours(triton_server):
+    """K02: the same row alone, beside a ~360-token text, and among concurrent requests."""
+    alone = _embed(triton_server, "http", ["hello world"])[0][0]
+    long_text = " ".join(["inference"] * 360)
+    beside = _embed(triton_server, "http", ["hello world", long_text])[0][0]
+    np.testing.assert_allclose(beside, alone, atol=1e-5)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        rows = list(pool.map(lambda t: _embed(triton_server, "grpc", [t])[0][0], ["hello world", long_text] * 4))
+    for row in rows[::2]:
+        np.testing.assert_allclose(row, alone, atol=1e-5)
+
+
+def _post(server, body: bytes, headers=None):
+    request = urllib.request.Request(f"http://{server.http_url}/v2/models/{MODEL}/infer", data=body, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+BAD_JSON = {
+    "wrong dtype": ({"name": "TEXT", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}, "expects 'BYTES'"),
+    "no batch dim": ({"name": "TEXT", "shape": [1], "datatype": "BYTES", "data": ["x"]}, "Expected [-1,1], got [1]"),
+    "zero batch": ({"name": "TEXT", "shape": [0, 1], "datatype": "BYTES", "data": []}, "TEXT"),
+    "zero dim": ({"name": "TEXT", "shape": [1, 0], "datatype": "BYTES", "data": []}, "got [1,0]"),
+    "two per row": ({"name": "TEXT", "shape": [1, 2], "datatype": "BYTES", "data": ["a", "b"]}, "Expected [-1,1], got [1,2]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_JSON))
+def test_bad_json_requests_get_400_naming_tensor(triton_server, case):
+    tensor, expected = BAD_JSON[case]
+    status, body = _post(triton_server, json.dumps({"inputs": [tensor]}).encode())
+    assert status == 400, body
+    assert "TEXT" in body.decode() and expected in body.decode()
+
+
+def test_missing_input_gets_400(triton_server):
+    status, body = _post(triton_server, b'{"inputs": []}')
+    assert status == 400 and "missing required input(s) ['TEXT']" in body.decode()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_invalid_utf8_gets_400_and_others_unaffected(triton_server, protocol):
+    """K03: raw bytes b"\\xff\\xfe\\xfd" -> a 400 that names the tensor and byte."""
+    with pytest.raises(InferenceServerException) as info:
+        _embed(triton_server, protocol, [b"fine", b"\xff\xfe\xfd"])
+    message = info.value.message()
+    assert "TEXT[1] is not valid UTF-8: byte 0xff" in message
+    assert info.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+    assert _embed(triton_server, protocol, [b"abc\x00"])[1].reshape(-1).tolist() == [3]
+
+
+def test_zero_sized_binary_request_gets_400(triton_server):
+    """K04: a [0, 1] BYTES tensor through gRPC reaches the model and is refused there with 400."""
+    with pytest.raises(InferenceServerException) as info:
+        _embed(triton_server, "grpc", [])
+    assert "TEXT" in info.value.message()
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+
+
+def test_too_many_texts_gets_400(triton_server):
+    with pytest.raises(InferenceServerException) as info:
+        _embed(triton_server, "http", ["x"] * 65)
+    assert info.value.status() == "400" and "batch-size must be <= 64" in info.value.message()
+
+
+def test_mixed_good_and_bad_concurrently(triton_server, reference, sentences):
+    """200 mixed requests over HTTP and gRPC: good ones correct, bad ones 400, server still ready."""
+    good = sentences[:100]
+    expected = reference(good)
+    jobs = []
+    for i in range(200):
+        protocol = "http" if i % 2 else "grpc"
+        jobs.append((protocol, i // 2, i % 4 == 3))  # every fourth request is bad (invalid UTF-8)
+
+    def send(job):
+        protocol, index, bad = job
+        try:
+            texts = [good[index].encode(), b"\xc3\x28"] if bad else [good[index]]
+            return job, _embed(triton_server, protocol, texts)[0], None
+        except InferenceServerException as exc:
+            return job, None, exc
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(send, jobs))
+    for (protocol, index, bad), embedding, error in results:
+        if bad:
+            assert error is not None and error.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+            assert "TEXT[1] is not valid UTF-8" in error.message()
+        else:
+            assert error is None, error
+            assert float(_cosine(embedding, expected[index : index + 1])[0]) >= 0.9999
+    assert triton_server.is_ready()
+    log = triton_server.log_path.read_text()
+    assert log.count("TRITONBACKEND_ModelInstanceInitialize") <= 1 and "Stub process" not in log

@@ -1,0 +1,49 @@
+import pytest
+
+from fastpath.config import TextEmbeddingConfig, parse_parameters, triton_parameters
+from fastpath.errors import ConfigError
+
+
+def test_defaults_match_all_minilm():
+    config = parse_parameters(TextEmbeddingConfig, {})
+    assert config.runtime == "onnxruntime"
+    assert config.max_seq_length == 256
+    assert config.length_buckets_tokens == (16, 32, 64, 128, 256)
+
+
+def test_values_are_converted_by_type():
+    config = parse_parameters(
+        TextEmbeddingConfig,
+        {"intra_op_threads": " 2 ", "max_seq_length": "128", "length_buckets_tokens": "8, 16,128"},
+    )
+    assert config.intra_op_threads == 2
+    assert config.max_seq_length == 128
+    assert config.length_buckets_tokens == (8, 16, 128)
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(ConfigError, match="'intra_op_thread'.*known parameters:.*intra_op_threads"):
+        parse_parameters(TextEmbeddingConfig, {"intra_op_thread": "2"})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("runtime", "tensorflow", "one of onnxruntime"),
+        ("intra_op_threads", "two", "not a valid int"),
+        ("intra_op_threads", "-1", ">= 0"),
+        ("max_seq_length", "1024", "2..512"),
+        ("length_buckets_tokens", "64,32", "strictly increasing"),
+        ("precision", "int4", "one of fp32"),
+    ],
+)
+def test_bad_values_name_key_and_value(key, value, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        parse_parameters(TextEmbeddingConfig, {key: value})
+    assert key in str(info.value)
+
+
+def test_triton_parameters_from_model_config_json():
+    config_json = '{"name": "m", "parameters": {"runtime": {"string_value": "onnxruntime"}, "max_seq_length": {"string_value": "64"}}}'
+    assert triton_parameters(config_json) == {"runtime": "onnxruntime", "max_seq_length": "64"}
+    assert triton_parameters({"name": "m"}) == {}

@@ -1,0 +1,82 @@
+import numpy as np
+import pytest
+
+from fastpath.errors import InvalidInputError
+from fastpath.models.text_embedding import padded_length, plan_batches
+from fastpath.text import TextTokenizer, decode_texts
+
+from tests.conftest import MODEL_REPOSITORY
+
+TOKENIZER = MODEL_REPOSITORY / "text_embedding" / "1" / "tokenizer.json"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return TextTokenizer(TOKENIZER, max_seq_length=256)
+
+
+# ../shared/cases K03: ids from the reference fast tokenizer
+@pytest.mark.parametrize(
+    ("text", "ids"),
+    [
+        (" 😃 hello how are you", [101, 100, 7592, 2129, 2024, 2017, 102]),
+        ("🥱", [101, 100, 102]),
+        ("的人有", [101, 1916, 1756, 1873, 102]),
+        ("\x00abc", [101, 5925, 102]),
+        ("\ufffd", [101, 102]),
+        ("", [101, 102]),
+        ("   ", [101, 102]),
+        ("\t\n", [101, 102]),
+    ],
+)
+def test_token_ids_match_reference(tokenizer, text, ids):
+    assert tokenizer.encode([text])[0].ids == ids
+
+
+def test_naive_cafe_is_lowercased_and_stripped(tokenizer):
+    assert tokenizer.encode(["naïve café"])[0].tokens == ["[CLS]", "naive", "cafe", "[SEP]"]
+
+
+def test_truncation_is_256_not_the_files_128(tokenizer):
+    """The shipped tokenizer.json truncates at 128 and pads to 128; sentence-transformers uses 256 (K02)."""
+    encoding = tokenizer.encode(["word " * 400])[0]
+    assert len(encoding.ids) == 256
+    assert encoding.ids[-1] == 102
+    assert len(encoding.overflowing) > 0
+    short = tokenizer.encode(["hello world"])[0]
+    assert short.ids == [101, 7592, 2088, 102]  # no padding to 128
+
+
+def test_pad_builds_masks(tokenizer):
+    batch = tokenizer.pad(tokenizer.encode(["hello world", ""]), 8)
+    assert batch.input_ids.dtype == np.int64 and batch.input_ids.shape == (2, 8)
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0, 0, 0]]
+    assert not batch.token_type_ids.any()
+
+
+def test_decode_rejects_invalid_utf8_naming_tensor_and_byte():
+    values = np.array([[b"ok"], [b"\xff\xfe\xfd"]], dtype=object)
+    with pytest.raises(InvalidInputError, match=r"TEXT\[1\] is not valid UTF-8: byte 0xff at offset 0"):
+        decode_texts(values, tensor="TEXT", max_text_bytes=100)
+
+
+def test_decode_keeps_nul_and_enforces_size_limit():
+    assert decode_texts(np.array([[b"abc\x00"]], dtype=object), tensor="TEXT", max_text_bytes=10) == ["abc\x00"]
+    with pytest.raises(InvalidInputError, match=r"TEXT\[0\] is 11 bytes; the limit is 10 bytes"):
+        decode_texts(np.array([[b"x" * 11]], dtype=object), tensor="TEXT", max_text_bytes=10)
+
+
+def test_padded_length_snaps_to_bucket():
+    buckets = (16, 32, 64, 128, 256)
+    assert padded_length(2, buckets, 256) == 16
+    assert padded_length(16, buckets, 256) == 16
+    assert padded_length(17, buckets, 256) == 32
+    assert padded_length(256, buckets, 256) == 256
+    assert padded_length(100, (16, 32), 256) == 100  # no bucket holds it: pad to the longest only
+
+
+def test_plan_batches_sorts_by_length_and_covers_every_index():
+    lengths = [30, 5, 200, 5, 17, 64, 9]
+    batches = plan_batches(lengths, 3)
+    assert [[lengths[i] for i in b] for b in batches] == [[5, 5, 9], [17, 30, 64], [200]]
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
