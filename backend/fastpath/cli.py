@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 LOG = logging.getLogger("fastpath")
@@ -55,28 +56,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_verbose=args.log_verbose,
     )
     server = TritonServer(options)
+    stop_requested = threading.Event()
 
-    def _stop(signum: int, _frame: object) -> None:
+    def _request_stop(signum: int, _frame: object) -> None:
+        # Only flag here: waiting on the child inside a handler that interrupted Popen.wait deadlocks.
         LOG.info("received %s: stopping tritonserver", signal.Signals(signum).name)
-        server.stop()
-        raise SystemExit(0)
+        stop_requested.set()
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _request_stop)
+    signal.signal(signal.SIGINT, _request_stop)
     server.start()
     LOG.info("tritonserver pid %s, models %s from %s", server.pid, ", ".join(options.models), options.model_repository)
     try:
-        server.wait_ready(timeout_s=args.ready_timeout_s)
+        server.wait_ready(timeout_s=args.ready_timeout_s, cancel=stop_requested)
     except ServerError as exc:
         server.stop()
         LOG.error("%s", exc)
         return 1
-    LOG.info("ready: HTTP http://%s:%d  gRPC %s:%d  metrics http://%s:%d/metrics",
-             args.host, options.http_port, args.host, options.grpc_port, args.host, options.metrics_port)
-    LOG.info("try: curl -s localhost:%d/v2/models/text_embedding/infer -d "
-             "'{\"inputs\":[{\"name\":\"TEXT\",\"shape\":[1,1],\"datatype\":\"BYTES\",\"data\":[\"hello world\"]}]}'",
-             options.http_port)
-    code = server.wait()
+    if not stop_requested.is_set():
+        LOG.info("ready: HTTP http://%s:%d  gRPC %s:%d  metrics http://%s:%d/metrics",
+                 args.host, options.http_port, args.host, options.grpc_port, args.host, options.metrics_port)
+        LOG.info("try: curl -s localhost:%d/v2/models/text_embedding/infer -d "
+                 "'{\"inputs\":[{\"name\":\"TEXT\",\"shape\":[1,1],\"datatype\":\"BYTES\",\"data\":[\"hello world\"]}]}'",
+                 options.http_port)
+    while server.poll() is None and not stop_requested.wait(0.5):
+        pass
+    code = server.stop()
     LOG.info("tritonserver exited with code %s", code)
     return code
 

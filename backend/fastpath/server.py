@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -182,14 +183,16 @@ class TritonServer:
                 return False
         return True
 
-    def wait_ready(self, timeout_s: float = 120.0, poll_s: float = 0.1) -> None:
-        """Block until ready.
+    def wait_ready(self, timeout_s: float = 120.0, poll_s: float = 0.1, cancel: threading.Event | None = None) -> None:
+        """Block until ready, or until ``cancel`` is set (then return at once).
 
         Raises:
             ServerError: the process exited, or ``timeout_s`` passed (the log path is named).
         """
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if cancel is not None and cancel.is_set():
+                return
             code = self.poll()
             if code is not None:
                 raise ServerError(f"tritonserver exited with code {code} before becoming ready; see {self.log_path or 'its output'}")
