@@ -26,7 +26,8 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def start_server(log_dir: Path, models: tuple[str, ...] = ("text_embedding",), repository: Path = MODEL_REPOSITORY, extra_args: tuple[str, ...] = ()):
+def start_server(log_dir: Path, models: tuple[str, ...] = ("text_embedding", "fastpath_admin"), repository: Path = MODEL_REPOSITORY,
+                 extra_args: tuple[str, ...] = (), admin_key: str = ""):
     """Start tritonserver on free ports and wait until ``models`` are ready; caller stops it."""
     from fastpath.server import ServerOptions, TritonServer
 
@@ -39,6 +40,7 @@ def start_server(log_dir: Path, models: tuple[str, ...] = ("text_embedding",), r
         metrics_port=metrics_port,
         host="127.0.0.1",
         extra_args=extra_args,
+        admin_key=admin_key,
     )
     server = TritonServer(options, log_path=log_dir / "tritonserver.log").start()
     try:

@@ -43,6 +43,26 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+ADMIN_KEY_FILE = Path.home() / ".cache" / "fastpath" / "admin_key"
+
+
+def _admin_key() -> str:
+    """FASTPATH_ADMIN_KEY, or a key generated for this run and written (0600) to ADMIN_KEY_FILE."""
+    key = os.environ.get("FASTPATH_ADMIN_KEY", "")
+    if key:
+        LOG.info("admin key: from FASTPATH_ADMIN_KEY (swap/rollback and Triton's model-repository API need it)")
+        return key
+    import secrets
+
+    key = secrets.token_urlsafe(24)
+    ADMIN_KEY_FILE.parent.mkdir(parents=True, exist_ok=True)
+    ADMIN_KEY_FILE.touch(mode=0o600)
+    ADMIN_KEY_FILE.write_text(key + "\n")
+    LOG.info("admin key: FASTPATH_ADMIN_KEY was not set, generated one in %s; for swaps run "
+             "`export FASTPATH_ADMIN_KEY=$(cat %s)` (or set it before `make serve` to choose the key)", ADMIN_KEY_FILE, ADMIN_KEY_FILE)
+    return key
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from fastpath.server import ServerError, ServerOptions, TritonServer
 
@@ -54,6 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         host=args.host,
         log_verbose=args.log_verbose,
+        admin_key=_admin_key(),
     )
     server = TritonServer(options)
     stop_requested = threading.Event()
@@ -97,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run tritonserver with FastPath models (Ctrl-C stops it)")
     serve.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
-    serve.add_argument("--model", action="append", default=None, help="model to load (repeatable; default text_embedding)")
+    serve.add_argument("--model", action="append", default=None, help="model to load (repeatable; default text_embedding and fastpath_admin)")
     serve.add_argument("--http-port", type=int, default=_env_int("HTTP_PORT", 8000))
     serve.add_argument("--grpc-port", type=int, default=_env_int("GRPC_PORT", 8001))
     serve.add_argument("--metrics-port", type=int, default=_env_int("METRICS_PORT", 8002))
@@ -105,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
     serve.add_argument("--ready-timeout-s", type=float, default=300.0)
     serve.set_defaults(func=cmd_serve)
+    register_client_commands(sub)
     return parser
 
 
@@ -112,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fastpath %(levelname)s %(message)s")
     args = build_parser().parse_args(argv)
     if getattr(args, "model", "") is None:
-        args.model = ["text_embedding"]
+        args.model = ["text_embedding", "fastpath_admin"]
     return args.func(args)
 
 

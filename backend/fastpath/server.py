@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -82,16 +83,27 @@ class ServerOptions:
         host: address HTTP and gRPC bind to.
         log_verbose: Triton's ``--log-verbose`` level.
         extra_args: more tritonserver flags, passed as given.
+        admin_key: FastPath's admin key. When set, it is passed to the stubs as ``FASTPATH_ADMIN_KEY``
+            (swap/rollback need it) and Triton's own model-repository API (load/unload) is restricted
+            to clients sending the header ``fastpath-admin-key: <key>`` (``--http-restricted-api``,
+            ``--grpc-restricted-protocol``).
+        state_dir: control-plane directory for live swaps (``FASTPATH_STATE_DIR``); None makes a fresh
+            temporary one per start, removed at stop.
     """
 
     model_repository: Path
-    models: tuple[str, ...] = ("text_embedding",)
+    models: tuple[str, ...] = ("text_embedding", "fastpath_admin")
     http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
     host: str = "0.0.0.0"
     log_verbose: int = 0
     extra_args: tuple[str, ...] = ()
+    admin_key: str = ""
+    state_dir: Path | None = None
+
+
+ADMIN_HEADER = "fastpath-admin-key"
 
 
 def server_command(options: ServerOptions, backends: Path, dist: Path) -> list[str]:
@@ -113,12 +125,19 @@ def server_command(options: ServerOptions, backends: Path, dist: Path) -> list[s
         "--strict-readiness=true",
     ]
     command += [f"--load-model={name}" for name in options.models]
+    if options.admin_key:
+        restriction = f"model-repository:{ADMIN_HEADER}={options.admin_key}"
+        command += [f"--http-restricted-api={restriction}", f"--grpc-restricted-protocol={restriction}"]
     return command + list(options.extra_args)
 
 
-def server_environment(dist: Path) -> dict[str, str]:
-    """The child's environment: this interpreter's ``bin/`` first on PATH, Triton's libs on LD_LIBRARY_PATH."""
+def server_environment(dist: Path, *, admin_key: str = "", state_dir: Path | None = None) -> dict[str, str]:
+    """The child's environment: this interpreter's ``bin/`` first on PATH, Triton's libs on
+    LD_LIBRARY_PATH, and FastPath's admin key and control-plane directory for the stubs."""
     env = dict(os.environ)
+    env["FASTPATH_ADMIN_KEY"] = admin_key
+    if state_dir is not None:
+        env["FASTPATH_STATE_DIR"] = str(state_dir)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     libs = dist.parent.parent / "nvidia_pytriton.libs"
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs), env.get("LD_LIBRARY_PATH", "")) if p)
@@ -140,6 +159,8 @@ class TritonServer:
         self.log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
         self._log_file = None
+        self.state_dir: Path | None = None
+        self._own_state_dir = False
 
     @property
     def http_url(self) -> str:
@@ -152,11 +173,14 @@ class TritonServer:
     def start(self) -> "TritonServer":
         dist = triton_dist_dir()
         command = server_command(self.options, prepare_backends(dist), dist)
+        self.state_dir = self.options.state_dir
+        if self.state_dir is None:
+            self.state_dir, self._own_state_dir = Path(tempfile.mkdtemp(prefix="fastpath-state-")), True
         if self.log_path is not None:
             self._log_file = open(self.log_path, "ab")
         self._process = subprocess.Popen(
             command,
-            env=server_environment(dist),
+            env=server_environment(dist, admin_key=self.options.admin_key, state_dir=self.state_dir),
             stdout=self._log_file,
             stderr=subprocess.STDOUT if self._log_file else None,
             preexec_fn=_die_with_parent,
@@ -221,6 +245,9 @@ class TritonServer:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        if self._own_state_dir and self.state_dir is not None:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            self._own_state_dir = False
         return code
 
     def __enter__(self) -> "TritonServer":

@@ -159,4 +159,4 @@ def test_mixed_good_and_bad_concurrently(triton_server, reference, sentences):
             assert float(_cosine(embedding, expected[index : index + 1])[0]) >= 0.9999
     assert triton_server.is_ready()
     log = triton_server.log_path.read_text()
-    assert log.count("TRITONBACKEND_ModelInstanceInitialize") <= 1 and "Stub process" not in log
+    assert log.count("TRITONBACKEND_ModelInstanceInitialize: text_embedding_0_0") == 1 and "Stub process" not in log

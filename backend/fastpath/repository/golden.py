@@ -1,0 +1,129 @@
+"""Golden inputs stored with a model version, and the validation gate a standby slot must pass.
+
+``golden.npz`` holds ``texts`` (unicode [N]) and ``embeddings`` (float32 [N, 384]) computed by the
+fp32 reference; the version's manifest states the tolerance as ``golden.min_cosine`` (fp32 0.9999,
+int8 0.99: the INT8 accuracy gate of the engines issue). The gate also checks that the engine's
+inputs and outputs agree with the model config (../shared/cases K09): three int64 inputs with
+dynamic batch and sequence dimensions, one float32 output of width 384.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from fastpath.build.manifest import verify_manifest
+from fastpath.config import TextEmbeddingConfig
+from fastpath.errors import ArtifactError
+from fastpath.models.text_embedding import EMBEDDING_DIM, TextEmbedder
+
+GOLDEN_NAME = "golden.npz"
+GOLDEN_TEXTS = (
+    "hello world",
+    "",
+    "A sentence-embedding model maps text to a 384-dimensional vector.",
+    "Triton Inference Server serves models over HTTP and gRPC.",
+    " 😃 naïve café 的人有",
+    "word " * 300,
+)
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def write_golden(version_dir: Path, texts: tuple[str, ...], embeddings: np.ndarray) -> Path:
+    """Store golden texts and their reference embeddings (float32 [N, 384]) in ``version_dir``."""
+    path = version_dir / GOLDEN_NAME
+    np.savez(path, texts=np.asarray(texts, dtype=np.str_), embeddings=np.asarray(embeddings, dtype=np.float32))
+    return path
+
+
+def check_engine_io(embedder: TextEmbedder) -> None:
+    """Refuse an engine whose tensors disagree with text_embedding's config (K09).
+
+    Raises:
+        ArtifactError: listing the engine's input/output shapes against what the config needs.
+    """
+    inputs = {spec.name: spec for spec in embedder.engine.inputs}
+    outputs = embedder.engine.outputs
+    problems = []
+    for name in INPUT_NAMES:
+        spec = inputs.get(name)
+        if spec is None:
+            problems.append(f"input {name} missing")
+        elif spec.dtype != np.int64 or len(spec.shape) != 2 or spec.shape[0] != -1 or spec.shape[1] != -1:
+            problems.append(f"input {name} is {spec.dtype}{list(spec.shape)}, config needs int64[-1, -1] (dynamic batch and sequence)")
+    if len(outputs) != 1 or outputs[0].dtype != np.float32 or outputs[0].shape[-1] != EMBEDDING_DIM:
+        problems.append(f"outputs are {[(o.name, str(o.dtype), list(o.shape)) for o in outputs]}, config needs one float32[-1, {EMBEDDING_DIM}]")
+    if problems:
+        raise ArtifactError("incompatible with the model config (EMBEDDING FP32 [384], batching on): " + "; ".join(problems))
+
+
+def load_text_version(model_dir: Path, version: int, base: TextEmbeddingConfig) -> TextEmbedder:
+    """Verify a version's manifest and load its engine, warmed up on every length bucket.
+
+    The artifact file and precision come from the version's manifest.
+
+    Raises:
+        ArtifactError: missing directory, manifest or file, or a checksum mismatch.
+        EngineError: the artifact does not load.
+    """
+    version_dir = model_dir / str(version)
+    if not version_dir.is_dir():
+        raise ArtifactError(f"{version_dir} does not exist")
+    manifest = verify_manifest(version_dir)
+    config = dataclasses.replace(base, artifact=manifest.get("artifact", base.artifact), precision=manifest.get("precision", base.precision))
+    embedder = TextEmbedder.from_directory(version_dir, config)
+    for length in config.length_buckets_tokens:
+        embedder.embed(["warm " * max(0, length - 3)])
+    return embedder
+
+
+def validate_text_version(embedder: TextEmbedder, version_dir: Path) -> float:
+    """The validation gate: engine I/O matches the config, golden outputs within the stated tolerance.
+
+    Returns:
+        The minimum cosine to the golden embeddings.
+
+    Raises:
+        ArtifactError: no golden file/tolerance, shapes disagree, or an output is off (value and tolerance named).
+    """
+    check_engine_io(embedder)
+    manifest = verify_manifest(version_dir)
+    golden_spec = manifest.get("golden") or {}
+    if GOLDEN_NAME not in manifest.get("files", {}) or "min_cosine" not in golden_spec:
+        raise ArtifactError(f"{version_dir} has no golden inputs with a stated tolerance; rebuild it with 'fastpath build'")
+    with np.load(version_dir / GOLDEN_NAME, allow_pickle=False) as golden:
+        texts, expected = [str(t) for t in golden["texts"]], golden["embeddings"]
+    got = embedder.embed(texts).embeddings
+    if got.shape != expected.shape or not np.isfinite(got).all():
+        raise ArtifactError(f"golden outputs have shape {got.shape} (finite: {bool(np.isfinite(got).all())}); expected {expected.shape}")
+    cosine = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
+    worst = float(cosine.min())
+    if worst < float(golden_spec["min_cosine"]):
+        raise ArtifactError(
+            f"golden check failed: cosine {worst:.5f} on {texts[int(cosine.argmin())][:40]!r} is below the version's "
+            f"tolerance {golden_spec['min_cosine']}"
+        )
+    return worst
+
+
+def add_golden(version_dir: Path, reference: TextEmbedder, *, min_cosine: float) -> Path:
+    """Compute golden embeddings with the fp32 ``reference`` and record them in the version's manifest.
+
+    Args:
+        version_dir: a built version directory with a manifest.
+        reference: the fp32 embedder whose outputs are the truth.
+        min_cosine: the version's stated tolerance (fp32: 0.9999; int8: 0.99).
+
+    Returns:
+        The golden file path.
+    """
+    from fastpath.build.manifest import read_manifest, write_manifest
+
+    path = write_golden(version_dir, GOLDEN_TEXTS, reference.embed(list(GOLDEN_TEXTS)).embeddings)
+    manifest = read_manifest(version_dir)
+    files = set(manifest.pop("files", {})) | {GOLDEN_NAME}
+    manifest["golden"] = {"file": GOLDEN_NAME, "texts": len(GOLDEN_TEXTS), "min_cosine": min_cosine}
+    write_manifest(version_dir, files, manifest)
+    return path

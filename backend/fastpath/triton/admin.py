@@ -1,0 +1,55 @@
+"""``TritonPythonModel`` of ``fastpath_admin``: model-version control through Triton's own endpoints.
+
+Input ``REQUEST`` (TYPE_STRING [1]) holds one JSON command, output ``RESPONSE`` (TYPE_STRING [1]) the
+JSON reply; see :class:`fastpath.repository.admin.AdminService`. No extra port: clients call it with
+a normal infer request (HTTP or gRPC). A refused command is a 400 whose message is the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastpath.errors import InvalidInputError
+from fastpath.repository.admin import AdminService
+from fastpath.repository.control import state_dir
+from fastpath.triton.io import error_response, read_input
+
+
+class AdminModel:
+    """The python-backend model class; ``model_repository/fastpath_admin/1/model.py`` re-exports it."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        import triton_python_backend_utils as pb_utils
+
+        self._pb = pb_utils
+        repository = Path(args["model_repository"]).parent
+        self.service = AdminService(repository, state_dir(repository), os.environ.get("FASTPATH_ADMIN_KEY", ""))
+
+    def _handle(self, request: Any) -> Any:
+        raw = read_input(self._pb, request, "REQUEST").reshape(-1)
+        if raw.size != 1:
+            raise InvalidInputError(f"REQUEST has {raw.size} elements; send exactly one JSON command")
+        try:
+            document = json.loads(bytes(raw[0]).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InvalidInputError(f"REQUEST is not a UTF-8 JSON document: {exc}") from None
+        if not isinstance(document, dict):
+            raise InvalidInputError("REQUEST must be a JSON object such as {\"command\": \"status\", \"model\": \"text_embedding\"}")
+        reply = self.service.handle(document)
+        return self._pb.InferenceResponse(
+            output_tensors=[self._pb.Tensor("RESPONSE", np.array([json.dumps(reply).encode()], dtype=np.object_))]
+        )
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses = []
+        for request in requests:
+            try:
+                responses.append(self._handle(request))
+            except Exception as exc:  # each command fails alone, with its reason
+                responses.append(error_response(self._pb, exc))
+        return responses

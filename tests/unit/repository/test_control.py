@@ -1,0 +1,106 @@
+"""Control plane, swap agent and admin service together, over a real state directory and threads."""
+
+import threading
+
+import pytest
+
+from fastpath.errors import InvalidInputError
+from fastpath.repository.admin import AdminService, PermissionDeniedError
+from fastpath.repository.agent import SwapAgent
+from fastpath.repository.control import ControlPlane
+from fastpath.repository.slots import EngineSlots, SwapError
+
+
+class Engine:
+    def __init__(self, version):
+        self.version = version
+
+    def close(self):
+        pass
+
+
+def _refuse_3(engine, version):
+    if version == 3:
+        raise ValueError("golden check failed: cosine 0.42 below 0.99")
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    repository = tmp_path / "repo"
+    for version in (1, 2, 3):
+        (repository / "m" / str(version)).mkdir(parents=True)
+    (repository / "m" / "config.pbtxt").write_text('name: "m"')
+    state = tmp_path / "state"
+    slots = EngineSlots(1, Engine(1))
+    agents = [SwapAgent(ControlPlane(state, "m"), "m_0", slots, Engine, _refuse_3, poll_s=0.002).start()]
+    service = AdminService(repository, state, "s3cret", timeout_s=10)
+    yield service, slots
+    for agent in agents:
+        agent.stop()
+
+
+def test_swap_rollback_status_through_the_files(setup):
+    service, slots = setup
+    reply = service.handle({"command": "swap", "model": "m", "version": 2, "key": "s3cret"})
+    assert reply["active_version"] == 2 and slots.active_version == 2
+    assert reply["instances"]["m_0"]["ok"] is True
+    assert service.handle({"command": "status", "model": "m"})["active_version"] == 2
+    assert service.handle({"command": "rollback", "model": "m", "key": "s3cret"})["active_version"] == 1
+    assert service.handle({"command": "versions", "model": "m"})["versions"] == ["1", "2", "3"]
+
+
+def test_refused_version_reports_reason_and_keeps_serving(setup):
+    service, slots = setup
+    with pytest.raises(SwapError, match="golden check failed: cosine 0.42.*still serving version \\[1\\]"):
+        service.handle({"command": "swap", "model": "m", "version": 3, "key": "s3cret"})
+    assert slots.active_version == 1
+    status = service.handle({"command": "status", "model": "m"})["instances"]["m_0"]
+    assert status["ok"] is False and "cosine 0.42" in status["error"]
+
+
+@pytest.mark.parametrize("key", [None, "", "wrong"])
+def test_swap_without_the_key_is_refused(setup, key):
+    service, slots = setup
+    with pytest.raises(PermissionDeniedError, match="admin key missing or wrong"):
+        service.handle({"command": "swap", "model": "m", "version": 2, "key": key})
+    assert slots.active_version == 1
+
+
+@pytest.mark.parametrize(
+    ("request_doc", "match"),
+    [
+        ({"command": "reload", "model": "m"}, "not one of swap, rollback"),
+        ({"command": "status", "model": "../etc"}, "not in the model repository"),
+        ({"command": "swap", "model": "m", "version": 9, "key": "s3cret"}, r"version 9 of m is not in the repository; available: \['1', '2', '3'\]"),
+        ({"command": "swap", "model": "m", "version": "2", "key": "s3cret"}, "version '2'"),
+    ],
+)
+def test_bad_commands_are_400s(setup, request_doc, match):
+    service, _ = setup
+    with pytest.raises(InvalidInputError, match=match):
+        service.handle(request_doc)
+
+
+def test_no_key_configured_disables_swaps(tmp_path, setup):
+    service, _ = setup
+    closed = AdminService(service.model_repository, service.state_root, "")
+    with pytest.raises(PermissionDeniedError, match="started without FASTPATH_ADMIN_KEY"):
+        closed.handle({"command": "swap", "model": "m", "version": 2, "key": "anything"})
+
+
+def test_concurrent_swaps_are_serialized_per_instance(setup):
+    service, slots = setup
+    results = []
+
+    def swap(version):
+        try:
+            results.append(service.handle({"command": "swap", "model": "m", "version": version, "key": "s3cret"})["active_version"])
+        except SwapError as exc:
+            results.append(str(exc))
+
+    threads = [threading.Thread(target=swap, args=(v,)) for v in (2, 1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(results) == 3 and slots.active_version in (1, 2)
