@@ -126,7 +126,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
     serve.add_argument("--ready-timeout-s", type=float, default=300.0)
     serve.set_defaults(func=cmd_serve)
-    register_client_commands(sub)
     return parser
 
 
