@@ -1,0 +1,63 @@
+"""Allocator choice and cuda_call on this machine (no CUDA device: the page-aligned allocator)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from fastpath.memory import CudaError, PageAlignedAllocator, cuda_call, probe_cuda, select_host_allocator
+
+cudart = pytest.importorskip("cuda.bindings.runtime", reason="cuda-bindings is not installed")
+needs_no_cuda = pytest.mark.skipif(probe_cuda().available, reason="a CUDA device is present; tests/gpu covers it")
+
+
+def test_page_aligned_blocks_are_aligned_writable_and_counted():
+    allocator = PageAlignedAllocator()
+    block = allocator.allocate(3 * 4096)
+    assert block.address % 4096 == 0 and block.nbytes == 3 * 4096 and not block.pinned
+    block.array[:] = 9
+    assert int(block.array.sum()) == 9 * 3 * 4096
+    allocator.free(block)
+    assert (allocator.allocations, allocator.frees, block.array) == (1, 1, None)
+
+
+@needs_no_cuda
+def test_auto_choice_without_cuda_is_page_aligned_and_says_why(caplog):
+    with caplog.at_level(logging.INFO, logger="fastpath.memory"):
+        allocator, reason = select_host_allocator("auto")
+    assert allocator.name == "page-aligned" and not allocator.pinned
+    assert "no CUDA device" in reason and probe_cuda().reason in reason
+    assert "host staging allocator: page-aligned" in caplog.text
+
+
+@needs_no_cuda
+def test_requiring_pinned_memory_without_cuda_fails_clearly():
+    with pytest.raises(RuntimeError, match="'cuda-pinned' was required but CUDA is unusable"):
+        select_host_allocator("cuda-pinned")
+
+
+def test_unknown_allocator_is_refused():
+    with pytest.raises(ValueError, match="host allocator 'hugepages' is unknown"):
+        select_host_allocator("hugepages")
+
+
+def test_cuda_call_unwraps_results():
+    ok = cudart.cudaError_t.cudaSuccess
+    assert cuda_call((ok,)) is None
+    assert cuda_call((ok, 5)) == 5
+    assert cuda_call((ok, 1, 2)) == (1, 2)
+
+
+def test_cuda_call_raises_with_the_cuda_error_name():
+    with pytest.raises(CudaError, match=r"cudaMalloc\(64 bytes\): CUDA error cudaErrorMemoryAllocation \(2\): out of memory") as info:
+        cuda_call((cudart.cudaError_t.cudaErrorMemoryAllocation, None), "cudaMalloc(64 bytes)")
+    assert info.value.error_name == "cudaErrorMemoryAllocation"
+
+
+@needs_no_cuda
+def test_cuda_call_on_a_real_failing_runtime_call():
+    with pytest.raises(CudaError, match="cudaGetDeviceCount: CUDA error cudaError"):
+        cuda_call(cudart.cudaGetDeviceCount(), "cudaGetDeviceCount")
+    assert probe_cuda().available is False and probe_cuda().device_count == 0
