@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
-ARTIFACT := model_repository/text_embedding/1/model.onnx
+ARTIFACT := model_repository/text_embedding/1/model.onnx model_repository/text_detection/1/model.onnx
 PYTEST_ARGS ?=
 
 .PHONY: setup artifacts serve test clean

@@ -31,8 +31,10 @@ def _env_int(name: str, default: int) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    from fastpath.build.detection import ensure_text_detection
     from fastpath.build.export import export_text_embedding
 
+    ensure_text_detection(args.model_repository, if_missing=args.if_missing)  # text_detection: copy from the rapidocr wheel
     version_dir = args.model_repository / "text_embedding" / "1"
     if args.if_missing and all((version_dir / n).is_file() for n in ("model.onnx", "tokenizer.json", "manifest.json")):
         LOG.info("artifacts present in %s (fastpath build rebuilds them)", version_dir)

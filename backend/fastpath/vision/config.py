@@ -1,0 +1,78 @@
+"""Parameters of the text-detection model (``model_repository/text_detection/config.pbtxt``).
+
+Built with :func:`fastpath.config.parse_parameters`, like ``TextEmbeddingConfig``: every value
+arrives as a string, unknown keys are an error that names the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fastpath.config import PRECISIONS, RUNTIMES, _check
+
+NETWORK_STRIDE_PX = 32  # DB's backbone downsamples by 32: each resized side is a multiple of this
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TextDetectionConfig:
+    """Parameters of a FastPath text-detection model (PP-OCRv4 det + DB post-processing).
+
+    Defaults are PaddleOCR's ``det_limit_type="max"`` / ``det_limit_side_len=960`` resize and the
+    DB post-processing values of rapidocr-onnxruntime 1.4.4's ``config.yaml`` (``Det`` section).
+
+    Attributes:
+        runtime: engine runtime, one of ``RUNTIMES``.
+        precision: ``fp32`` | ``fp16`` | ``int8`` | ``fp8``; selects the artifact of that precision.
+        artifact: ONNX file name inside the model version directory.
+        intra_op_threads: ONNX Runtime intra-op threads; 0 lets ONNX Runtime choose.
+        limit_side_len_px: the longer resized side is at most this many pixels (a multiple of 32).
+        max_image_pixels: largest accepted height * width of one image; larger images get a 400
+            before any decode or resize buffer is allocated (../shared/cases K07, K10). The default
+            is 8192 * 8192 (192 MiB as uint8 RGB).
+        max_request_pixels: largest accepted sum of height * width over the images of one request.
+        max_images_per_request: most images one request may carry.
+        max_batch_images: most images (of one resized shape) the engine runs in one call.
+        binary_threshold: DB probability above which a pixel counts as text (``thresh``).
+        box_threshold: boxes whose mean probability is below this are dropped (``box_thresh``).
+        unclip_ratio: DB unclip: polygons grow by ``area * unclip_ratio / perimeter`` pixels.
+        max_candidates: most contours examined per image.
+        use_dilation: dilate the binary map with a 2x2 kernel before finding contours.
+        min_box_side_px: boxes whose width or height in the input image is at most this many
+            pixels are dropped (rapidocr ``filter_tag_det_res``).
+    """
+
+    runtime: str = "onnxruntime"
+    precision: str = "fp32"
+    artifact: str = "model.onnx"
+    intra_op_threads: int = 0
+    limit_side_len_px: int = 960
+    max_image_pixels: int = 8192 * 8192
+    max_request_pixels: int = 8192 * 8192
+    max_images_per_request: int = 16
+    max_batch_images: int = 8
+    binary_threshold: float = 0.3
+    box_threshold: float = 0.5
+    unclip_ratio: float = 1.6
+    max_candidates: int = 1000
+    use_dilation: bool = True
+    min_box_side_px: int = 3
+
+    def __post_init__(self) -> None:
+        _check(self.runtime in RUNTIMES, "runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
+        _check(self.precision in PRECISIONS, "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
+        _check(self.intra_op_threads >= 0, "intra_op_threads", self.intra_op_threads, ">= 0")
+        _check(
+            self.limit_side_len_px >= NETWORK_STRIDE_PX and self.limit_side_len_px % NETWORK_STRIDE_PX == 0,
+            "limit_side_len_px",
+            self.limit_side_len_px,
+            f"a multiple of {NETWORK_STRIDE_PX}, at least {NETWORK_STRIDE_PX}",
+        )
+        _check(self.max_image_pixels > 0, "max_image_pixels", self.max_image_pixels, "> 0")
+        _check(self.max_request_pixels > 0, "max_request_pixels", self.max_request_pixels, "> 0")
+        _check(self.max_images_per_request > 0, "max_images_per_request", self.max_images_per_request, "> 0")
+        _check(self.max_batch_images > 0, "max_batch_images", self.max_batch_images, "> 0")
+        _check(0.0 < self.binary_threshold < 1.0, "binary_threshold", self.binary_threshold, "in (0, 1)")
+        _check(0.0 <= self.box_threshold < 1.0, "box_threshold", self.box_threshold, "in [0, 1)")
+        _check(self.unclip_ratio > 0.0, "unclip_ratio", self.unclip_ratio, "> 0")
+        _check(self.max_candidates > 0, "max_candidates", self.max_candidates, "> 0")
+        _check(self.min_box_side_px >= 0, "min_box_side_px", self.min_box_side_px, ">= 0")

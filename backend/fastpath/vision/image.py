@@ -1,0 +1,185 @@
+"""Turning request tensors into images: limits first, then decode and colour conversion.
+
+Two request forms (see docs/design/text_detection.md):
+
+* ``IMAGE`` UINT8 ``[N, H, W, C]``: N raw images of one size, channels last, C = 1 (grayscale),
+  2 (grayscale + alpha), 3 (RGB) or 4 (RGBA).
+* ``IMAGE_BYTES`` BYTES ``[N]``: N encoded PNG or JPEG files, each of any size; 8- or 16-bit PNG,
+  grayscale, palette, RGB, with or without alpha.
+
+Every image becomes uint8 RGB ``[H, W, 3]`` in the pixel grid it was sent in (JPEG EXIF
+orientation is not applied, as in rapidocr): grayscale is replicated to three channels, alpha is
+composited over white, 16-bit samples are scaled to 8 bits by ``round(v / 257)``.
+
+Pixel limits are checked on the shapes alone (array shape, or the PNG/JPEG header read by Pillow
+without decoding), so an oversized request gets a 400 before any decode or conversion buffer is
+allocated (../shared/cases K07, K10).
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from fastpath.errors import InvalidInputError
+
+ENCODED_FORMATS = ("PNG", "JPEG")
+ARRAY_INPUT = "IMAGE"
+BYTES_INPUT = "IMAGE_BYTES"
+
+
+def check_pixel_limits(sizes_hw: Sequence[tuple[int, int]], *, tensor: str, max_image_pixels: int, max_request_pixels: int,
+                       max_images: int) -> None:
+    """Refuse a request whose image count or pixel counts exceed the configured limits.
+
+    Args:
+        sizes_hw: (height, width) of each image of the request, in pixels.
+        tensor: input name for the message.
+        max_image_pixels: most height * width of one image.
+        max_request_pixels: most height * width summed over the request.
+        max_images: most images per request.
+
+    Raises:
+        InvalidInputError: naming the image, its size and the limit.
+    """
+    if len(sizes_hw) > max_images:
+        raise InvalidInputError(f"input {tensor} carries {len(sizes_hw)} images; at most {max_images} are accepted per request "
+                                "(config.pbtxt parameter max_images_per_request); split the request")
+    total = 0
+    for index, (height, width) in enumerate(sizes_hw):
+        if height <= 0 or width <= 0:
+            raise InvalidInputError(f"input {tensor} image {index} is {height}x{width} pixels; an image needs at least 1x1")
+        pixels = height * width
+        if pixels > max_image_pixels:
+            raise InvalidInputError(f"input {tensor} image {index} is {height}x{width} = {pixels} pixels, above the limit of "
+                                    f"{max_image_pixels} pixels (config.pbtxt parameter max_image_pixels); downscale it")
+        total += pixels
+    if total > max_request_pixels:
+        raise InvalidInputError(f"input {tensor} carries {total} pixels in {len(sizes_hw)} images, above the limit of "
+                                f"{max_request_pixels} pixels per request (max_request_pixels); split the request")
+
+
+def probe_encoded(data: bytes, *, index: int) -> tuple[int, int]:
+    """(height, width) from a PNG or JPEG header, without decoding the pixels.
+
+    Raises:
+        InvalidInputError: the bytes are not a PNG or JPEG file.
+    """
+    if not data:
+        raise InvalidInputError(f"input {BYTES_INPUT} element {index} is empty (0 bytes); send an encoded PNG or JPEG file")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data), formats=ENCODED_FORMATS) as header:
+                width, height = header.size
+    except Image.DecompressionBombError as exc:
+        raise InvalidInputError(f"input {BYTES_INPUT} element {index} is too large to decode: {exc}") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise InvalidInputError(f"input {BYTES_INPUT} element {index} ({len(data)} bytes, starting {data[:8]!r}) is not a "
+                                f"PNG or JPEG file: {exc}") from None
+    return height, width
+
+
+def _scale_16_to_8(samples: np.ndarray) -> np.ndarray:
+    """uint16 -> uint8 by round(v / 257), which maps 0..65535 onto 0..255 exactly at both ends."""
+    return ((samples.astype(np.uint32) + 128) // 257).astype(np.uint8)
+
+
+def _over_white(color: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Composite uint8 ``color`` [H, W, C] with uint8 ``alpha`` [H, W] over a white background."""
+    a = alpha.astype(np.uint16)[..., None]
+    blended = (color.astype(np.uint16) * a + 255 * (255 - a) + 127) // 255
+    return blended.astype(np.uint8)
+
+
+def to_rgb8(image: np.ndarray, *, channel_order: str, where: str) -> np.ndarray:
+    """Convert one image to contiguous uint8 RGB ``[H, W, 3]``.
+
+    Args:
+        image: uint8 or uint16, ``[H, W]`` or ``[H, W, C]`` with C in 1..4. Channels are gray,
+            gray+alpha, colour, colour+alpha.
+        channel_order: ``"rgb"`` (request tensors) or ``"bgr"`` (OpenCV's decoder output).
+        where: what the image is, for error messages (e.g. ``"input IMAGE image 2"``).
+
+    Raises:
+        InvalidInputError: unsupported dtype, rank or channel count, or a zero-sized dimension.
+    """
+    if image.ndim == 2:
+        image = image[..., None]
+    if image.ndim != 3 or image.shape[2] not in (1, 2, 3, 4):
+        raise InvalidInputError(f"{where} has shape {list(image.shape)}; expected [H, W] or [H, W, C] with C = 1 (gray), "
+                                "2 (gray+alpha), 3 (RGB) or 4 (RGBA)")
+    if image.shape[0] == 0 or image.shape[1] == 0:
+        raise InvalidInputError(f"{where} has shape {list(image.shape)} with a zero-sized dimension")
+    if image.dtype == np.uint16:
+        image = _scale_16_to_8(image)
+    elif image.dtype != np.uint8:
+        raise InvalidInputError(f"{where} has dtype {image.dtype}; expected uint8 (or 16-bit PNG bytes)")
+    channels = image.shape[2]
+    color = image[..., :1] if channels <= 2 else image[..., :3]
+    if channels >= 3 and channel_order == "bgr":
+        color = color[..., ::-1]
+    if channels in (2, 4):
+        color = _over_white(color, image[..., -1])
+    if color.shape[2] == 1:
+        color = np.repeat(color, 3, axis=2)
+    return np.ascontiguousarray(color)
+
+
+def images_from_array(batch: np.ndarray, *, max_image_pixels: int, max_request_pixels: int, max_images: int) -> list[np.ndarray]:
+    """Images of an ``IMAGE`` tensor: uint8 ``[N, H, W, C]`` -> N uint8 RGB ``[H, W, 3]``.
+
+    Limits are checked on the shape before any conversion.
+
+    Raises:
+        InvalidInputError: wrong rank, dtype or channel count; zero-sized; above a limit.
+    """
+    if batch.ndim != 4:
+        raise InvalidInputError(f"input {ARRAY_INPUT} has shape {list(batch.shape)}; expected [N, H, W, C] (uint8, channels last)")
+    count, height, width = batch.shape[:3]
+    if count == 0:
+        raise InvalidInputError(f"input {ARRAY_INPUT} has shape {list(batch.shape)}: no images (N = 0)")
+    check_pixel_limits([(height, width)] * count, tensor=ARRAY_INPUT, max_image_pixels=max_image_pixels,
+                       max_request_pixels=max_request_pixels, max_images=max_images)
+    return [to_rgb8(batch[i], channel_order="rgb", where=f"input {ARRAY_INPUT} image {i}") for i in range(count)]
+
+
+def decode_encoded(data: bytes, *, index: int, expected_hw: tuple[int, int]) -> np.ndarray:
+    """Decode one PNG/JPEG file (already probed) into uint8 RGB ``[H, W, 3]``.
+
+    Raises:
+        InvalidInputError: the file is corrupt or truncated, or decodes to another size than its header says.
+    """
+    decoded = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+    where = f"input {BYTES_INPUT} element {index}"
+    if decoded is None:
+        raise InvalidInputError(f"{where} ({len(data)} bytes) has a valid header but could not be decoded; the file is corrupt or truncated")
+    if decoded.shape[:2] != expected_hw:
+        raise InvalidInputError(f"{where} decoded to {decoded.shape[0]}x{decoded.shape[1]} pixels but its header says "
+                                f"{expected_hw[0]}x{expected_hw[1]}; the file is corrupt")
+    return to_rgb8(decoded, channel_order="bgr", where=where)
+
+
+def images_from_bytes(values: np.ndarray, *, max_image_pixels: int, max_request_pixels: int, max_images: int) -> list[np.ndarray]:
+    """Images of an ``IMAGE_BYTES`` tensor: BYTES ``[N]`` (object array of ``bytes``) -> N uint8 RGB ``[H, W, 3]``.
+
+    Every header is read and every limit checked before the first image is decoded.
+
+    Raises:
+        InvalidInputError: an element is not a PNG/JPEG file, is corrupt, or is above a limit.
+    """
+    elements = [value if isinstance(value, bytes) else bytes(value) for value in values.reshape(-1)]
+    if not elements:
+        raise InvalidInputError(f"input {BYTES_INPUT} has shape {list(values.shape)}: no images")
+    if len(elements) > max_images:  # before probing any header
+        check_pixel_limits([(1, 1)] * len(elements), tensor=BYTES_INPUT, max_image_pixels=max_image_pixels,
+                           max_request_pixels=max_request_pixels, max_images=max_images)
+    sizes = [probe_encoded(data, index=i) for i, data in enumerate(elements)]
+    check_pixel_limits(sizes, tensor=BYTES_INPUT, max_image_pixels=max_image_pixels,
+                       max_request_pixels=max_request_pixels, max_images=max_images)
+    return [decode_encoded(data, index=i, expected_hw=size) for i, (data, size) in enumerate(zip(elements, sizes))]

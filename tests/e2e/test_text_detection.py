@@ -1,0 +1,267 @@
+"""text_detection through a real tritonserver, over HTTP and gRPC, against rapidocr in-process.
+
+Served boxes are matched one-to-one with the boxes rapidocr-onnxruntime's own TextDetector finds on
+the same image (resize limit 960) at IoU >= 0.9 (tests/unit/vision/reference.py MIN_IOU); the counts
+must be equal. Bad and odd input follows ../shared/cases K04, K05, K07, K09, K10.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from PIL import Image
+from tritonclient.utils import InferenceServerException
+
+from fastpath.build.detection import build_text_detection, text_detection_present
+from tests.conftest import MODEL_REPOSITORY, start_server
+from tests.unit.vision.reference import (
+    assert_matches_reference,
+    blank_png,
+    jpeg_bytes,
+    png_bytes,
+    reference_boxes,
+    skimage_path,
+    skimage_rgb,
+)
+
+pytestmark = pytest.mark.e2e
+MODEL = "text_detection"
+OUTPUTS = ("BOXES", "SCORES", "BOX_COUNTS")
+BAD_STATUS = ("400", "StatusCode.INVALID_ARGUMENT")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not text_detection_present(MODEL_REPOSITORY):
+        build_text_detection(MODEL_REPOSITORY)  # what `fastpath build --if-missing` does
+    server = start_server(tmp_path_factory.mktemp("triton_detection"), models=(MODEL,))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _infer(server, protocol, inputs):
+    """inputs: list of (name, array, datatype) -> (boxes [K,4,2], scores [K], counts [N])."""
+    module = httpclient if protocol == "http" else grpcclient
+    client = (httpclient.InferenceServerClient(server.http_url, network_timeout=120) if protocol == "http"
+              else grpcclient.InferenceServerClient(server.grpc_url))
+    tensors = []
+    for name, array, datatype in inputs:
+        tensor = module.InferInput(name, list(array.shape), datatype)
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    try:  # closed after each call: an open HTTP keep-alive connection holds up Triton's shutdown for 30 s
+        result = client.infer(MODEL, tensors, outputs=[module.InferRequestedOutput(n) for n in OUTPUTS])
+        return tuple(result.as_numpy(n) for n in OUTPUTS)
+    finally:
+        client.close()
+
+
+def detect_array(server, protocol, batch):
+    return _infer(server, protocol, [("IMAGE", np.ascontiguousarray(batch), "UINT8")])
+
+
+def detect_bytes(server, protocol, files):
+    return _infer(server, protocol, [("IMAGE_BYTES", np.array(files, dtype=np.object_), "BYTES")])
+
+
+def _split(boxes, scores, counts):
+    edges = np.concatenate([[0], np.cumsum(counts)])
+    return [(boxes[a:b], scores[a:b]) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def _assert_typed(boxes, scores, counts, images):
+    assert boxes.dtype == np.float32 and boxes.ndim == 3 and boxes.shape[1:] == (4, 2)
+    assert scores.dtype == np.float32 and scores.shape == (boxes.shape[0],)
+    assert counts.dtype == np.int32 and counts.shape == (images,) and counts.sum() == boxes.shape[0]
+
+
+def _decoded_rgb(data: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+REAL = [  # (name, scale, how it is sent, protocol)
+    ("page.png", 1.0, "file", "http"),
+    ("page.png", 3.0, "array", "grpc"),
+    ("text.png", 2.0, "array", "http"),
+    ("rocket.jpg", 1.0, "file", "grpc"),
+    ("coffee.png", 1.0, "array", "grpc"),
+    ("astronaut.png", 1.0, "png", "http"),
+]
+
+
+@pytest.mark.parametrize(("name", "scale", "form", "protocol"), REAL)
+def test_real_photos_match_rapidocr(server, name, scale, form, protocol):
+    if form == "file":
+        data = skimage_path(name).read_bytes()
+        image, result = _decoded_rgb(data), detect_bytes(server, protocol, [data])
+    else:
+        image = skimage_rgb(name, scale)
+        result = detect_array(server, protocol, image[None]) if form == "array" else detect_bytes(server, protocol, [png_bytes(image)])
+    boxes, scores, counts = result
+    _assert_typed(boxes, scores, counts, 1)
+    assert_matches_reference(boxes, reference_boxes(image))
+    assert (scores >= 0.5).all() and (scores <= 1.0).all()
+    height, width = image.shape[:2]
+    assert (boxes[..., 0] >= 0).all() and (boxes[..., 0] <= width - 1).all()
+    assert (boxes[..., 1] >= 0).all() and (boxes[..., 1] <= height - 1).all()
+
+
+def test_several_files_in_one_request_equal_single_requests(server):
+    page = skimage_path("page.png").read_bytes()
+    files = [page, png_bytes(np.full((640, 640, 3), 255, np.uint8)), png_bytes(skimage_rgb("text.png", 2.0)),
+             skimage_path("rocket.jpg").read_bytes(), page]
+    boxes, scores, counts = detect_bytes(server, "grpc", files)
+    _assert_typed(boxes, scores, counts, len(files))
+    assert counts.tolist() == [5, 0, 1, 1, 5]
+    for data, (part_boxes, part_scores) in zip(files, _split(boxes, scores, counts)):
+        alone_boxes, alone_scores, _ = detect_bytes(server, "http", [data])
+        np.testing.assert_array_equal(part_boxes, alone_boxes)
+        np.testing.assert_array_equal(part_scores, alone_scores)
+
+
+def test_same_size_array_batch_equals_single_requests(server):
+    page = skimage_rgb("page.png")
+    batch = np.stack([page, np.full_like(page, 255), page[::-1, ::-1]])
+    boxes, scores, counts = detect_array(server, "http", batch)
+    assert counts.tolist()[:2] == [5, 0]
+    for image, (part_boxes, part_scores) in zip(batch, _split(boxes, scores, counts)):
+        alone_boxes, alone_scores, _ = detect_array(server, "grpc", image[None])
+        np.testing.assert_array_equal(part_boxes, alone_boxes)
+        np.testing.assert_array_equal(part_scores, alone_scores)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_no_text_gives_200_with_typed_empty_outputs(server, protocol):
+    """K05: white 640x640x3 and black 32x32 -> BOXES [0,4,2], SCORES [0]; beside a photo, its boxes intact."""
+    for image in (np.full((640, 640, 3), 255, np.uint8), np.zeros((32, 32, 3), np.uint8)):
+        boxes, scores, counts = detect_array(server, protocol, image[None])
+        assert boxes.shape == (0, 4, 2) and scores.shape == (0,) and counts.tolist() == [0]
+        _assert_typed(boxes, scores, counts, 1)
+    page = skimage_path("page.png").read_bytes()
+    boxes, scores, counts = detect_bytes(server, protocol, [png_bytes(np.full((640, 640, 3), 255, np.uint8)), page])
+    assert counts.tolist() == [0, 5]
+    np.testing.assert_array_equal(boxes, detect_bytes(server, protocol, [page])[0])
+
+
+K10_SIZES = [(1, 1), (31, 31), (33, 50), (641, 479), (100, 3000)]
+
+
+def _crop(height, width):
+    """A region of the given size of page.png scaled 3x (573x1152), tiled when needed."""
+    photo = skimage_rgb("page.png", 3.0)
+    tiled = np.tile(photo, (1 + height // photo.shape[0], 1 + width // photo.shape[1], 1))
+    return np.ascontiguousarray(tiled[:height, :width])
+
+
+@pytest.mark.parametrize(("height", "width"), K10_SIZES)
+def test_k10_sizes_alone_match_rapidocr_within_the_image(server, height, width):
+    image = _crop(height, width)
+    boxes, scores, counts = detect_array(server, "grpc", image[None])
+    _assert_typed(boxes, scores, counts, 1)
+    assert_matches_reference(boxes, reference_boxes(image))
+    assert (boxes[..., 0] <= width - 1).all() and (boxes[..., 1] <= height - 1).all() and (boxes >= 0).all()
+
+
+def test_k10_sizes_mixed_in_one_request_equal_alone(server):
+    files = [png_bytes(_crop(h, w)) for h, w in K10_SIZES]
+    boxes, scores, counts = detect_bytes(server, "http", files)
+    assert counts.tolist()[3] == 7  # the 641x479 page region; the 100x3000 strip shrinks to 32x960, too small to read
+    for data, (part_boxes, _) in zip(files, _split(boxes, scores, counts)):
+        np.testing.assert_array_equal(part_boxes, detect_bytes(server, "http", [data])[0])
+
+
+def test_8000x8000_page_is_accepted(server):
+    """K10: 8000x8000 (64 MP, under the 8192*8192 cap) -> resized to 960x960; a blank page has no text."""
+    boxes, scores, counts = detect_bytes(server, "grpc", [blank_png(8000, 8000)])
+    assert boxes.shape == (0, 4, 2) and counts.tolist() == [0]
+
+
+def test_grayscale_rgba_and_16_bit_equal_rgb(server):
+    page = skimage_rgb("page.png")
+    expected, _, _ = detect_array(server, "http", page[None])
+    gray = page[..., :1]
+    rgba = np.concatenate([page, np.full_like(gray, 255)], axis=2)
+    variants = {
+        "gray array [1,H,W,1]": detect_array(server, "http", gray[None]),
+        "RGBA array": detect_array(server, "grpc", rgba[None]),
+        "gray PNG": detect_bytes(server, "http", [png_bytes(gray[..., 0])]),
+        "RGBA PNG": detect_bytes(server, "grpc", [png_bytes(rgba)]),
+        "16-bit gray PNG": detect_bytes(server, "http", [png_bytes(gray[..., 0].astype(np.uint16) * 257)]),
+        "16-bit RGB PNG": detect_bytes(server, "grpc", [png_bytes(page.astype(np.uint16) * 257)]),
+    }
+    for name, (boxes, _, _) in variants.items():
+        np.testing.assert_array_equal(boxes, expected, err_msg=name)
+
+
+def test_jpeg_encoded_photo_matches_rapidocr(server):
+    data = jpeg_bytes(skimage_rgb("page.png", 3.0), quality=90)
+    boxes, _, _ = detect_bytes(server, "http", [data])
+    assert_matches_reference(boxes, reference_boxes(_decoded_rgb(data)))
+
+
+BAD = {  # name -> (inputs, substring of the error message)
+    "not an image": ([("IMAGE_BYTES", np.array([b"hello world"], dtype=np.object_), "BYTES")], "is not a PNG or JPEG file"),
+    "empty file": ([("IMAGE_BYTES", np.array([b""], dtype=np.object_), "BYTES")], "element 0 is empty (0 bytes)"),
+    "gif": ([("IMAGE_BYTES", np.array([skimage_path("no_time_for_that_tiny.gif").read_bytes()], dtype=np.object_), "BYTES")],
+            "is not a PNG or JPEG file"),
+    "truncated png": ([("IMAGE_BYTES", np.array([png_bytes(skimage_rgb("coffee.png"))[:3000]], dtype=np.object_), "BYTES")],
+                      "corrupt or truncated"),
+    "zero-sized image [1,0,0,3]": ([("IMAGE", np.zeros((1, 0, 0, 3), np.uint8), "UINT8")], "zero-sized dimension"),
+    "zero files [0]": ([("IMAGE_BYTES", np.zeros((0,), dtype=np.object_), "BYTES")], "zero-sized dimension"),
+    "five channels": ([("IMAGE", np.zeros((1, 8, 8, 5), np.uint8), "UINT8")], "C = 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA)"),
+    "both inputs": ([("IMAGE", np.zeros((1, 8, 8, 3), np.uint8), "UINT8"),
+                     ("IMAGE_BYTES", np.array([blank_png(8, 8)], dtype=np.object_), "BYTES")], "send exactly one of the inputs"),
+    "no input": ([], "send exactly one of the inputs"),
+    "2-D image (no N, no C)": ([("IMAGE", np.zeros((8, 8), np.uint8), "UINT8")], "Expected [-1,-1,-1,-1], got [8,8]"),
+    "16-bit raw tensor": ([("IMAGE", np.zeros((1, 8, 8, 3), np.uint16), "UINT16")], "expects 'UINT8'"),
+    "huge png 12000x12000": ([("IMAGE_BYTES", np.array([blank_png(12000, 12000)], dtype=np.object_), "BYTES")],
+                             "12000x12000 = 144000000 pixels, above the limit of 67108864 pixels"),
+    "17 images": ([("IMAGE", np.zeros((17, 8, 8, 3), np.uint8), "UINT8")], "carries 17 images; at most 16"),
+}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_gets_400_naming_the_problem(server, case, protocol):
+    inputs, expected = BAD[case]
+    with pytest.raises(InferenceServerException) as info:
+        _infer(server, protocol, inputs)
+    assert info.value.status() in BAD_STATUS, info.value
+    assert expected in info.value.message()
+
+
+def test_bad_requests_among_good_ones_fail_alone_and_server_stays_ready(server):
+    """K04: zero-sized and oversized requests concurrent with normal ones; then a normal request and health."""
+    page = skimage_rgb("page.png")[None]
+    expected = detect_array(server, "http", page)[0]
+    jobs = [("good", i) if i % 3 else (("zero", "huge")[i % 2], i) for i in range(12)]
+
+    def send(job):
+        kind, index = job
+        protocol = "http" if index % 2 else "grpc"
+        try:
+            if kind == "good":
+                return kind, detect_array(server, protocol, page)[0]
+            if kind == "zero":
+                return kind, detect_array(server, protocol, np.zeros((1, 0, 0, 3), np.uint8))
+            return kind, detect_bytes(server, protocol, [blank_png(12000, 12000)])
+        except InferenceServerException as exc:
+            return kind, exc
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(send, jobs))
+    for kind, outcome in results:
+        if kind == "good":
+            np.testing.assert_array_equal(outcome, expected)
+        else:
+            assert isinstance(outcome, InferenceServerException) and outcome.status() in BAD_STATUS
+    assert server.is_ready()
+    np.testing.assert_array_equal(detect_array(server, "grpc", page)[0], expected)
+    assert "Stub process" not in server.log_path.read_text()

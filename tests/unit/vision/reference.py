@@ -1,0 +1,127 @@
+"""Test helpers for text detection: real photos from scikit-image's wheel, the rapidocr reference, IoU matching.
+
+The reference is the rapidocr-onnxruntime package's own ``TextDetector`` run in-process, configured
+with FastPath's resize policy (long side <= 960, ``limit_type="max"``) and DB parameters.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+from pathlib import Path
+
+import cv2
+import numpy as np
+from PIL import Image
+
+LIMIT_SIDE_LEN_PX = 960
+MIN_IOU = 0.9  # served and reference boxes are matched one-to-one at IoU >= this
+
+
+def skimage_path(name: str) -> Path:
+    """A photo that ships in scikit-image's wheel (``skimage/data/<name>``)."""
+    import skimage
+
+    return Path(skimage.__file__).parent / "data" / name
+
+
+def skimage_rgb(name: str, scale: float = 1.0) -> np.ndarray:
+    """uint8 RGB [H, W, 3] of ``skimage/data/<name>`` (gray replicated), optionally scaled bilinearly."""
+    rgb = np.asarray(Image.open(skimage_path(name)).convert("RGB"))
+    if scale != 1.0:
+        rgb = cv2.resize(rgb, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
+    return np.ascontiguousarray(rgb)
+
+
+def png_bytes(image: np.ndarray) -> bytes:
+    """PNG encoding of uint8/uint16 gray [H, W] or RGB(A) [H, W, C] (channels in RGB order)."""
+    if image.ndim == 3 and image.shape[2] >= 3:
+        image = cv2.cvtColor(image, cv2.COLOR_RGB2BGR if image.shape[2] == 3 else cv2.COLOR_RGBA2BGRA)
+    ok, encoded = cv2.imencode(".png", image)
+    assert ok
+    return encoded.tobytes()
+
+
+def jpeg_bytes(image_rgb: np.ndarray, quality: int = 95) -> bytes:
+    """JPEG encoding (Pillow) of uint8 RGB [H, W, 3]."""
+    buffer = io.BytesIO()
+    Image.fromarray(image_rgb).save(buffer, "JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+@functools.lru_cache(maxsize=1)
+def rapidocr_detector():
+    """rapidocr-onnxruntime's ``TextDetector`` with FastPath's resize limit and DB parameters."""
+    import rapidocr_onnxruntime
+    from rapidocr_onnxruntime.ch_ppocr_det import TextDetector
+    from rapidocr_onnxruntime.ch_ppocr_det.utils import DetPreProcess
+
+    root = Path(rapidocr_onnxruntime.__file__).parent
+    config = {
+        "model_path": str(root / "models" / "ch_PP-OCRv4_det_infer.onnx"),
+        "limit_side_len": LIMIT_SIDE_LEN_PX, "limit_type": "max", "mean": [0.5] * 3, "std": [0.5] * 3,
+        "thresh": 0.3, "box_thresh": 0.5, "max_candidates": 1000, "unclip_ratio": 1.6, "use_dilation": True,
+        "score_mode": "fast", "use_cuda": False, "use_dml": False, "intra_op_num_threads": -1, "inter_op_num_threads": -1,
+    }
+    detector = TextDetector(config)
+    # rapidocr raises its "max" limit to 1500/2000 for large images; pin it to FastPath's 960
+    detector.get_preprocess = lambda _max_wh: DetPreProcess(LIMIT_SIDE_LEN_PX, "max", [0.5] * 3, [0.5] * 3)
+    return detector
+
+
+def reference_boxes(image_rgb: np.ndarray) -> np.ndarray:
+    """float32 [K, 4, 2] boxes rapidocr finds in uint8 RGB [H, W, 3] (it takes BGR, as OpenCV decodes)."""
+    boxes, _elapsed = rapidocr_detector()(np.ascontiguousarray(image_rgb[..., ::-1]))
+    if boxes is None or len(boxes) == 0:
+        return np.zeros((0, 4, 2), dtype=np.float32)
+    return np.asarray(boxes, dtype=np.float32)
+
+
+def quad_iou(a: np.ndarray, b: np.ndarray) -> float:
+    """Intersection over union of two quadrilaterals [4, 2] (shapely polygons)."""
+    from shapely.geometry import Polygon
+
+    pa, pb = Polygon(a), Polygon(b)
+    union = pa.union(pb).area
+    return float(pa.intersection(pb).area / union) if union > 0 else 0.0
+
+
+def match_ious(served: np.ndarray, reference: np.ndarray) -> list[float]:
+    """Greedy one-to-one matching of boxes by IoU (best pair first); the IoU of each reference box's match.
+
+    An unmatched reference box counts 0; extra served boxes make the count check fail instead.
+    """
+    pairs = sorted(((quad_iou(s, r), i, j) for i, s in enumerate(served) for j, r in enumerate(reference)), reverse=True)
+    used_served, best = set(), [0.0] * len(reference)
+    for iou, i, j in pairs:
+        if i not in used_served and best[j] == 0.0 and iou > 0:
+            used_served.add(i)
+            best[j] = iou
+    return best
+
+
+def assert_matches_reference(served: np.ndarray, reference: np.ndarray, min_iou: float = MIN_IOU) -> None:
+    """Same number of boxes, each reference box matched by a served box at IoU >= ``min_iou``."""
+    assert served.shape == (len(reference), 4, 2), (served.shape, reference.shape)
+    ious = match_ious(served, reference)
+    assert min(ious, default=1.0) >= min_iou, ious
+
+
+@functools.lru_cache(maxsize=4)
+def blank_png(height: int, width: int, value: int = 255) -> bytes:
+    """A valid 8-bit grayscale PNG of one gray level, made row by row (never holds H*W bytes).
+
+    A 12000x12000 white page compresses to ~140 KB: a decompression bomb for a server that
+    decodes before checking the size.
+    """
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    row = b"\x00" + bytes([value]) * width  # filter type 0, then the samples
+    compressor = zlib.compressobj(6)
+    body = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit, grayscale
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
