@@ -81,6 +81,17 @@ def test_round_trip_through_device_is_exact(cudart, path, dtype):
     assert path.host_pool.stats().outstanding == 0 and path.device_pool.stats().outstanding == 0
 
 
+def test_large_batches_are_staged_by_the_copy_threads_exactly(cudart, path):
+    rng = np.random.default_rng()
+    parts = [rng.standard_normal((n, 3, 512, 512), dtype=np.float32) for n in (1, 3, 1)]  # 15.7 MB > 4 MiB
+    before = path.copier.tasks_submitted
+    with path.batch() as batch:
+        host = batch.download(_device_copy(cudart, batch, batch.upload("pixel_values", parts)))
+        batch.synchronize()
+        np.testing.assert_array_equal(host, np.concatenate(parts))
+    assert path.copier.workers == 4 and path.copier.tasks_submitted > before
+
+
 def test_one_h2d_copy_per_input_and_none_for_zero_bytes(cudart, path):
     ids = [np.arange(12, dtype=np.int64).reshape(1, 12), np.arange(24, dtype=np.int64).reshape(2, 12)]
     empty = [np.empty((0, 4), np.float32), np.empty((0, 4), np.float32)]

@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import itertools
 import logging
-import sys
 import threading
 import time
-import traceback
+from types import CodeType
 from collections.abc import Callable
 
 import numpy as np
 
 from fastpath.errors import FastPathError, InvalidInputError, UnavailableError
 from fastpath.memory.allocators import Allocator, Block, PageAlignedAllocator
-from fastpath.memory.stats import LeakedLease, LeakReport, PoolConfig, PoolStats, format_stack
+from fastpath.memory.stats import LeakedLease, LeakReport, PoolConfig, PoolStats, capture_stack, format_stack
 
 logger = logging.getLogger("fastpath.memory")
 
@@ -55,7 +54,7 @@ class Lease:
     __slots__ = ("pool", "nbytes", "block", "lease_id", "fallback", "taken_at_s", "stack", "released")
 
     def __init__(self, pool: "BlockPool", nbytes: int, block: Block | None, lease_id: int, *, fallback: bool,
-                 taken_at_s: float, stack: traceback.StackSummary | None) -> None:
+                 taken_at_s: float, stack: tuple[tuple[CodeType, int], ...] | None) -> None:
         self.pool = pool
         self.nbytes = nbytes
         self.block = block
@@ -188,11 +187,7 @@ class BlockPool:
         nbytes = int(nbytes)
         if nbytes < 0:
             raise ValueError(f"{self.name} pool: lease size {nbytes} bytes is negative")
-        stack = None
-        if self.config.trace_leases:
-            stack = traceback.StackSummary.extract(
-                traceback.walk_stack(sys._getframe(1)), limit=_TRACE_DEPTH, lookup_lines=False)
-            stack.reverse()
+        stack = capture_stack(_TRACE_DEPTH) if self.config.trace_leases else None
         if nbytes == 0:
             return self._grant(0, None, fallback=False, stack=stack)
         size = self.size_class(nbytes)
@@ -277,7 +272,7 @@ class BlockPool:
                 f"{self.name} pool: {allocator.name} could not allocate {size} bytes ({exc}); retry later"
             ) from exc
 
-    def _grant(self, nbytes: int, block: Block | None, *, fallback: bool, stack: traceback.StackSummary | None) -> Lease:
+    def _grant(self, nbytes: int, block: Block | None, *, fallback: bool, stack: tuple[tuple[CodeType, int], ...] | None) -> Lease:
         with self._cond:
             lease = Lease(self, nbytes, block, next(self._ids), fallback=fallback, taken_at_s=self._clock(), stack=stack)
             self._counts["leases"] += 1

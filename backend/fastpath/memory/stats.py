@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 import traceback
+from types import CodeType
 
 from fastpath.errors import ConfigError
 
@@ -161,10 +163,25 @@ class LeakReport:
         return "\n".join(lines)
 
 
-def format_stack(stack: traceback.StackSummary | None) -> str:
-    """Format a recorded lease stack (lines looked up only now, at report time)."""
-    if stack is None:
+def capture_stack(depth: int) -> tuple[tuple[CodeType, int], ...]:
+    """The caller's caller and up to ``depth`` frames above it, as (code, line) pairs, innermost first.
+
+    Walks ``sys._getframe`` directly: a few microseconds, against ~50 for ``traceback.extract_stack``,
+    because nothing is formatted or looked up until a leak is reported.
+    """
+    frames = []
+    frame = sys._getframe(2)
+    while frame is not None and len(frames) < depth:
+        frames.append((frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(frames)
+
+
+def format_stack(frames: tuple[tuple[CodeType, int], ...] | None) -> str:
+    """Format a captured lease stack, outermost first like a traceback (source lines looked up now)."""
+    if frames is None:
         return "    (not recorded: PoolConfig.trace_leases is off)"
-    for frame in stack:
-        frame.line  # noqa: B018 - loads the source line lazily
-    return "".join(stack.format()).rstrip()
+    summary = traceback.StackSummary.from_list(
+        [traceback.FrameSummary(code.co_filename, line, code.co_name) for code, line in reversed(frames)]
+    )
+    return "".join(summary.format()).rstrip()
