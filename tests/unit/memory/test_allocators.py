@@ -9,8 +9,12 @@ import pytest
 
 from fastpath.memory import CudaError, PageAlignedAllocator, cuda_call, probe_cuda, select_host_allocator
 
-cudart = pytest.importorskip("cuda.bindings.runtime", reason="cuda-bindings is not installed")
 needs_no_cuda = pytest.mark.skipif(probe_cuda().available, reason="a CUDA device is present; tests/gpu covers it")
+
+
+@pytest.fixture
+def cudart():
+    return pytest.importorskip("cuda.bindings.runtime", reason="cuda-bindings is not installed")
 
 
 def test_page_aligned_blocks_are_aligned_writable_and_counted():
@@ -43,21 +47,21 @@ def test_unknown_allocator_is_refused():
         select_host_allocator("hugepages")
 
 
-def test_cuda_call_unwraps_results():
+def test_cuda_call_unwraps_results(cudart):
     ok = cudart.cudaError_t.cudaSuccess
     assert cuda_call((ok,)) is None
     assert cuda_call((ok, 5)) == 5
     assert cuda_call((ok, 1, 2)) == (1, 2)
 
 
-def test_cuda_call_raises_with_the_cuda_error_name():
+def test_cuda_call_raises_with_the_cuda_error_name(cudart):
     with pytest.raises(CudaError, match=r"cudaMalloc\(64 bytes\): CUDA error cudaErrorMemoryAllocation \(2\): out of memory") as info:
         cuda_call((cudart.cudaError_t.cudaErrorMemoryAllocation, None), "cudaMalloc(64 bytes)")
     assert info.value.error_name == "cudaErrorMemoryAllocation"
 
 
 @needs_no_cuda
-def test_cuda_call_on_a_real_failing_runtime_call():
+def test_cuda_call_on_a_real_failing_runtime_call(cudart):
     with pytest.raises(CudaError, match="cudaGetDeviceCount: CUDA error cudaError"):
         cuda_call(cudart.cudaGetDeviceCount(), "cudaGetDeviceCount")
     assert probe_cuda().available is False and probe_cuda().device_count == 0
