@@ -128,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
     serve.add_argument("--ready-timeout-s", type=float, default=300.0)
     serve.set_defaults(func=cmd_serve)
+    from fastpath.cli_client import register as register_client_commands  # bench (client side)
+    register_client_commands(sub)
     return parser
 
 

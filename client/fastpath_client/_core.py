@@ -1,0 +1,244 @@
+"""State and request planning shared by :class:`~fastpath_client.Client` and :class:`~fastpath_client.AsyncClient`.
+
+Everything here is free of I/O: the two clients differ only in how they wait (blocking or ``await``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from fastpath_client import detection
+from fastpath_client.errors import FastPathClientError, InvalidInputError, ServerError, from_exception
+from fastpath_client.retry import Backoff, OnRetry, RetryPolicy
+from fastpath_client.shm import InputRegion, SharedMemoryMode, SharedMemoryPolicy, is_local_url
+from fastpath_client.tensors import ModelSpec, chunks, text_array, wire_array
+
+LOG = logging.getLogger("fastpath_client")
+PROTOCOLS = ("http", "grpc")
+EMBEDDING_MODEL = "text_embedding"
+DETECTION_MODEL = "text_detection"
+TEXT_INPUT = "TEXT"
+EMBEDDING_OUTPUT = "EMBEDDING"
+ADMIN_HEADER = "fastpath-admin-key"  # the header `fastpath serve` restricts Triton's model-repository API to
+ADMIN_KEY_ENV = "FASTPATH_ADMIN_KEY"
+
+
+def grpc_channel_args() -> list[tuple[str, Any]]:
+    """tritonclient's default channel options plus a reconnect backoff capped at 1 s.
+
+    gRPC's own default grows to 120 s, so a channel that met a server still starting would keep
+    failing long after the server came up.
+    """
+    from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, KeepAliveOptions
+
+    keepalive = KeepAliveOptions()
+    return [
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
+
+
+@dataclasses.dataclass
+class PreparedRequest:
+    """tritonclient ``InferInput``/``InferRequestedOutput`` objects for one request.
+
+    Attributes:
+        inputs: every InferInput, in the caller's order.
+        outputs: requested outputs, or None for all of them.
+        deferred: (InferInput, array) pairs chosen for shared memory, not yet given data.
+    """
+
+    inputs: list[Any]
+    outputs: list[Any] | None
+    deferred: list[tuple[Any, np.ndarray]]
+    http: bool
+
+    def attach(self, region: InputRegion) -> None:
+        """Point the deferred inputs at their place in ``region``."""
+        for (tensor, array), offset in zip(self.deferred, region.offsets):
+            tensor.set_shared_memory(region.name, array.nbytes, offset)
+
+    def inline(self) -> None:
+        """Put the deferred inputs' data in the request body (binary) instead."""
+        for tensor, array in self.deferred:
+            _set_data(tensor, array, self.http)
+
+
+def _set_data(tensor: Any, array: np.ndarray, http: bool) -> None:
+    if http:
+        tensor.set_data_from_numpy(array, binary_data=True)
+    else:
+        tensor.set_data_from_numpy(array)
+
+
+def collect(result: Any, model: str, names: Sequence[str] | None) -> dict[str, np.ndarray]:
+    """Outputs of an ``InferResult`` as arrays (BYTES outputs as object arrays).
+
+    Raises:
+        ServerError: a requested output is missing from the response.
+    """
+    if names is None:
+        response = result.get_response()
+        outputs = response["outputs"] if isinstance(response, dict) else response.outputs
+        names = [o["name"] if isinstance(o, dict) else o.name for o in outputs]
+    arrays = {}
+    for name in names:
+        array = result.as_numpy(name)
+        if array is None:
+            raise ServerError(f"model '{model}' sent no output '{name}'")
+        arrays[name] = array
+    return arrays
+
+
+class ClientCore:
+    """Configuration, caches and request planning common to the sync and async clients.
+
+    Args:
+        url: ``host:port`` of Triton's HTTP or gRPC endpoint (no scheme).
+        protocol: "http" or "grpc".
+        timeout_s: default per-call timeout, seconds (each attempt of a call gets this long).
+        retry: retry policy for retryable errors (:class:`~fastpath_client.errors.UnavailableError`).
+        shared_memory: "auto", "always" or "never" (see :class:`~fastpath_client.shm.SharedMemoryPolicy`).
+        shm_threshold_bytes: inputs from this size use shared memory in "auto" mode.
+        clock: monotonic clock for retry deadlines.
+        on_retry: ``on_retry(retry_number, error, delay_s)`` before each retry.
+        admin_key: key for restricted endpoints (the model-repository API); default: the environment
+            variable ``FASTPATH_ADMIN_KEY``.
+
+    Raises:
+        InvalidInputError: bad protocol, url with a scheme, or a non-positive timeout.
+    """
+
+    def __init__(self, url: str, protocol: str = "http", *, timeout_s: float = 60.0,
+                 retry: RetryPolicy | None = None, shared_memory: SharedMemoryMode = "auto",
+                 shm_threshold_bytes: int = 1 << 20, clock: Callable[[], float] = time.monotonic,
+                 on_retry: OnRetry | None = None, admin_key: str | None = None) -> None:
+        if protocol not in PROTOCOLS:
+            raise InvalidInputError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
+        if "://" in url:
+            raise InvalidInputError(f"url must be host:port without a scheme, got {url!r}")
+        if timeout_s <= 0:
+            raise InvalidInputError(f"timeout_s must be > 0, got {timeout_s}")
+        self.url = url
+        self.protocol = protocol
+        self.timeout_s = float(timeout_s)
+        self.retry = retry or RetryPolicy()
+        self.shm_policy = SharedMemoryPolicy(mode=shared_memory, threshold_bytes=shm_threshold_bytes)
+        self._local = is_local_url(url)
+        self._clock = clock
+        self._on_retry = on_retry
+        self._specs: dict[str, ModelSpec] = {}
+        key = os.environ.get(ADMIN_KEY_ENV, "") if admin_key is None else admin_key
+        self._admin_headers = {ADMIN_HEADER: key} if key else None
+        self.shm_refused: str | None = None
+        self._pending_unregister: list[str] = []
+        self.counters: collections.Counter[str] = collections.Counter()
+        """Calls made: ``infer``, ``retries``, ``shm_requests``, ``shm_bytes`` (for logs and tests)."""
+
+    @property
+    def _module(self) -> Any:
+        import tritonclient.grpc as grpcclient
+        import tritonclient.http as httpclient
+
+        return httpclient if self.protocol == "http" else grpcclient
+
+    def _timeout(self, timeout_s: float | None) -> float:
+        return self.timeout_s if timeout_s is None else float(timeout_s)
+
+    def _backoff(self) -> Backoff:
+        return Backoff(self.retry, clock=self._clock)
+
+    def _retried(self, retry_number: int, error: FastPathClientError, delay_s: float) -> None:
+        self.counters["retries"] += 1
+        LOG.info("retry %d in %.3f s after %s", retry_number, delay_s, error)
+        if self._on_retry is not None:
+            self._on_retry(retry_number, error, delay_s)
+
+    def _error(self, exc: BaseException, model: str | None, timeout_s: float | None) -> FastPathClientError:
+        return from_exception(exc, url=self.url, model=model, timeout_s=timeout_s)
+
+    def _prepare(self, model: str, inputs: Mapping[str, Any], outputs: Sequence[str] | None) -> PreparedRequest:
+        """InferInputs for ``inputs``; large ones are deferred for shared memory per the policy.
+
+        Raises:
+            InvalidInputError: an input cannot be sent (numpy S/U array, unsupported dtype, ragged list).
+        """
+        try:
+            return self._build_request(inputs, outputs)
+        except FastPathClientError:
+            raise
+        except Exception as exc:
+            raise InvalidInputError(f"model '{model}': cannot build the request: {exc}", model=model) from exc
+
+    def _build_request(self, inputs: Mapping[str, Any], outputs: Sequence[str] | None) -> PreparedRequest:
+        module, http = self._module, self.protocol == "http"
+        use_shm = self.shm_refused is None
+        prepared = PreparedRequest(inputs=[], outputs=None, deferred=[], http=http)
+        for name, value in inputs.items():
+            array, datatype = wire_array(name, value)
+            tensor = module.InferInput(name, list(array.shape), datatype)
+            if use_shm and self.shm_policy.selects(array, datatype, local=self._local):
+                prepared.deferred.append((tensor, array))
+            else:
+                _set_data(tensor, array, http)
+            prepared.inputs.append(tensor)
+        if outputs is not None:
+            prepared.outputs = [module.InferRequestedOutput(n, binary_data=True) if http
+                                else module.InferRequestedOutput(n) for n in outputs]
+        return prepared
+
+    def _unregister_failed(self, name: str, exc: BaseException) -> None:
+        """Triton refuses to unregister a region still in use (a request that timed out on our side is
+        still running there): keep the name and try again before the next request and in ``close()``."""
+        if "in use" in str(exc):
+            self._pending_unregister.append(name)
+            LOG.debug("shared-memory region %s still in use at %s; unregistering it later", name, self.url)
+        else:  # the server may be gone; the local region is unlinked regardless
+            LOG.warning("could not unregister shared-memory region %s at %s: %s", name, self.url, exc)
+
+    def _take_pending(self) -> list[str]:
+        names, self._pending_unregister = self._pending_unregister, []
+        return names
+
+    def _shm_fallback(self, error: FastPathClientError) -> bool:
+        """After the server refused to map a region: in "auto" mode remember it and go binary."""
+        if self.shm_policy.mode == "always":
+            return False
+        self.shm_refused = error.server_message
+        LOG.warning("server %s cannot map this host's shared memory (%s); sending tensors in the request body",
+                    self.url, error.server_message)
+        return True
+
+    def _embed_batches(self, spec: ModelSpec, texts: Sequence[str | bytes]) -> list[np.ndarray]:
+        spec.input(TEXT_INPUT)
+        array = text_array(texts, name=TEXT_INPUT)
+        return [array[part] for part in chunks(len(array), spec.max_batch_size)]
+
+    @staticmethod
+    def _embed_join(spec: ModelSpec, parts: list[np.ndarray], count: int) -> np.ndarray:
+        width = next((o.dims[-1] for o in spec.outputs if o.name == EMBEDDING_OUTPUT and o.dims), -1)
+        if not parts:
+            return np.zeros((0, max(width, 0)), np.float32)
+        from fastpath_client.tensors import check_rows
+
+        joined = np.concatenate(parts).astype(np.float32, copy=False)
+        return check_rows(spec.name, EMBEDDING_OUTPUT, joined, count, width if width > 0 else None)
+
+    def _detection_plan(self, spec: ModelSpec, images: Sequence[Any]) -> tuple[detection.DetectionIO, list[dict]]:
+        io = detection.detection_io(spec)
+        return io, [detection.image_request(io, spec, image, index) for index, image in enumerate(images)]

@@ -1,0 +1,205 @@
+"""The asyncio client: :class:`AsyncClient` (``tritonclient.http.aio`` / ``tritonclient.grpc.aio``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from fastpath_client import detection
+from fastpath_client._core import (
+    DETECTION_MODEL, EMBEDDING_MODEL, EMBEDDING_OUTPUT, LOG, TEXT_INPUT, ClientCore, collect, grpc_channel_args,
+)
+from fastpath_client.errors import FastPathClientError, InvalidInputError, RequestTimeoutError
+from fastpath_client.retry import acall_with_retry
+from fastpath_client.shm import create_region
+from fastpath_client.tensors import ModelSpec, model_spec, model_statistics, repository_versions
+
+T = TypeVar("T")
+
+
+class AsyncClient(ClientCore):
+    """The awaitable twin of :class:`~fastpath_client.Client`: same methods, same errors, same retries.
+
+    Each attempt is bounded by ``asyncio.wait_for(..., timeout_s)``. Calls may run concurrently on one
+    instance (``asyncio.gather``); ``embed`` sends its chunks and ``detect_text`` its images concurrently.
+    The connection is opened on first use inside the running event loop; ``await client.close()`` (or
+    ``async with``) closes it.
+
+    Args:
+        url, protocol, **options: as for :class:`~fastpath_client._core.ClientCore`.
+        max_connections: HTTP connection pool size (aiohttp ``limit``).
+        sleep: awaitable sleep, injectable for tests.
+    """
+
+    def __init__(self, url: str = "localhost:8000", protocol: str = "http", *, max_connections: int = 256,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, **options: Any) -> None:
+        super().__init__(url, protocol, **options)
+        self._sleep = sleep
+        self._max_connections = max_connections
+        self._client: Any = None
+
+    def _triton(self) -> Any:
+        if self._client is None:
+            if self.protocol == "http":
+                import tritonclient.http.aio as httpaio
+
+                self._client = httpaio.InferenceServerClient(self.url, conn_limit=self._max_connections,
+                                                             conn_timeout=None)
+            else:
+                import tritonclient.grpc.aio as grpcaio
+
+                self._client = grpcaio.InferenceServerClient(self.url, channel_args=grpc_channel_args())
+        return self._client
+
+    async def _call(self, model: str | None, operation: Callable[[Any], Awaitable[T]],
+                    timeout_s: float | None = None, *, retry: bool = True) -> T:
+        """Await ``operation(triton_client)`` under the timeout, with error mapping and retries."""
+        timeout = self._timeout(timeout_s)
+
+        async def attempt() -> T:
+            try:
+                return await asyncio.wait_for(operation(self._triton()), timeout)
+            except Exception as exc:
+                raise self._error(exc, model, timeout) from exc
+
+        if not retry:
+            return await attempt()
+        return await acall_with_retry(attempt, self._backoff(), sleep=self._sleep, on_retry=self._retried)
+
+    async def ready(self, model: str | None = None, *, timeout_s: float | None = None) -> bool:
+        """Whether the server (and ``model``, when given) is ready; False when unreachable. Never raises."""
+        try:
+            if model is None:
+                return bool(await self._call(None, lambda c: c.is_server_ready(), timeout_s, retry=False))
+            return bool(await self._call(model, lambda c: c.is_model_ready(model), timeout_s, retry=False))
+        except FastPathClientError:
+            return False
+
+    async def wait_ready(self, timeout_s: float = 120.0, models: Sequence[str] = ()) -> None:
+        """Wait until the server and ``models`` are ready.
+
+        Raises:
+            RequestTimeoutError: not ready after ``timeout_s``, naming what was not ready.
+        """
+        deadline = self._clock() + timeout_s
+        poll = 0
+        while True:
+            waiting = [m for m in ((None,) + tuple(models)) if not await self.ready(m, timeout_s=min(5.0, timeout_s))]
+            if not waiting:
+                return
+            now = self._clock()
+            if now >= deadline:
+                states = {m: await self.versions(m) for m in waiting if m is not None} if None not in waiting else {}
+                raise RequestTimeoutError(f"not ready at {self.url} after {timeout_s:g} s: "
+                                          f"{'server unreachable or starting' if None in waiting else states}", url=self.url)
+            await self._sleep(min(self.retry.delay_s(poll, 0.0), max(deadline - now, 0.0)))
+            poll += 1
+
+    async def model_config(self, model: str, *, refresh: bool = False) -> ModelSpec:
+        """The model's inputs, outputs and max_batch_size (cached)."""
+        if refresh or model not in self._specs:
+            as_json = {} if self.protocol == "http" else {"as_json": True}
+            self._specs[model] = model_spec(await self._call(model, lambda c: c.get_model_config(model, **as_json)))
+        return self._specs[model]
+
+    async def versions(self, model: str) -> list[dict[str, str]]:
+        """Versions of ``model`` in the repository index: dicts with name, version, state, reason."""
+        as_json = {} if self.protocol == "http" else {"as_json": True}
+        return repository_versions(await self._call(model, lambda c: c.get_model_repository_index(
+            headers=self._admin_headers, **as_json)), model)
+
+    async def statistics(self, model: str) -> dict[str, tuple[int, int]]:
+        """Cumulative ``(count, ns)`` per phase of ``model`` from Triton's statistics API."""
+        as_json = {} if self.protocol == "http" else {"as_json": True}
+        stats = await self._call(model, lambda c: c.get_inference_statistics(model, **as_json))
+        return model_statistics(stats, model)
+
+    async def infer(self, model: str, inputs: Mapping[str, Any], *, outputs: Sequence[str] | None = None,
+                    version: str = "", timeout_s: float | None = None) -> dict[str, np.ndarray]:
+        """Run ``model`` on ``inputs``; see :meth:`fastpath_client.Client.infer`."""
+        request = self._prepare(model, inputs, outputs)
+        return await self._call(model, lambda c: self._infer_once(c, model, version, request, outputs), timeout_s)
+
+    async def _infer_once(self, triton: Any, model: str, version: str, request: Any,
+                          names: Sequence[str] | None) -> dict[str, np.ndarray]:
+        async def send() -> dict[str, np.ndarray]:
+            result = await triton.infer(model, request.inputs, model_version=version, outputs=request.outputs)
+            return collect(result, model, names)
+
+        if not request.deferred or self.shm_refused is not None:
+            request.inline()
+            return await send()
+        for name in self._take_pending():
+            await self._unregister(triton, name)
+        region = create_region([array for _, array in request.deferred])
+        try:
+            try:
+                await triton.register_system_shared_memory(region.name, region.key, region.byte_size)
+            except Exception as exc:
+                error = self._error(exc, model, None)
+                if not isinstance(error, InvalidInputError) or not self._shm_fallback(error):
+                    raise
+                request.inline()
+                return await send()
+            self.counters.update(shm_requests=1, shm_bytes=sum(a.nbytes for _, a in request.deferred))
+            try:
+                request.attach(region)
+                return await send()
+            finally:
+                await self._unregister(triton, region.name)
+        finally:
+            region.destroy()
+
+    async def _unregister(self, triton: Any, name: str) -> None:
+        try:
+            await asyncio.wait_for(asyncio.shield(triton.unregister_system_shared_memory(name)), 5.0)
+        except Exception as exc:
+            self._unregister_failed(name, exc)
+
+    async def _drain_unregister(self, drain_s: float) -> None:
+        """Unregister regions the server still used, waiting up to ``drain_s`` for their requests."""
+        deadline, poll = self._clock() + drain_s, 0
+        while self._pending_unregister and self._client is not None:
+            for name in self._take_pending():
+                await self._unregister(self._client, name)
+            if not self._pending_unregister or self._clock() >= deadline:
+                break
+            await self._sleep(self.retry.delay_s(poll, 0.0))
+            poll += 1
+        if self._pending_unregister:
+            LOG.warning("shared-memory regions %s still registered at %s after %g s", self._pending_unregister,
+                        self.url, drain_s)
+
+    async def embed(self, texts: Sequence[str | bytes], *, model: str = EMBEDDING_MODEL,
+                    timeout_s: float | None = None) -> np.ndarray:
+        """Sentence embeddings, float32 [N, 384]; chunks of ``max_batch_size`` go concurrently."""
+        spec = await self.model_config(model)
+        batches = self._embed_batches(spec, texts)
+        results = await asyncio.gather(*(self.infer(model, {TEXT_INPUT: b}, outputs=[EMBEDDING_OUTPUT],
+                                                    timeout_s=timeout_s) for b in batches))
+        return self._embed_join(spec, [r[EMBEDDING_OUTPUT] for r in results], len(texts))
+
+    async def detect_text(self, images: Sequence[Any], *, model: str = DETECTION_MODEL,
+                          timeout_s: float | None = None) -> list[detection.Detection]:
+        """Text boxes per image; see :meth:`fastpath_client.Client.detect_text`. Images go concurrently."""
+        io, requests = self._detection_plan(await self.model_config(model), images)
+        results = await asyncio.gather(*(self.infer(model, inputs, outputs=io.outputs,
+                                                    timeout_s=timeout_s) for inputs in requests))
+        return [detection.parse_detection(io, model, r) for r in results]
+
+    async def close(self, *, drain_s: float = 30.0) -> None:
+        """Unregister leftover shared-memory regions (see :meth:`fastpath_client.Client.close`), then
+        close the connection (idempotent)."""
+        await self._drain_unregister(drain_s)
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

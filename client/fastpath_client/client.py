@@ -1,0 +1,246 @@
+"""The blocking client: :class:`Client`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from fastpath_client import detection
+from fastpath_client._core import (
+    DETECTION_MODEL, EMBEDDING_MODEL, EMBEDDING_OUTPUT, LOG, TEXT_INPUT, ClientCore, collect, grpc_channel_args,
+)
+from fastpath_client.errors import FastPathClientError, InvalidInputError, RequestTimeoutError
+from fastpath_client.retry import call_with_retry
+from fastpath_client.shm import create_region
+from fastpath_client.tensors import ModelSpec, model_spec, model_statistics, repository_versions
+
+T = TypeVar("T")
+
+
+class Client(ClientCore):
+    """Blocking FastPath client over Triton's HTTP or gRPC endpoint.
+
+    Each call is retried on :class:`~fastpath_client.errors.UnavailableError` (503, UNAVAILABLE, connection
+    refused, model still loading) with the client's :class:`~fastpath_client.RetryPolicy`, and each attempt
+    is bounded by ``timeout_s`` (the call's, else the client's). Errors are
+    :class:`~fastpath_client.errors.FastPathClientError` subclasses carrying the server's message.
+
+    Over HTTP an instance is not thread-safe (like ``tritonclient.http``): use one per thread, or
+    :class:`~fastpath_client.AsyncClient` for concurrency. See :class:`~fastpath_client._core.ClientCore`
+    for the constructor arguments; ``sleep`` is injectable for tests.
+
+    Example:
+        >>> with Client("localhost:8000") as client:
+        ...     client.embed(["A quick brown fox."]).shape
+        (1, 384)
+    """
+
+    def __init__(self, url: str = "localhost:8000", protocol: str = "http", *,
+                 sleep: Callable[[float], None] = time.sleep, **options: Any) -> None:
+        super().__init__(url, protocol, **options)
+        self._sleep = sleep
+        self._clients: dict[float, Any] = {}
+
+    # -- transport -------------------------------------------------------------------------------------
+
+    def _triton(self, timeout_s: float) -> Any:
+        """The tritonclient client for this timeout (HTTP timeouts are per client; gRPC's are per call)."""
+        key = timeout_s if self.protocol == "http" else 0.0
+        if key not in self._clients:
+            if self.protocol == "http":
+                import tritonclient.http as httpclient
+
+                self._clients[key] = httpclient.InferenceServerClient(
+                    self.url, connection_timeout=timeout_s, network_timeout=timeout_s)
+            else:
+                import tritonclient.grpc as grpcclient
+
+                self._clients[key] = grpcclient.InferenceServerClient(self.url, channel_args=grpc_channel_args())
+        return self._clients[key]
+
+    def _call(self, model: str | None, operation: Callable[[Any, dict], T], timeout_s: float | None = None,
+              *, retry: bool = True) -> T:
+        """Run ``operation(triton_client, timeout_kwargs)`` with error mapping and retries."""
+        timeout = self._timeout(timeout_s)
+        kwargs = {"client_timeout": timeout} if self.protocol == "grpc" else {}
+
+        def attempt() -> T:
+            try:
+                return operation(self._triton(timeout), kwargs)
+            except Exception as exc:
+                raise self._error(exc, model, timeout) from exc
+
+        if not retry:
+            return attempt()
+        return call_with_retry(attempt, self._backoff(), sleep=self._sleep, on_retry=self._retried)
+
+    # -- server and model state ------------------------------------------------------------------------
+
+    def ready(self, model: str | None = None, *, timeout_s: float | None = None) -> bool:
+        """Whether the server (and ``model``, when given) is ready; False when unreachable. Never raises."""
+        try:
+            if model is None:
+                return bool(self._call(None, lambda c, kw: c.is_server_ready(**kw), timeout_s, retry=False))
+            return bool(self._call(model, lambda c, kw: c.is_model_ready(model, **kw), timeout_s, retry=False))
+        except FastPathClientError:
+            return False
+
+    def wait_ready(self, timeout_s: float = 120.0, models: Sequence[str] = ()) -> None:
+        """Block until the server and ``models`` are ready, polling with the retry policy's backoff.
+
+        Raises:
+            RequestTimeoutError: not ready after ``timeout_s``; the message says what was not ready
+                (unreachable, or each model's state from the repository index).
+        """
+        deadline = self._clock() + timeout_s
+        poll = 0
+        while True:
+            waiting = [m for m in ((None,) + tuple(models)) if not self.ready(m, timeout_s=min(5.0, timeout_s))]
+            if not waiting:
+                return
+            now = self._clock()
+            if now >= deadline:
+                raise RequestTimeoutError(self._not_ready_message(waiting, timeout_s), url=self.url)
+            self._sleep(min(self.retry.delay_s(poll, 0.0), max(deadline - now, 0.0)))
+            poll += 1
+
+    def _not_ready_message(self, waiting: list[str | None], timeout_s: float) -> str:
+        if None in waiting and not self.ready(timeout_s=2.0):
+            return f"server {self.url} not ready after {timeout_s:g} s (unreachable or still starting)"
+        states = {m: self.versions(m) for m in waiting if m is not None}
+        return f"models not ready at {self.url} after {timeout_s:g} s: {states}"
+
+    def model_config(self, model: str, *, refresh: bool = False) -> ModelSpec:
+        """The model's inputs, outputs and max_batch_size from ``get_model_config`` (cached)."""
+        if refresh or model not in self._specs:
+            as_json = {} if self.protocol == "http" else {"as_json": True}
+            config = self._call(model, lambda c, kw: c.get_model_config(model, **as_json, **kw))
+            self._specs[model] = model_spec(config)
+        return self._specs[model]
+
+    def versions(self, model: str) -> list[dict[str, str]]:
+        """Versions of ``model`` in the repository index: dicts with name, version, state, reason."""
+        as_json = {} if self.protocol == "http" else {"as_json": True}
+        index = self._call(model, lambda c, kw: c.get_model_repository_index(
+            headers=self._admin_headers, **as_json, **kw))
+        return repository_versions(index, model)
+
+    def statistics(self, model: str) -> dict[str, tuple[int, int]]:
+        """Cumulative ``(count, ns)`` per phase (queue, compute_input, compute_infer, ...) of ``model``."""
+        as_json = {} if self.protocol == "http" else {"as_json": True}
+        stats = self._call(model, lambda c, kw: c.get_inference_statistics(model, **as_json, **kw))
+        return model_statistics(stats, model)
+
+    # -- inference -------------------------------------------------------------------------------------
+
+    def infer(self, model: str, inputs: Mapping[str, Any], *, outputs: Sequence[str] | None = None,
+              version: str = "", timeout_s: float | None = None) -> dict[str, np.ndarray]:
+        """Run ``model`` on ``inputs`` (name -> array; object arrays or lists of bytes/str for BYTES).
+
+        Large inputs go through system shared memory per the client's policy; regions are released
+        before this returns, whatever happens.
+
+        Returns:
+            Output name -> array (``outputs``, or all outputs when None).
+
+        Raises:
+            InvalidInputError: refused client-side (numpy S/U arrays) or by the server (400).
+            FastPathClientError: the other subclasses, see :mod:`fastpath_client.errors`.
+        """
+        request = self._prepare(model, inputs, outputs)
+        return self._call(model, lambda c, kw: self._infer_once(c, kw, model, version, request, outputs), timeout_s)
+
+    def _infer_once(self, triton: Any, kwargs: dict, model: str, version: str, request: Any,
+                    names: Sequence[str] | None) -> dict[str, np.ndarray]:
+        send = lambda: collect(triton.infer(model, request.inputs, model_version=version,  # noqa: E731
+                                            outputs=request.outputs, **kwargs), model, names)
+        if not request.deferred or self.shm_refused is not None:
+            request.inline()
+            return send()
+        for name in self._take_pending():
+            self._unregister(triton, name, kwargs)
+        region = create_region([array for _, array in request.deferred])
+        try:
+            try:
+                triton.register_system_shared_memory(region.name, region.key, region.byte_size, **kwargs)
+            except Exception as exc:
+                error = self._error(exc, model, None)
+                if not isinstance(error, InvalidInputError) or not self._shm_fallback(error):
+                    raise
+                request.inline()
+                return send()
+            self.counters.update(shm_requests=1, shm_bytes=sum(a.nbytes for _, a in request.deferred))
+            try:
+                request.attach(region)
+                return send()
+            finally:
+                self._unregister(triton, region.name, kwargs)
+        finally:
+            region.destroy()
+
+    def _unregister(self, triton: Any, name: str, kwargs: dict) -> None:
+        try:
+            triton.unregister_system_shared_memory(name, **kwargs)
+        except Exception as exc:
+            self._unregister_failed(name, exc)
+
+    def _drain_unregister(self, drain_s: float) -> None:
+        """Unregister regions the server still used, waiting up to ``drain_s`` for their requests."""
+        deadline, poll = self._clock() + drain_s, 0
+        kwargs = {"client_timeout": 5.0} if self.protocol == "grpc" else {}
+        while self._pending_unregister and self._clients:
+            triton = next(iter(self._clients.values()))
+            for name in self._take_pending():
+                self._unregister(triton, name, kwargs)
+            if not self._pending_unregister or self._clock() >= deadline:
+                break
+            self._sleep(self.retry.delay_s(poll, 0.0))
+            poll += 1
+        if self._pending_unregister:
+            LOG.warning("shared-memory regions %s still registered at %s after %g s", self._pending_unregister,
+                        self.url, drain_s)
+
+    def embed(self, texts: Sequence[str | bytes], *, model: str = EMBEDDING_MODEL,
+              timeout_s: float | None = None) -> np.ndarray:
+        """Sentence embeddings of ``texts``, float32 [N, 384] for all-MiniLM-L6-v2, rows in input order.
+
+        Texts are sent as object arrays of UTF-8 bytes (``bytes`` items as given), in requests of at
+        most the model's ``max_batch_size`` (64) texts.
+
+        Raises:
+            InvalidInputError: ``texts`` is a single string or holds non-text items; or the server refused
+                a text (e.g. invalid UTF-8: the message names the element and byte).
+        """
+        spec = self.model_config(model)
+        parts = [self.infer(model, {TEXT_INPUT: batch}, outputs=[EMBEDDING_OUTPUT], timeout_s=timeout_s)[EMBEDDING_OUTPUT]
+                 for batch in self._embed_batches(spec, texts)]
+        return self._embed_join(spec, parts, len(texts))
+
+    def detect_text(self, images: Sequence[Any], *, model: str = DETECTION_MODEL,
+                    timeout_s: float | None = None) -> list[detection.Detection]:
+        """Text boxes in each image (HxWx3 uint8 RGB arrays or encoded PNG/JPEG bytes), one request per image.
+
+        Returns:
+            One :class:`~fastpath_client.Detection` per image, in order: boxes float32 [K, 4, 2] in pixel
+            coordinates of that image, scores float32 [K].
+        """
+        io, requests = self._detection_plan(self.model_config(model), images)
+        return [detection.parse_detection(io, model, self.infer(model, inputs, outputs=io.outputs,
+                                                                 timeout_s=timeout_s)) for inputs in requests]
+
+    def close(self, *, drain_s: float = 30.0) -> None:
+        """Unregister leftover shared-memory regions (waiting up to ``drain_s`` for requests that
+        timed out here but still run on the server), then close the connections (idempotent)."""
+        self._drain_unregister(drain_s)
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            client.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,128 @@
+"""``detect_text`` requests and results, planned from the model's config as the server reports it.
+
+The text-detection model (issue 7) takes raw pixels (a ``UINT8`` input whose last dim is 3) and/or
+encoded PNG/JPEG bytes (a ``BYTES`` input), and answers boxes (an output whose dims end in ``[4, 2]``:
+quadrilaterals in pixel coordinates of the input image), scores (another ``FP32`` output) and possibly
+boxes-per-image counts (an ``INT*`` output named ``*COUNT*``, for ragged batches). The
+client finds these tensors in ``get_model_config`` rather than hard-coding names, and sends one image
+per request (images of different sizes do not stack); the async client sends them concurrently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from fastpath_client.errors import InvalidInputError, ServerError
+from fastpath_client.tensors import ModelSpec, TensorSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class Detection:
+    """Text found in one image.
+
+    Attributes:
+        boxes: float32 [K, 4, 2], the corners (x, y) of each quadrilateral in pixels of the input image.
+        scores: float32 [K], confidence of each box.
+    """
+
+    boxes: np.ndarray
+    scores: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DetectionIO:
+    """Which tensors of the detection model carry what.
+
+    Attributes:
+        pixels: the UINT8 image input, or None.
+        encoded: the BYTES (encoded image) input, or None.
+        boxes: output name of the boxes.
+        scores: output name of the scores.
+        counts: output name of the boxes-per-image counts (ragged batches), or None.
+    """
+
+    pixels: TensorSpec | None
+    encoded: TensorSpec | None
+    boxes: str
+    scores: str
+    counts: str | None = None
+
+    @property
+    def outputs(self) -> list[str]:
+        """The outputs to request."""
+        return [self.boxes, self.scores] + ([self.counts] if self.counts else [])
+
+
+def detection_io(spec: ModelSpec) -> DetectionIO:
+    """Find the image input(s) and the boxes/scores outputs in ``spec``.
+
+    Raises:
+        InvalidInputError: the model has no UINT8/BYTES input, or no ``[..., 4, 2]`` boxes output and
+            FP32 scores output (the message lists the model's tensors).
+    """
+    pixels = next((t for t in spec.inputs if t.datatype == "UINT8"), None)
+    encoded = next((t for t in spec.inputs if t.datatype == "BYTES"), None)
+    boxes = next((t for t in spec.outputs if t.dims[-2:] == (4, 2)), None)
+    scores = [t for t in spec.outputs if t.datatype == "FP32" and t is not boxes]
+    score = next((t for t in scores if "SCORE" in t.name.upper()), scores[0] if scores else None)
+    if (pixels is None and encoded is None) or boxes is None or score is None:
+        listing = [f"{t.name} {t.datatype} {list(t.dims)}" for t in spec.inputs + spec.outputs]
+        raise InvalidInputError(f"model '{spec.name}' does not look like a text detector (want a UINT8 or BYTES "
+                                f"image input, a [..., 4, 2] boxes output and an FP32 scores output); it has {listing}")
+    counts = next((t.name for t in spec.outputs if t.datatype.startswith("INT") and "COUNT" in t.name.upper()), None)
+    return DetectionIO(pixels=pixels, encoded=encoded, boxes=boxes.name, scores=score.name, counts=counts)
+
+
+def _shape_for(spec: ModelSpec, tensor: TensorSpec, item_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Request shape for one item: a leading 1 when the model batches or its dims have one more axis."""
+    rank = len(spec.full_dims(tensor))
+    return (1,) * (rank - len(item_shape)) + item_shape
+
+
+def image_request(io: DetectionIO, spec: ModelSpec, image: Any, index: int) -> dict[str, np.ndarray]:
+    """The inputs of one request for ``image`` (an HxWx3 uint8 array, or encoded PNG/JPEG bytes).
+
+    Raises:
+        InvalidInputError: the model cannot take this kind of image, or the array's dtype/rank/fixed dims
+            differ from the config (the message names the image index, what came and what is expected).
+    """
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        if io.encoded is None:
+            raise InvalidInputError(f"image {index}: model '{spec.name}' takes raw UINT8 pixels ({io.pixels.name}), "
+                                    "not encoded bytes; decode first, e.g. np.asarray(PIL.Image.open(f).convert('RGB'))")
+        item = np.empty(_shape_for(spec, io.encoded, (1,)), dtype=np.object_)
+        item.reshape(-1)[0] = bytes(image)
+        return {io.encoded.name: item}
+    array = np.asarray(image)
+    if io.pixels is None:
+        raise InvalidInputError(f"image {index}: model '{spec.name}' takes encoded PNG/JPEG bytes "
+                                f"({io.encoded.name}); encode the array first")
+    if array.ndim == 2:  # grayscale HxW: one channel, for models that take C=1 (cases K10)
+        array = array[..., np.newaxis]
+    if array.dtype != np.uint8:
+        raise InvalidInputError(f"image {index}: dtype {array.dtype}, expected uint8 (HxWx3 RGB)")
+    shape = _shape_for(spec, io.pixels, array.shape)
+    dims = spec.full_dims(io.pixels)
+    if len(shape) != len(dims) or any(d not in (-1, s) for d, s in zip(dims, shape)):
+        raise InvalidInputError(f"image {index}: shape {list(array.shape)} does not fit input {io.pixels.name} "
+                                f"dims {list(dims)} of model '{spec.name}' (expected HxWx3 RGB)")
+    return {io.pixels.name: np.ascontiguousarray(array).reshape(shape)}
+
+
+def parse_detection(io: DetectionIO, model: str, outputs: dict[str, np.ndarray]) -> Detection:
+    """One :class:`Detection` from one response's outputs.
+
+    Raises:
+        ServerError: the numbers of boxes and scores (and the count output, if any) differ.
+    """
+    boxes = np.asarray(outputs[io.boxes], dtype=np.float32).reshape(-1, 4, 2)
+    scores = np.asarray(outputs[io.scores], dtype=np.float32).reshape(-1)
+    if len(boxes) != len(scores):
+        raise ServerError(f"model '{model}' returned {len(boxes)} boxes but {len(scores)} scores")
+    if io.counts is not None and io.counts in outputs and outputs[io.counts].reshape(-1).tolist() != [len(boxes)]:
+        raise ServerError(f"model '{model}' returned {len(boxes)} boxes for one image but "
+                          f"{io.counts}={outputs[io.counts].reshape(-1).tolist()}")
+    return Detection(boxes=boxes, scores=scores)

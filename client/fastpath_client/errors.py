@@ -1,0 +1,160 @@
+"""Client exceptions: one root, ``FastPathClientError``, with typed subclasses.
+
+Every error carries the server's own message (``server_message``), the status it came with
+(``status``: ``"400"`` over HTTP, ``"INVALID_ARGUMENT"`` over gRPC, ``None`` when no server answered),
+the server address and the model. :func:`from_exception` turns what tritonclient, geventhttpclient,
+aiohttp and grpc raise into one of these.
+
+Status mapping (KServe v2 over HTTP / gRPC):
+
+==========================  ===========================================  ======================
+class                       HTTP / gRPC status                           retried by the client
+==========================  ===========================================  ======================
+InvalidInputError           400, 413 / INVALID_ARGUMENT, RESOURCE_EXHAUSTED  no
+ModelNotFoundError          404 "is not found"                           no
+PermissionDeniedError       403 / PERMISSION_DENIED (restricted API)     no
+ModelNotReadyError          404 / NOT_FOUND "has no available versions"  yes (model loading)
+UnavailableError            502, 503 / UNAVAILABLE                       yes
+ServerConnectionError       connection refused / reset                   yes
+RequestTimeoutError         504 / DEADLINE_EXCEEDED, client timeout      no
+ServerError                 500 and anything else                        no
+==========================  ===========================================  ======================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+EMPTY_BODY_MESSAGE = "client received an empty response from the server."
+_DECODE_FAILURE = "an exception occurred in the client while decoding the response"
+
+
+class FastPathClientError(Exception):
+    """Root of every exception the FastPath client raises.
+
+    Attributes:
+        server_message: the message the server (or the transport) gave, verbatim.
+        status: ``"400"``-style HTTP status or gRPC status name without ``StatusCode.``; None when no
+            response came back.
+        url: the server address the client talked to.
+        model: the model of the call, or None.
+        retryable: whether the client's retry policy retries this error.
+    """
+
+    retryable = False
+
+    def __init__(self, message: str, *, server_message: str = "", status: str | None = None,
+                 url: str = "", model: str | None = None) -> None:
+        super().__init__(message)
+        self.server_message = server_message or message
+        self.status = status
+        self.url = url
+        self.model = model
+
+
+class InvalidInputError(FastPathClientError, ValueError):
+    """The request was refused as invalid (HTTP 400/413, gRPC INVALID_ARGUMENT), or failed client-side checks."""
+
+
+class ModelNotFoundError(InvalidInputError):
+    """The server does not know the model (HTTP 404 "unknown model ... is not found")."""
+
+
+class PermissionDeniedError(FastPathClientError, PermissionError):
+    """A restricted endpoint (e.g. the model-repository API) refused the call: set ``FASTPATH_ADMIN_KEY``."""
+
+
+class UnavailableError(FastPathClientError):
+    """The server cannot take the request now (HTTP 502/503, gRPC UNAVAILABLE); retried with backoff."""
+
+    retryable = True
+
+
+class ModelNotReadyError(UnavailableError):
+    """The model exists but has no ready version (loading, or failed to load); retried with backoff."""
+
+
+class ServerConnectionError(UnavailableError, ConnectionError):
+    """No connection to the server (refused, reset, closed early); retried with backoff."""
+
+
+class RequestTimeoutError(FastPathClientError, TimeoutError):
+    """The call did not finish within its ``timeout_s`` (or a gateway answered 504); not retried."""
+
+
+class ServerError(FastPathClientError, RuntimeError):
+    """The server failed while handling the request (HTTP 500, gRPC INTERNAL or another status)."""
+
+
+_HTTP_CLASSES = {"400": InvalidInputError, "403": PermissionDeniedError, "413": InvalidInputError, "502": UnavailableError,
+                 "503": UnavailableError, "504": RequestTimeoutError}
+_GRPC_CLASSES = {"INVALID_ARGUMENT": InvalidInputError, "UNAVAILABLE": UnavailableError,
+                 "DEADLINE_EXCEEDED": RequestTimeoutError, "NOT_FOUND": ModelNotReadyError,
+                 "PERMISSION_DENIED": PermissionDeniedError, "UNAUTHENTICATED": PermissionDeniedError}
+
+
+def _where(url: str, model: str | None) -> str:
+    return f"model '{model}' at {url}" if model else f"server {url}"
+
+
+def _class_for(status: str, message: str) -> type[FastPathClientError]:
+    if status in ("404", "NOT_FOUND"):
+        return ModelNotReadyError if "no available versions" in message else ModelNotFoundError
+    if status == "RESOURCE_EXHAUSTED":  # message too large (K07) vs. a server out of capacity
+        return InvalidInputError if "larger than max" in message or "limit" in message else UnavailableError
+    if status == "UNAVAILABLE" and "failed to connect" in message.lower():
+        return ServerConnectionError
+    return _HTTP_CLASSES.get(status) or _GRPC_CLASSES.get(status) or ServerError
+
+
+def _from_server(exc, url: str, model: str | None) -> FastPathClientError:
+    """Map a ``tritonclient.utils.InferenceServerException``."""
+    raw_status = exc.status()
+    status = None if raw_status is None else str(raw_status).removeprefix("StatusCode.")
+    message = exc.message() or ""
+    details = exc.debug_details() or ""
+    where = _where(url, model)
+    if message == EMPTY_BODY_MESSAGE:
+        text = (f"HTTP {status} with an empty body from {where}: something between the client and Triton "
+                "(a proxy or load balancer) answered, not Triton itself; check that proxy and its upstream")
+    elif message.startswith(_DECODE_FAILURE):
+        snippet = " ".join(str(details).split())[:200]
+        text = (f"HTTP {status} from {where} with a body that is not Triton's JSON error "
+                f"(a proxy answered?): {snippet!r}")
+    else:
+        label = f"HTTP {status}" if status and status.isdigit() else (status or "error")
+        text = f"{label} from {where}: {message}"
+    cls = _class_for(status or "", message)
+    return cls(text, server_message=message or str(details), status=status, url=url, model=model)
+
+
+def from_exception(exc: BaseException, *, url: str, model: str | None = None,
+                   timeout_s: float | None = None) -> FastPathClientError:
+    """Turn an exception raised by a transport into a :class:`FastPathClientError`.
+
+    Args:
+        exc: what tritonclient (``InferenceServerException``), geventhttpclient, aiohttp or asyncio raised.
+        url: the server address, for the message.
+        model: the model of the call, for the message.
+        timeout_s: the call's timeout, named in timeout messages.
+
+    Returns:
+        The mapped error; ``exc`` itself when it already is a ``FastPathClientError``.
+    """
+    from tritonclient.utils import InferenceServerException
+
+    if isinstance(exc, FastPathClientError):
+        return exc
+    where = _where(url, model)
+    if isinstance(exc, InferenceServerException):
+        return _from_server(exc, url, model)
+    if isinstance(exc, (TimeoutError, socket.timeout, asyncio.TimeoutError)) or "Timeout" in type(exc).__name__:
+        limit = f" of {timeout_s:g} s" if timeout_s is not None else ""
+        return RequestTimeoutError(f"{where}: no response within the timeout{limit}; raise timeout_s or check the "
+                                   f"server's queue ({type(exc).__name__})", url=url, model=model)
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if isinstance(exc, OSError) or names & {"HTTPConnectionClosed", "HTTPParseError", "ClientConnectionError"}:
+        return ServerConnectionError(f"{where}: connection failed: {type(exc).__name__}: {exc}; is tritonserver "
+                                     "running and listening there?", server_message=str(exc), url=url, model=model)
+    return FastPathClientError(f"{where}: {type(exc).__name__}: {exc}", url=url, model=model)

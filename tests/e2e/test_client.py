@@ -1,0 +1,145 @@
+"""fastpath_client against a real tritonserver serving text_embedding: HTTP and gRPC, sync and async."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import threading
+
+import numpy as np
+import pytest
+
+from fastpath_client import (
+    AsyncClient, Client, InvalidInputError, ModelNotFoundError, RetryPolicy, UnavailableError,
+)
+
+pytestmark = pytest.mark.e2e
+PROTOCOLS = ["http", "grpc"]
+K03_TEXTS = [" 😃 hello how are you", "🥱", "的人有", "naïve café", "\x00abc", "\ufffd", "abc\x00", ""]
+
+
+def _url(server, protocol):
+    return server.http_url if protocol == "http" else server.grpc_url
+
+
+def _cosine(a, b):
+    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def _embed(server, protocol, mode, texts, **options):
+    """Client(...).embed(texts), or the same through AsyncClient when mode == "async"."""
+    if mode == "sync":
+        with Client(_url(server, protocol), protocol, **options) as client:
+            return client.embed(texts)
+
+    async def run():
+        async with AsyncClient(_url(server, protocol), protocol, **options) as client:
+            return await client.embed(texts)
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_embed_matches_sentence_transformers_across_chunks(triton_server, reference, sentences, protocol, mode):
+    """70 real sentences plus K03 texts: 2 requests of <= 64 texts, rows in order, float32 [N, 384]."""
+    texts = sentences[:70] + K03_TEXTS
+    got = _embed(triton_server, protocol, mode, texts)
+    assert got.shape == (len(texts), 384) and got.dtype == np.float32
+    assert _cosine(got, reference(texts)).min() >= 0.9999
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_trailing_nul_is_kept(triton_server, reference, protocol):
+    """K03 client side: "abc\\x00" is not "abc" (numpy S would have dropped the NUL)."""
+    with Client(_url(triton_server, protocol), protocol) as client:
+        tokens = client.infer("text_embedding", {"TEXT": np.array([[b"abc\x00"], [b"abc"]], dtype=object)},
+                              outputs=["TOKEN_COUNT"])["TOKEN_COUNT"]
+        empty = client.embed([])
+    assert tokens.reshape(-1).tolist() == [3, 3]  # NUL is stripped by the tokenizer, not by the client
+    assert empty.shape == (0, 384) and empty.dtype == np.float32
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_server_refusal_is_a_readable_invalid_input_error(triton_server, protocol, mode):
+    with pytest.raises(InvalidInputError) as info:
+        _embed(triton_server, protocol, mode, [b"fine", b"\xff\xfe\xfd"])
+    error = info.value
+    assert error.status in ("400", "INVALID_ARGUMENT")
+    assert "TEXT[1] is not valid UTF-8: byte 0xff" in error.server_message
+    assert "text_embedding" in str(error) and _url(triton_server, protocol) in str(error)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_unknown_model_and_single_string(triton_server, protocol):
+    with Client(_url(triton_server, protocol), protocol) as client:
+        with pytest.raises(ModelNotFoundError, match="'no_such_model' is not found"):
+            client.infer("no_such_model", {"TEXT": [[b"x"]]})
+        with pytest.raises(InvalidInputError, match="wrap it in a list"):
+            client.embed("hello")
+        assert client.counters["retries"] == 0
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_ready_and_versions(triton_server, protocol):
+    with Client(_url(triton_server, protocol), protocol) as client:
+        assert client.ready() and client.ready("text_embedding") and not client.ready("no_such_model")
+        client.wait_ready(timeout_s=5, models=["text_embedding"])
+        assert [(v["version"], v["state"]) for v in client.versions("text_embedding")] == [("1", "READY")]
+        stats = client.statistics("text_embedding")
+        assert stats["success"][0] > 0 and stats["compute_infer"][1] > 0
+
+
+class _Gateway(http.server.BaseHTTPRequestHandler):
+    """A broken proxy: 502 with an empty body (or an HTML page) for every request."""
+
+    body = b""
+
+    def _answer(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        self.send_response(502)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(params=[b"", b"<html><body><h1>502 Bad Gateway</h1></body></html>"], ids=["empty", "html"])
+def gateway(request):
+    handler = type("Gateway", (_Gateway,), {"body": request.param})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", request.param
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_proxy_502_surfaces_as_readable_unavailable_error(gateway, mode):
+    url, body = gateway
+    retries = []
+    options = dict(retry=RetryPolicy(max_attempts=2, initial_backoff_s=0.0, max_backoff_s=0.0),
+                   on_retry=lambda n, e, d: retries.append(n))
+    inputs = {"TEXT": np.array([[b"hello"]], dtype=object)}
+    with pytest.raises(UnavailableError) as info:
+        if mode == "sync":
+            with Client(url, "http", **options) as client:
+                client.infer("text_embedding", inputs)
+        else:
+            async def run():
+                async with AsyncClient(url, "http", **options) as client:
+                    await client.infer("text_embedding", inputs)
+
+            asyncio.run(run())
+    message = str(info.value)
+    assert info.value.status == "502" and retries == [1]
+    assert ("empty body" in message and "proxy" in message) if not body else "502 Bad Gateway" in message

@@ -1,0 +1,209 @@
+"""fastpath_client against tiny probe models on a real tritonserver: timeouts, system shared memory
+(and its cleanup), and retries/wait_ready while the server or the model is still loading.
+
+The probe models (python_backend QA style, one per behaviour) are written into a temporary model
+repository; ``benchmarks/client_shm.py`` reuses :func:`write_probe_repository`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from fastpath_client import (
+    AsyncClient, Client, ModelNotReadyError, RequestTimeoutError, RetryPolicy, ServerConnectionError,
+)
+from fastpath_client.shm import leaked_regions
+from tests.conftest import free_ports, start_server
+
+pytestmark = pytest.mark.e2e
+PROTOCOLS = ["http", "grpc"]
+LOAD_DELAY_S = 3.0
+
+PROBE_CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "IMAGES" data_type: TYPE_UINT8 dims: [ -1, -1, -1, 3 ] optional: true }},
+        {{ name: "DELAY_MS" data_type: TYPE_INT32 dims: [ 1 ] optional: true }} ]
+output [ {{ name: "SUM" data_type: TYPE_INT64 dims: [ -1 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: {instances} }} ]
+parameters {{ key: "load_delay_s" value: {{ string_value: "{load_delay_s}" }} }}
+"""
+
+PROBE_MODEL = '''
+"""Probe: SUM[i] = sum of the bytes of image i (a large input, a small output); DELAY_MS sleeps first."""
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        time.sleep(float(config["parameters"]["load_delay_s"]["string_value"]))
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            delay = pb_utils.get_input_tensor_by_name(request, "DELAY_MS")
+            if delay is not None:
+                time.sleep(int(delay.as_numpy().reshape(-1)[0]) / 1000.0)
+            images = pb_utils.get_input_tensor_by_name(request, "IMAGES")
+            if images is None:
+                sums = np.zeros(0, np.int64)
+            else:
+                pixels = images.as_numpy()
+                sums = pixels.reshape(pixels.shape[0], -1).sum(axis=1, dtype=np.int64)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", sums)]))
+        return responses
+'''
+
+
+def write_probe_repository(root: Path) -> Path:
+    """A model repository with ``probe`` (2 instances, loads at once) and ``slow_load`` (loads in 3 s)."""
+    for name, instances, load_delay_s in (("probe", 2, 0.0), ("slow_load", 1, LOAD_DELAY_S)):
+        (root / name / "1").mkdir(parents=True, exist_ok=True)
+        (root / name / "config.pbtxt").write_text(
+            PROBE_CONFIG.format(name=name, instances=instances, load_delay_s=load_delay_s))
+        (root / name / "1" / "model.py").write_text(PROBE_MODEL)
+    return root
+
+
+@pytest.fixture(scope="module")
+def probe_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("probe")
+    server = start_server(root, models=("probe",), repository=write_probe_repository(root / "repository"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _url(server, protocol):
+    return server.http_url if protocol == "http" else server.grpc_url
+
+
+def _server_regions(server):
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        return [r["name"] for r in client.get_system_shared_memory_status()]
+
+
+def _images(count=32, side=128):
+    return np.random.default_rng(7).integers(0, 256, (count, side, side, 3), dtype=np.uint8)
+
+
+async def _async_infer(server, protocol, inputs, **options):
+    async with AsyncClient(_url(server, protocol), protocol, **options) as client:
+        return await client.infer("probe", inputs), client.counters
+
+
+def _infer(server, protocol, mode, inputs, **options):
+    if mode == "async":
+        return asyncio.run(_async_infer(server, protocol, inputs, **options))
+    with Client(_url(server, protocol), protocol, **options) as client:
+        return client.infer("probe", inputs), client.counters
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_timeout_cuts_the_call_and_is_not_retried(probe_server, protocol, mode):
+    inputs = {"DELAY_MS": np.array([3000], np.int32)}
+    started = time.monotonic()
+    with pytest.raises(RequestTimeoutError) as info:
+        _infer(probe_server, protocol, mode, inputs, timeout_s=0.5)
+    assert time.monotonic() - started < 2.5  # the 3 s request was abandoned, not waited for
+    assert "probe" in str(info.value) and isinstance(info.value, TimeoutError)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_32_images_through_shared_memory_and_nothing_left_behind(probe_server, protocol, mode):
+    images = _images()
+    outputs, counters = _infer(probe_server, protocol, mode, {"IMAGES": images})
+    assert outputs["SUM"].tolist() == images.reshape(32, -1).sum(axis=1, dtype=np.int64).tolist()
+    assert counters["shm_requests"] == 1 and counters["shm_bytes"] == images.nbytes
+    assert leaked_regions(os.getpid()) == [] and _server_regions(probe_server) == []
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_shared_memory_never_sends_the_same_bytes_inline(probe_server, protocol):
+    images = _images(4, 64)
+    outputs, counters = _infer(probe_server, protocol, "sync", {"IMAGES": images}, shared_memory="never")
+    assert outputs["SUM"].tolist() == images.reshape(4, -1).sum(axis=1, dtype=np.int64).tolist()
+    assert counters["shm_requests"] == 0
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_region_of_a_timed_out_request_is_unregistered_by_close(probe_server, mode):
+    """Triton refuses to unregister a region its request still reads; close() waits for it, then cleans up."""
+    inputs = {"IMAGES": _images(8), "DELAY_MS": np.array([1500], np.int32)}
+    with pytest.raises(RequestTimeoutError):
+        _infer(probe_server, "grpc", mode, inputs, timeout_s=0.3)
+    assert leaked_regions(os.getpid()) == [] and _server_regions(probe_server) == []
+
+
+def _start_unready(tmp_path, models):
+    from fastpath.server import ServerOptions, TritonServer
+
+    http_port, grpc_port, metrics_port = free_ports(3)
+    options = ServerOptions(model_repository=write_probe_repository(tmp_path / "repository"), models=models,
+                            http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port, host="127.0.0.1")
+    return TritonServer(options, log_path=tmp_path / "tritonserver.log").start()
+
+
+def test_retries_and_wait_ready_while_server_and_model_load(tmp_path):
+    """Endpoints open only once slow_load has loaded (~3 s): gRPC infer retries through connection
+    refusals while an HTTP client waits in wait_ready. Then, during a reload through the repository
+    API, infer retries through "no available versions" (ModelNotReadyError)."""
+    server = _start_unready(tmp_path, ("slow_load",))
+    try:
+        waited = []
+
+        def wait():  # its own client: tritonclient.http clients belong to the thread that made them (gevent)
+            with Client(server.http_url) as client:
+                client.wait_ready(timeout_s=120, models=["slow_load"])
+                waited.append("ready")
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        retried = []
+        policy = RetryPolicy(max_attempts=1000, max_backoff_s=0.5, deadline_s=120)
+        with Client(server.grpc_url, "grpc", retry=policy, on_retry=lambda n, e, d: retried.append(type(e))) as client:
+            outputs = client.infer("slow_load", {"DELAY_MS": np.array([0], np.int32)})
+        waiter.join(timeout=120)
+        assert outputs["SUM"].shape == (0,) and waited == ["ready"]
+        assert retried and set(retried) <= {ServerConnectionError, ModelNotReadyError}
+
+        def repository(action):  # open connections would hold up Triton's shutdown: close them
+            with httpclient.InferenceServerClient(server.http_url, network_timeout=120) as admin:
+                getattr(admin, action)("slow_load")
+
+        repository("unload_model")
+        loader = threading.Thread(target=repository, args=("load_model",))
+        loader.start()
+        reloading = []
+        with Client(server.grpc_url, "grpc", retry=policy, on_retry=lambda n, e, d: reloading.append(type(e))) as client:
+            deadline = time.monotonic() + 30
+            while [v["state"] for v in client.versions("slow_load")] != ["LOADING"] and time.monotonic() < deadline:
+                time.sleep(0.02)  # polling for a state, not timing anything
+            outputs = client.infer("slow_load", {"DELAY_MS": np.array([0], np.int32)})
+        loader.join(timeout=120)
+        assert outputs["SUM"].shape == (0,) and ModelNotReadyError in reloading
+    finally:
+        server.stop()
+
+
+def test_wait_ready_times_out_naming_what_is_missing(probe_server):
+    with Client(probe_server.http_url) as client:
+        with pytest.raises(RequestTimeoutError, match="models not ready .*slow_load"):
+            client.wait_ready(timeout_s=0.2, models=["slow_load"])

@@ -1,0 +1,67 @@
+"""detect_text planning over a model config: which tensors, which request shapes, result checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fastpath_client import InvalidInputError, ServerError
+from fastpath_client.detection import detection_io, image_request, parse_detection
+from fastpath_client.tensors import model_spec
+
+
+def _spec(max_batch_size, image_dims, encoded=False):
+    inputs = [{"name": "IMAGE", "data_type": "TYPE_UINT8", "dims": image_dims, "optional": encoded}]
+    if encoded:
+        inputs.append({"name": "IMAGE_BYTES", "data_type": "TYPE_STRING", "dims": [1], "optional": True})
+    return model_spec({"name": "text_detection", "max_batch_size": max_batch_size, "input": inputs, "output": [
+        {"name": "BOXES", "data_type": "TYPE_FP32", "dims": [-1, 4, 2]},
+        {"name": "SCORES", "data_type": "TYPE_FP32", "dims": [-1]},
+        {"name": "COUNT", "data_type": "TYPE_INT32", "dims": [1]},
+    ]})
+
+
+@pytest.mark.parametrize(("max_batch_size", "dims", "shape"), [(8, [-1, -1, 3], (1, 31, 50, 3)),
+                                                               (0, [-1, -1, 3], (31, 50, 3)),
+                                                               (0, [-1, -1, -1, 3], (1, 31, 50, 3))])
+def test_pixel_requests_follow_the_config(max_batch_size, dims, shape):
+    spec = _spec(max_batch_size, dims)
+    io = detection_io(spec)
+    assert (io.pixels.name, io.boxes, io.scores) == ("IMAGE", "BOXES", "SCORES")
+    image = np.arange(31 * 50 * 3, dtype=np.uint8).reshape(31, 50, 3)
+    request = image_request(io, spec, image, 0)
+    assert request["IMAGE"].shape == shape and np.array_equal(request["IMAGE"].reshape(31, 50, 3), image)
+
+
+def test_encoded_bytes_go_to_the_bytes_input():
+    spec = _spec(8, [-1, -1, 3], encoded=True)
+    request = image_request(detection_io(spec), spec, b"\x89PNG...", 0)
+    assert request["IMAGE_BYTES"].shape == (1, 1) and request["IMAGE_BYTES"][0, 0] == b"\x89PNG..."
+
+
+@pytest.mark.parametrize(("image", "message"), [
+    (b"\x89PNG", r"image 2: .* takes raw UINT8 pixels .*decode first"),
+    (np.zeros((4, 4, 3), np.float32), r"image 2: dtype float32, expected uint8"),
+    (np.zeros((4, 4, 4), np.uint8), r"image 2: shape \[4, 4, 4\] does not fit input IMAGE dims \[-1, -1, -1, 3\]"),
+])
+def test_bad_images_are_refused_before_sending(image, message):
+    spec = _spec(8, [-1, -1, 3])
+    with pytest.raises(InvalidInputError, match=message):
+        image_request(detection_io(spec), spec, image, 2)
+
+
+def test_a_model_without_boxes_is_not_a_detector():
+    spec = model_spec({"name": "m", "input": [{"name": "X", "data_type": "TYPE_UINT8", "dims": [3]}],
+                       "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [2]}]})
+    with pytest.raises(InvalidInputError, match="does not look like a text detector"):
+        detection_io(spec)
+
+
+def test_parse_detection_shapes_and_mismatch():
+    io = detection_io(_spec(8, [-1, -1, 3]))
+    found = parse_detection(io, "m", {"BOXES": np.ones((1, 2, 4, 2)), "SCORES": np.array([[0.9, 0.8]])})
+    assert found.boxes.shape == (2, 4, 2) and found.boxes.dtype == np.float32 and found.scores.shape == (2,)
+    empty = parse_detection(io, "m", {"BOXES": np.zeros((0, 4, 2), np.float32), "SCORES": np.zeros(0, np.float32)})
+    assert empty.boxes.shape == (0, 4, 2)
+    with pytest.raises(ServerError, match="2 boxes but 1 scores"):
+        parse_detection(io, "m", {"BOXES": np.ones((2, 4, 2)), "SCORES": np.array([0.5])})

@@ -1,0 +1,84 @@
+"""Mapping transport exceptions to FastPathClientError subclasses, with readable messages."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from fastpath_client import errors
+
+URL = "127.0.0.1:8000"
+
+
+def _map(exc, model="text_embedding"):
+    return errors.from_exception(exc, url=URL, model=model, timeout_s=2.5)
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "cls"),
+    [
+        ("400", "TEXT[1] is not valid UTF-8: byte 0xff", errors.InvalidInputError),
+        ("StatusCode.INVALID_ARGUMENT", "TEXT[1] is not valid UTF-8: byte 0xff", errors.InvalidInputError),
+        ("413", "request body too large", errors.InvalidInputError),
+        ("404", "Request for unknown model: 'nope' is not found", errors.ModelNotFoundError),
+        ("StatusCode.NOT_FOUND", "Request for unknown model: 'nope' is not found", errors.ModelNotFoundError),
+        ("StatusCode.NOT_FOUND", "Request for unknown model: 'm' has no available versions", errors.ModelNotReadyError),
+        ("503", "queue full; retry later", errors.UnavailableError),
+        ("StatusCode.UNAVAILABLE", "failed to connect to all addresses; Connection refused", errors.ServerConnectionError),
+        ("StatusCode.DEADLINE_EXCEEDED", "Deadline Exceeded", errors.RequestTimeoutError),
+        ("StatusCode.RESOURCE_EXHAUSTED", "Received message larger than max (99 vs. 4)", errors.InvalidInputError),
+        ("500", "boom", errors.ServerError),
+    ],
+)
+def test_server_statuses_map_to_classes_with_the_server_message(status, message, cls):
+    error = _map(InferenceServerException(msg=message, status=status))
+    assert type(error) is cls
+    assert isinstance(error, errors.FastPathClientError)
+    assert error.server_message == message and message in str(error)
+    assert error.status == status.removeprefix("StatusCode.")
+    assert URL in str(error) and "text_embedding" in str(error)
+    assert error.retryable == issubclass(cls, errors.UnavailableError)
+
+
+def test_empty_body_from_a_proxy_is_explained():
+    error = _map(InferenceServerException(msg=errors.EMPTY_BODY_MESSAGE, status="502"))
+    assert isinstance(error, errors.UnavailableError) and error.status == "502"
+    assert "empty body" in str(error) and "proxy" in str(error) and "HTTP 502" in str(error)
+
+
+def test_non_json_body_shows_a_snippet():
+    body = "<html><body><h1>502 Bad Gateway</h1>\n</body></html>"
+    exc = InferenceServerException(
+        msg=f"an exception occurred in the client while decoding the response: Parse error\nresponse: {body}",
+        status="502", debug_details=body)
+    error = _map(exc)
+    assert isinstance(error, errors.UnavailableError)
+    assert "502 Bad Gateway" in str(error) and "not Triton's JSON" in str(error)
+
+
+@pytest.mark.parametrize("exc", [ConnectionRefusedError(111, "Connection refused"), ConnectionResetError(104, "reset")])
+def test_connection_failures_are_retryable_connection_errors(exc):
+    error = _map(exc)
+    assert isinstance(error, errors.ServerConnectionError) and isinstance(error, ConnectionError)
+    assert error.retryable and "is tritonserver running" in str(error)
+
+
+@pytest.mark.parametrize("exc", [TimeoutError("timed out"), asyncio.TimeoutError()])
+def test_timeouts_name_the_limit(exc):
+    error = _map(exc)
+    assert isinstance(error, errors.RequestTimeoutError) and isinstance(error, TimeoutError)
+    assert "2.5 s" in str(error) and not error.retryable
+
+
+def test_aiohttp_connection_errors_by_class_name():
+    import aiohttp
+
+    error = _map(aiohttp.ServerDisconnectedError())
+    assert isinstance(error, errors.ServerConnectionError)
+
+
+def test_a_client_error_passes_through_unchanged():
+    original = errors.InvalidInputError("bad")
+    assert _map(original) is original
