@@ -136,3 +136,101 @@ class TextEmbeddingConfig:
             buckets,
             "a non-empty, strictly increasing list of positive token counts",
         )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SchedulerConfig:
+    """Parameters of FastPath's batch scheduler (``fastpath.scheduling``), from ``config.pbtxt``.
+
+    The defaults work untuned: the scheduler learns each batch shape's cost online, runs a batch as
+    soon as the engine is free unless waiting is predicted to pay, and never waits longer than
+    ``max_queue_delay_us``. See docs/design/scheduler.md.
+
+    Attributes:
+        batch_buckets: batch sizes the engine runs (its CUDA-graph / optimization-profile sizes);
+            a batch is cut or padded with filler rows to one of them. The largest is the most texts
+            per engine call.
+        max_queue_delay_us: the longest a text waits for a fuller batch while the engine is free
+            (Triton ``dynamic_batching.max_queue_delay_microseconds``).
+        max_queue_texts: queue bound in texts; a request that does not fit is rejected with
+            UNAVAILABLE (HTTP 503, retryable), as Triton's ``max_queue_size`` does.
+        default_timeout_us: queue timeout for requests that carry none; 0 = no timeout (Triton
+            ``default_queue_policy.default_timeout_microseconds``). A request still queued at its
+            timeout is answered UNAVAILABLE "Request timeout expired".
+        priority_levels: number of priority levels, 1 = highest (Triton ``priority_levels``);
+            0 disables priorities.
+        default_priority_level: level of requests that send none (Triton ``default_priority_level``).
+        cost_ewma_alpha: weight of the newest measurement in each batch shape's execution-time EWMA.
+        deadline_margin_us: slack kept between a batch's predicted end and its earliest deadline.
+        stage_lead_us: how long before the running batch's predicted end the next batch is formed
+            and staged (padded) so it is ready when the engine frees up.
+        drain_timeout_s: on unload, how long queued and running work may take before what is left
+            is answered UNAVAILABLE.
+        warmup: run a few batch shapes at load to warm the engine and seed the cost model.
+        check_cancellation: skip (and answer CANCELLED) texts whose request was cancelled.
+    """
+
+    batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    max_queue_delay_us: int = 2000
+    max_queue_texts: int = 1024
+    default_timeout_us: int = 0
+    priority_levels: int = 0
+    default_priority_level: int = 0
+    cost_ewma_alpha: float = 0.2
+    deadline_margin_us: int = 1000
+    stage_lead_us: int = 1000
+    drain_timeout_s: float = 30.0
+    warmup: bool = True
+    check_cancellation: bool = True
+
+    def __post_init__(self) -> None:
+        buckets = self.batch_buckets
+        _check(
+            len(buckets) > 0 and list(buckets) == sorted(set(buckets)) and buckets[0] == 1,
+            "batch_buckets",
+            buckets,
+            "a strictly increasing list of batch sizes starting at 1, e.g. 1,2,4,8,16,32,64",
+        )
+        _check(self.max_queue_delay_us >= 0, "max_queue_delay_us", self.max_queue_delay_us, ">= 0")
+        _check(self.max_queue_texts >= buckets[-1], "max_queue_texts", self.max_queue_texts,
+               f">= the largest batch bucket ({buckets[-1]})")
+        _check(self.default_timeout_us >= 0, "default_timeout_us", self.default_timeout_us, ">= 0 (0 = no timeout)")
+        _check(self.priority_levels >= 0, "priority_levels", self.priority_levels, ">= 0 (0 = priorities off)")
+        _check(
+            0 <= self.default_priority_level <= self.priority_levels and (self.priority_levels == 0) == (self.default_priority_level == 0),
+            "default_priority_level",
+            self.default_priority_level,
+            f"1..priority_levels ({self.priority_levels}), or 0 when priority_levels is 0",
+        )
+        _check(0.0 < self.cost_ewma_alpha <= 1.0, "cost_ewma_alpha", self.cost_ewma_alpha, "in (0, 1]")
+        _check(self.deadline_margin_us >= 0, "deadline_margin_us", self.deadline_margin_us, ">= 0")
+        _check(self.stage_lead_us >= 0, "stage_lead_us", self.stage_lead_us, ">= 0")
+        _check(self.drain_timeout_s > 0, "drain_timeout_s", self.drain_timeout_s, "> 0")
+
+
+def parse_sections(parameters: Mapping[str, str], *classes: type) -> tuple[Any, ...]:
+    """Split one model's parameters among several config dataclasses and build each.
+
+    Each key goes to the dataclass that declares it; a key no class declares is an error that
+    names the key and lists every known parameter (the ``parse_parameters`` rule, applied to
+    the union).
+
+    Args:
+        parameters: key -> string value, e.g. from :func:`triton_parameters`.
+        *classes: dataclasses with disjoint field names, e.g. ``TextEmbeddingConfig, SchedulerConfig``.
+
+    Returns:
+        One instance per class, in the order given.
+
+    Raises:
+        ConfigError: a key is unknown, or a value does not convert or validate.
+    """
+    owners = {f.name: cls for cls in classes for f in dataclasses.fields(cls)}
+    unknown = sorted(set(parameters) - set(owners))
+    if unknown:
+        raise ConfigError(
+            f"unknown config.pbtxt parameter {unknown[0]!r}; known parameters: {', '.join(sorted(owners))}"
+        )
+    return tuple(
+        parse_parameters(cls, {k: v for k, v in parameters.items() if owners[k] is cls}) for cls in classes
+    )

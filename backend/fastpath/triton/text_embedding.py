@@ -6,32 +6,111 @@ Inputs and outputs (see ``config.pbtxt``; max_batch_size > 0, so each carries a 
     TOKEN_COUNT  TYPE_INT32  [n, 1]   tokens the model saw ([CLS], [SEP] included).
     TRUNCATED    TYPE_BOOL   [n, 1]   True where the text exceeded max_seq_length tokens.
 
-Every request in an ``execute`` call is validated on its own: a bad request gets its own 400 and
-the others of the call are embedded together, batched by length.
+``execute`` validates and tokenizes each request, hands its texts to FastPath's scheduler
+(:mod:`fastpath.scheduling`) and returns ``None`` at once; the scheduler's threads batch texts by
+length and cost and answer every request through its response sender with
+``TRITONSERVER_RESPONSE_COMPLETE_FINAL``. Verified on Triton 2.51 (../shared/ENVIRONMENT.md): a
+non-decoupled python model may do this, and plain HTTP/gRPC infer works. A bad request gets its
+own 400 at once; a full queue a 503 / UNAVAILABLE. ``finalize`` drains: every accepted request
+gets exactly one response. Design: docs/design/scheduler.md.
+
+Request options:
+    timeout      Triton's request timeout (microseconds; ``timeout=`` in tritonclient): a request
+                 still queued when it passes is answered UNAVAILABLE "Request timeout expired".
+    fastpath_priority
+                 request parameter, Triton priority semantics (1 = highest, 0 or out of range =
+                 ``default_priority_level``). Triton 2.51's python backend does not expose the
+                 request's own ``priority`` to the model (verified: no ``priority()`` on
+                 ``InferenceRequest``, and Triton strips it from the parameters), so FastPath
+                 reads this parameter instead.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fastpath.config import TextEmbeddingConfig, parse_parameters, triton_parameters
-from fastpath.models.text_embedding import TextEmbedder
+from fastpath.config import SchedulerConfig, TextEmbeddingConfig, parse_sections, triton_parameters
+from fastpath.errors import ConfigError, EngineError, InvalidInputError
+from fastpath.models.text_embedding import EMBEDDING_DIM, TextEmbedder
+from fastpath.scheduling import Batch, BatchQueue, BatchRunner, CostModel, SchedulerObserver, Ticket, WorkItem
 from fastpath.text import decode_texts
 from fastpath.triton.io import error_response, read_input
 from fastpath.triton.selftest import run_self_test
 
+LOG = logging.getLogger(__name__)
 INPUT_NAME = "TEXT"
+PRIORITY_PARAMETER = "fastpath_priority"
+
+
+def scheduler_length_buckets(buckets: tuple[int, ...], max_seq_length: int) -> tuple[int, ...]:
+    """The padded lengths batches can have: the config's buckets clipped to ``max_seq_length``, plus it.
+
+    Matches :func:`fastpath.models.text_embedding.padded_length` for every text of at most
+    ``max_seq_length`` tokens (the tokenizer truncates there).
+    """
+    return tuple(sorted({min(b, max_seq_length) for b in buckets} | {max_seq_length}))
+
+
+class EmbeddingBatchHandler:
+    """Stages, runs and delivers one scheduler batch with a :class:`TextEmbedder`'s tokenizer and engine.
+
+    Filler rows (batch bucket > real texts) are ``[CLS] [SEP]``, the encoding of the empty text;
+    they never reach a response (../shared/cases K02).
+    """
+
+    def __init__(self, embedder: TextEmbedder) -> None:
+        self.embedder = embedder
+        self._filler = embedder.tokenizer.encode([""])[0]
+        self._output = embedder.engine.outputs[0].name
+
+    def stage(self, batch: Batch) -> dict[str, np.ndarray]:
+        """int64 [batch_size, length] input_ids / attention_mask / token_type_ids."""
+        encodings = [item.payload for item in batch.items]
+        encodings += [self._filler] * (batch.batch_size - len(encodings))
+        return self.embedder.tokenizer.pad(encodings, batch.length).feeds()
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """float32 [batch_size, 384]; raises EngineError on a failure or a wrong shape."""
+        output = self.embedder.engine.infer(feeds)[self._output]
+        rows = feeds["input_ids"].shape[0]
+        if output.shape != (rows, EMBEDDING_DIM):
+            raise EngineError(f"engine returned {self._output} of shape {output.shape}; expected ({rows}, {EMBEDDING_DIM})")
+        return output
+
+    def finish(self, batch: Batch, outputs: np.ndarray) -> None:
+        for index, item in enumerate(batch.items):
+            encoding = item.payload
+            item.ticket.set_row(item.row, (outputs[index], item.tokens, len(encoding.overflowing) > 0))
+
+
+def warm_up(handler: EmbeddingBatchHandler, queue: BatchQueue, clock: Any) -> None:
+    """Run a few batch shapes twice to warm the engine; the second timing seeds the cost model.
+
+    Six small shapes (batch 1/4/16 x two lengths) take well under a second on a 2-core CPU.
+    """
+    lengths = [b for b in queue.length_buckets if b >= 16][:1] + [b for b in queue.length_buckets if b >= 48][:1]
+    sizes = [b for b in queue.batch_buckets if b in (1, 4, 16)]
+    for length in dict.fromkeys(lengths or queue.length_buckets[:1]):
+        for size in sizes:
+            batch = Batch((), size, length, "warmup", 0.0, 0.0)
+            feeds = handler.stage(batch)
+            handler.run(feeds)
+            start_s = clock.now()
+            handler.run(feeds)
+            queue.costs.observe(size, length, clock.now() - start_s)
 
 
 class TextEmbeddingModel:
     """The python-backend model class; ``model.py`` re-exports it as ``TritonPythonModel``."""
 
     def initialize(self, args: dict[str, str]) -> None:
-        """Parse the config, self-test the stub, load tokenizer and engine.
+        """Parse the config, self-test the stub, load tokenizer and engine, start the scheduler.
 
         Raises:
             ConfigError, SelfTestError, ArtifactError, EngineError: the model refuses to load,
@@ -42,48 +121,123 @@ class TextEmbeddingModel:
         self._pb = pb_utils
         run_self_test(pb_utils.Tensor)
         model_config = json.loads(args["model_config"])
-        self.config = parse_parameters(TextEmbeddingConfig, triton_parameters(model_config))
+        self.config, self.scheduler_config = parse_sections(
+            triton_parameters(model_config), TextEmbeddingConfig, SchedulerConfig
+        )
+        sched = self.scheduler_config
+        if sched.batch_buckets[-1] > self.config.max_batch_texts:
+            raise ConfigError(
+                f"config.pbtxt parameter 'batch_buckets' = {sched.batch_buckets}: its largest bucket exceeds "
+                f"max_batch_texts={self.config.max_batch_texts}; drop the larger buckets or raise max_batch_texts"
+            )
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self.embedder = TextEmbedder.from_directory(version_dir, self.config)
         self.model_version = args["model_version"]
+        self.handler = EmbeddingBatchHandler(self.embedder)
+        queue = BatchQueue(
+            batch_buckets=sched.batch_buckets,
+            length_buckets=scheduler_length_buckets(self.config.length_buckets_tokens, self.config.max_seq_length),
+            costs=CostModel(sched.cost_ewma_alpha),
+            max_queue_delay_s=sched.max_queue_delay_us * 1e-6,
+            max_texts=sched.max_queue_texts,
+            deadline_margin_s=sched.deadline_margin_us * 1e-6,
+        )
+        self.metrics = self._make_metrics(args, sched)
+        self.runner = BatchRunner(queue, self.handler, observer=self.metrics, stage_lead_s=sched.stage_lead_us * 1e-6,
+                                  check_cancellation=sched.check_cancellation, name=args.get("model_name", "fastpath"))
+        if sched.warmup:
+            warm_up(self.handler, queue, self.runner.clock)
+        self.runner.start()
 
-    def _read_texts(self, request: Any) -> list[str]:
-        values = read_input(self._pb, request, INPUT_NAME)
-        return decode_texts(values, tensor=INPUT_NAME, max_text_bytes=self.config.max_text_bytes)
+    def _make_metrics(self, args: dict[str, str], sched: SchedulerConfig) -> SchedulerObserver:
+        from fastpath.triton.metrics import SchedulerMetrics
 
-    def execute(self, requests: list[Any]) -> list[Any]:
-        """Answer each request with embeddings or its own error; one engine pass for all of them."""
+        try:
+            return SchedulerMetrics(self._pb, model=args.get("model_name", "text_embedding"),
+                                    version=args["model_version"], batch_buckets=sched.batch_buckets)
+        except Exception as exc:  # metrics disabled on the server (--allow-metrics=false): serve anyway
+            LOG.warning("FastPath scheduler metrics are off: %s", exc)
+            return SchedulerObserver()
+
+    def _priority_level(self, request: Any) -> int:
+        """Triton priority semantics from the ``fastpath_priority`` request parameter."""
+        levels, default = self.scheduler_config.priority_levels, self.scheduler_config.default_priority_level
+        raw = json.loads(request.parameters() or "{}").get(PRIORITY_PARAMETER)
+        if raw is None or levels == 0:
+            return default
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise InvalidInputError(
+                f"request parameter {PRIORITY_PARAMETER} = {raw!r}: expected an integer priority level "
+                f"(1 = highest .. {levels}; 0 = default level {default})"
+            )
+        return raw if 1 <= raw <= levels else default
+
+    def _timeout_s(self, request: Any) -> float | None:
+        timeout_us = request.timeout() or self.scheduler_config.default_timeout_us
+        return timeout_us * 1e-6 if timeout_us else None
+
+    def execute(self, requests: list[Any]) -> None:
+        """Validate and tokenize each request, queue its texts, return at once; responses follow from the scheduler."""
         pb = self._pb
-        responses: list[Any] = [None] * len(requests)
-        accepted: list[tuple[int, list[str]]] = []
-        for index, request in enumerate(requests):
+        accepted = []
+        for request in requests:
+            sender = request.get_response_sender()
             try:
-                accepted.append((index, self._read_texts(request)))
+                texts = decode_texts(read_input(pb, request, INPUT_NAME), tensor=INPUT_NAME,
+                                     max_text_bytes=self.config.max_text_bytes)
+                accepted.append((request, sender, texts, self._priority_level(request), self._timeout_s(request)))
             except Exception as exc:  # a bad request fails alone
-                responses[index] = error_response(pb, exc)
-        if accepted:
-            texts = [text for _, request_texts in accepted for text in request_texts]
+                self._send(sender, error_response(pb, exc))
+        if not accepted:
+            return None
+        try:
+            encodings = self.embedder.tokenizer.encode([text for entry in accepted for text in entry[2]])
+        except Exception as exc:
+            for _, sender, *_ in accepted:
+                self._send(sender, error_response(pb, exc))
+            return None
+        start = 0
+        for request, sender, texts, level, timeout_s in accepted:
+            ticket = Ticket(len(texts), functools.partial(self._answer, sender), is_cancelled=request.is_cancelled,
+                            label=request.request_id() or "request")
+            items = [WorkItem(ticket, row, len(encodings[start + row].ids), encodings[start + row], level)
+                     for row in range(len(texts))]
+            start += len(texts)
             try:
-                result = self.embedder.embed(texts)
-            except Exception as exc:
-                for index, _ in accepted:
-                    responses[index] = error_response(pb, exc)
-                return responses
-            start = 0
-            for index, request_texts in accepted:
-                part = result.slice(start, start + len(request_texts))
-                start += len(request_texts)
-                responses[index] = pb.InferenceResponse(
-                    output_tensors=[
-                        pb.Tensor("EMBEDDING", np.ascontiguousarray(part.embeddings)),
-                        pb.Tensor("TOKEN_COUNT", part.token_counts.reshape(-1, 1)),
-                        pb.Tensor("TRUNCATED", part.truncated.reshape(-1, 1)),
-                    ]
-                )
-        return responses
+                self.runner.submit(items, timeout_s=timeout_s)
+            except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
+                self._send(sender, error_response(pb, exc))
+        return None
+
+    def _answer(self, sender: Any, ticket: Ticket, rows: list[Any] | None, error: BaseException | None) -> None:
+        """The ticket's single answer: stack its rows into the three outputs, or send its error."""
+        pb = self._pb
+        if error is not None:
+            self._send(sender, error_response(pb, error))
+            return
+        embeddings = np.stack([row[0] for row in rows]).astype(np.float32, copy=False)
+        token_counts = np.array([[row[1]] for row in rows], dtype=np.int32)
+        truncated = np.array([[row[2]] for row in rows], dtype=np.bool_)
+        self._send(sender, pb.InferenceResponse(output_tensors=[
+            pb.Tensor("EMBEDDING", embeddings),
+            pb.Tensor("TOKEN_COUNT", token_counts),
+            pb.Tensor("TRUNCATED", truncated),
+        ]))
+
+    def _send(self, sender: Any, response: Any) -> None:
+        try:
+            sender.send(response, flags=self._pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except Exception:  # the client is gone or the request was already answered: nothing else to do
+            LOG.exception("sending a response failed")
 
     def finalize(self) -> None:
-        """Release the engine."""
+        """Drain the scheduler (every accepted request gets its response), then release the engine."""
+        runner = getattr(self, "runner", None)
+        if runner is not None:
+            runner.close(self.scheduler_config.drain_timeout_s)
+        metrics = getattr(self, "metrics", None)
+        if metrics is not None and hasattr(metrics, "close"):
+            metrics.close()
         embedder = getattr(self, "embedder", None)
         if embedder is not None:
             embedder.close()

@@ -1,0 +1,385 @@
+"""The scheduler's policy core: which texts run together, and when. Pure Python, no threads.
+
+:class:`BatchQueue` holds accepted texts (:class:`~fastpath.scheduling.tickets.WorkItem`) in one
+list per *length bucket*, each ordered by (priority level, arrival). Whenever the engine is free
+(or about to be), the driver asks :meth:`BatchQueue.next_batch` for a :class:`Decision`: a batch to
+run now, or the clock time to ask again. Time comes only from the ``now`` argument.
+
+Candidates. A candidate batch is a run of adjacent length buckets ``[lo, hi]`` that holds the
+*anchor* text; it pads to bucket ``hi``. Its size snaps to the engine's batch buckets: either down
+(run the best-ranked ``B_down`` texts, the rest wait) or up (run all ``n`` texts plus
+``B_up - n`` filler rows). The candidate with the highest *efficiency* wins: the ideal engine time
+of its texts (their tokens at the per-token cost of a full largest batch) over the predicted time
+of the padded batch (cost model: :class:`~fastpath.scheduling.costs.CostModel`). So "pad the
+length up or run two batches" and "pad the batch up or let texts wait" are both decided by cost.
+
+Rules, checked in this order while the engine is free:
+    expire    texts past their Triton timeout leave the queue (answered UNAVAILABLE).
+    deadline  (b) if waiting longer would make a text miss its deadline given the predicted cost
+              of its batch (plus ``deadline_margin_s``), its best batch runs now.
+    full      (a) a length bucket holds a full largest batch bucket: that batch runs now.
+    drain     the queue is closed: run the best batch now.
+    delay     (c) the oldest text has waited ``max_queue_delay_s``: the best batch runs now.
+    idle      the engine is free and waiting for more texts is not predicted to pay: with arrival
+              rate ``r`` into the candidate's buckets, filling the next batch bucket takes
+              ``need / r`` seconds of idle engine; wait only if the fuller batch's efficiency,
+              counting that idle time as cost, beats running now. On CPU, where a call's fixed
+              overhead is small next to its per-token work, this rarely pays; on a GPU it often does.
+The anchor is the head of the queue (best priority level, then oldest) for every rule except
+``deadline``, whose anchor is the text at risk.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import heapq
+from collections.abc import Iterable, Sequence
+
+from fastpath.errors import UnavailableError
+from fastpath.scheduling.costs import CostModel
+from fastpath.scheduling.tickets import WorkItem
+
+_RATE_ALPHA = 0.2  # EWMA weight of the newest inter-arrival gap
+_MIN_GAP_S = 1e-6  # requests arriving together count as 1 us apart
+_MIN_WAIT_S = 50e-6  # waiting less than this is not worth a wake-up
+
+
+def _key(item: WorkItem) -> tuple[int, int]:
+    return (item.priority_level, item.seq)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """Texts that run as one engine call.
+
+    Attributes:
+        items: the real texts, in row order; rows ``len(items)..batch_size-1`` are filler.
+        batch_size: the batch bucket the engine runs (>= ``len(items)``).
+        length: padded sequence length in tokens (a length bucket, or the longest text beyond the last).
+        rule: why it runs now: ``deadline`` | ``full`` | ``drain`` | ``delay`` | ``idle``.
+        formed_s: clock time the batch was formed.
+        predicted_s: predicted engine seconds for [batch_size, length].
+    """
+
+    items: tuple[WorkItem, ...]
+    batch_size: int
+    length: int
+    rule: str
+    formed_s: float
+    predicted_s: float
+
+    @property
+    def real_tokens(self) -> int:
+        """Tokens of the real texts (no padding)."""
+        return sum(item.tokens for item in self.items)
+
+    @property
+    def padded_tokens(self) -> int:
+        """Tokens the engine processes: ``batch_size * length``."""
+        return self.batch_size * self.length
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Answer of :meth:`BatchQueue.next_batch`.
+
+    Attributes:
+        batch: the batch to run now, or None.
+        expired: texts that timed out in the queue; the caller answers their tickets.
+        wake_s: when no batch runs: clock time to ask again (None: when a text arrives).
+    """
+
+    batch: Batch | None
+    expired: tuple[WorkItem, ...] = ()
+    wake_s: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Candidate:
+    lo: int
+    hi: int
+    served: int  # real texts that run
+    size: int  # batch bucket
+    in_range: int  # texts queued in [lo, hi]
+    useful_s: float  # ideal engine seconds of the served texts (see BatchQueue._ideal_s_per_token)
+    cost_s: float  # predicted engine seconds of the batch
+
+    @property
+    def efficiency(self) -> float:
+        return self.useful_s / self.cost_s if self.cost_s > 0 else 0.0
+
+
+class _Rate:
+    """Arrival rate of one length bucket, in texts per second.
+
+    EWMAs of the gap between arrivals (one arrival = one request's texts in this bucket) and of
+    the texts per arrival; a quiet spell lowers the rate at once (the current gap counts).
+    """
+
+    __slots__ = ("last_s", "gap_s", "texts")
+
+    def __init__(self) -> None:
+        self.last_s: float | None = None
+        self.gap_s: float | None = None
+        self.texts = 1.0
+
+    def arrive(self, now: float, texts: int) -> None:
+        if self.last_s is not None:
+            gap = max(now - self.last_s, _MIN_GAP_S)
+            self.gap_s = gap if self.gap_s is None else self.gap_s + _RATE_ALPHA * (gap - self.gap_s)
+            self.texts += _RATE_ALPHA * (texts - self.texts)
+        else:
+            self.texts = float(texts)
+        self.last_s = now
+
+    def per_s(self, now: float) -> float:
+        if self.gap_s is None or self.last_s is None:
+            return 0.0
+        return self.texts / max(self.gap_s, now - self.last_s)
+
+
+class BatchQueue:
+    """Bounded, length-bucketed queue with cost-based batch formation. Not thread-safe: the driver
+    (:class:`~fastpath.scheduling.runner.BatchRunner`) serializes calls under its lock.
+
+    Args:
+        batch_buckets: strictly increasing batch sizes starting at 1; the last is the largest batch.
+        length_buckets: strictly increasing padded lengths in tokens; a text of ``t`` tokens joins
+            the first bucket >= ``t`` (the last bucket if none).
+        costs: the shared cost model.
+        max_queue_delay_s: rule (c), seconds.
+        max_texts: queue bound in texts (rejects beyond it with UnavailableError).
+        deadline_margin_s: rule (b) slack, seconds.
+
+    Raises:
+        ValueError: bucket lists are empty, unsorted, or batch buckets do not start at 1.
+    """
+
+    def __init__(self, *, batch_buckets: Sequence[int], length_buckets: Sequence[int], costs: CostModel,
+                 max_queue_delay_s: float, max_texts: int, deadline_margin_s: float = 0.0) -> None:
+        for name, values in (("batch_buckets", batch_buckets), ("length_buckets", length_buckets)):
+            if not values or list(values) != sorted(set(values)) or values[0] < 1:
+                raise ValueError(f"{name} must be strictly increasing positive integers, got {list(values)}")
+        if batch_buckets[0] != 1:
+            raise ValueError(f"batch_buckets must start at 1 so any single text can run, got {list(batch_buckets)}")
+        self.batch_buckets = tuple(batch_buckets)
+        self.length_buckets = tuple(length_buckets)
+        self.max_batch = self.batch_buckets[-1]
+        self.costs = costs
+        self.max_queue_delay_s = max_queue_delay_s
+        self.max_texts = max_texts
+        self.deadline_margin_s = deadline_margin_s
+        self._groups: list[list[WorkItem]] = [[] for _ in self.length_buckets]
+        self._rates = [_Rate() for _ in self.length_buckets]
+        self._count = 0
+        self._seq = 0
+        self._closed = False
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def group_of(self, tokens: int) -> int:
+        """Index of the length bucket a text of ``tokens`` tokens joins."""
+        return min(bisect.bisect_left(self.length_buckets, tokens), len(self.length_buckets) - 1)
+
+    def submit(self, items: Sequence[WorkItem], now: float) -> None:
+        """Accept all ``items`` (one request's texts) or none.
+
+        Raises:
+            UnavailableError: the queue is closed, or the texts do not fit in ``max_texts``
+                (Triton's wording: "Exceeds maximum queue size"); retryable.
+        """
+        if self._closed:
+            raise UnavailableError("the model is shutting down and accepts no new requests; retry on another instance")
+        if self._count + len(items) > self.max_texts:
+            raise UnavailableError(
+                f"Exceeds maximum queue size: {self._count} texts queued + {len(items)} in this request > "
+                f"max_queue_texts={self.max_texts}; the server is overloaded, retry later (parameter max_queue_texts)"
+            )
+        per_group: dict[int, int] = {}
+        for item in items:
+            item.seq = self._seq
+            self._seq += 1
+            group = self.group_of(item.tokens)
+            bisect.insort(self._groups[group], item, key=_key)
+            per_group[group] = per_group.get(group, 0) + 1
+        for group, texts in per_group.items():
+            self._rates[group].arrive(now, texts)
+        self._count += len(items)
+
+    def close(self) -> None:
+        """Refuse new texts; queued ones are dispatched without waiting (rule ``drain``)."""
+        self._closed = True
+
+    def remove_all(self) -> list[WorkItem]:
+        """Take every queued text out (for a drain that ran out of time)."""
+        items = [item for group in self._groups for item in group]
+        self._groups = [[] for _ in self.length_buckets]
+        self._count = 0
+        return items
+
+    def next_batch(self, now: float) -> Decision:
+        """Decide, for a free engine, what runs now; see the module docstring for the rules."""
+        expired = self._expire(now)
+        if not self._count:
+            return Decision(None, expired, None)
+        for anchor in self._deadline_risks(now):
+            return Decision(self._form(self._best(anchor), anchor, "deadline", now), expired)
+        full = self._full_group()
+        if full is not None:
+            return Decision(self._form(self._single(full), self._groups[full][0], "full", now), expired)
+        head = self._head()
+        best = self._best(head)
+        if self._closed:
+            return Decision(self._form(best, head, "drain", now), expired)
+        oldest_s = min(item.arrival_s for group in self._groups for item in group)
+        if now - oldest_s >= self.max_queue_delay_s:
+            return Decision(self._form(best, head, "delay", now), expired)
+        wait_until = self._worth_waiting(best, now, oldest_s)
+        if wait_until is None:
+            return Decision(self._form(best, head, "idle", now), expired)
+        return Decision(None, expired, min(wait_until, oldest_s + self.max_queue_delay_s, self._next_risk_s()))
+
+    # -- rules -------------------------------------------------------------------------------
+
+    def _expire(self, now: float) -> tuple[WorkItem, ...]:
+        """Remove texts whose ticket is already answered (dropped) or whose timeout passed (returned)."""
+        expired: list[WorkItem] = []
+        for index, group in enumerate(self._groups):
+            if not any(item.ticket.done or (item.deadline_s is not None and item.deadline_s <= now) for item in group):
+                continue
+            keep = []
+            for item in group:
+                if item.ticket.done:
+                    continue
+                if item.deadline_s is not None and item.deadline_s <= now:
+                    expired.append(item)
+                else:
+                    keep.append(item)
+            self._count -= len(group) - len(keep)
+            self._groups[index] = keep
+        return tuple(expired)
+
+    def _risk_s(self, item: WorkItem) -> float:
+        """Latest clock time ``item``'s batch can start and still end ``deadline_margin_s`` before its deadline."""
+        group = self.group_of(item.tokens)
+        size = self.snap_up(min(len(self._groups[group]), self.max_batch))
+        return item.deadline_s - self.costs.estimate(size, self.length_buckets[group]) - self.deadline_margin_s
+
+    def _deadline_risks(self, now: float) -> Iterable[WorkItem]:
+        """Texts that must start now to meet their deadline, most urgent first."""
+        risks = [(self._risk_s(item), item.seq, item) for group in self._groups for item in group
+                 if item.deadline_s is not None]
+        return [item for risk_s, _, item in sorted(risks, key=lambda r: r[:2]) if risk_s <= now][:1]
+
+    def _next_risk_s(self) -> float:
+        times = [self._risk_s(item) for group in self._groups for item in group if item.deadline_s is not None]
+        return min(times, default=float("inf"))
+
+    def _full_group(self) -> int | None:
+        """The length bucket with a full largest batch whose head ranks best, if any."""
+        full = [index for index, group in enumerate(self._groups) if len(group) >= self.max_batch]
+        return min(full, key=lambda index: _key(self._groups[index][0]), default=None)
+
+    def _head(self) -> WorkItem:
+        return min((group[0] for group in self._groups if group), key=_key)
+
+    def _worth_waiting(self, best: _Candidate, now: float, oldest_s: float) -> float | None:
+        """Clock time worth waiting until for more texts, or None to run ``best`` now.
+
+        Waiting ``fill_s`` for the next batch bucket idles the engine that long; it pays only if
+        the fuller batch's efficiency, idle time included, beats running ``best`` now.
+        """
+        larger = [size for size in self.batch_buckets if size > best.served]
+        if not larger or best.in_range >= larger[0]:
+            return None  # already the largest batch, or the cost model chose to leave texts waiting
+        target = larger[0]
+        rate = sum(self._rates[g].per_s(now) for g in range(best.lo, best.hi + 1))
+        if rate <= 0:
+            return None
+        fill_s = max((target - best.in_range) / rate, _MIN_WAIT_S)
+        if now + fill_s > oldest_s + self.max_queue_delay_s:
+            return None
+        useful_s = best.useful_s / best.served * target
+        cost_s = fill_s + self.costs.estimate(target, self.length_buckets[best.hi])
+        return now + fill_s if useful_s / cost_s > best.efficiency else None
+
+    # -- candidates ----------------------------------------------------------------------------
+
+    def snap_down(self, count: int) -> int:
+        """Largest batch bucket <= ``count``."""
+        return self.batch_buckets[bisect.bisect_right(self.batch_buckets, count) - 1]
+
+    def snap_up(self, count: int) -> int:
+        """Smallest batch bucket >= ``count`` (the largest bucket if none)."""
+        return self.batch_buckets[min(bisect.bisect_left(self.batch_buckets, count), len(self.batch_buckets) - 1)]
+
+    def _ideal_s_per_token(self, group: int) -> float:
+        """Engine seconds per token of a text of this bucket in a full largest batch: the cost floor."""
+        length = self.length_buckets[group]
+        return self.costs.estimate(self.max_batch, length) / (self.max_batch * length)
+
+    def _candidate(self, lo: int, hi: int, in_range: int, useful_s: float) -> _Candidate:
+        """Best snapping of the texts in buckets [lo, hi]: cut down to a bucket, or pad up with filler rows.
+
+        ``useful_s`` is the ideal engine time of all ``in_range`` texts; a cut serves its share.
+        """
+        count = min(in_range, self.max_batch)
+        length = self.length_buckets[hi]
+        down, up = self.snap_down(count), self.snap_up(count)
+        cut = _Candidate(lo, hi, down, down, in_range, useful_s * down / in_range, self.costs.estimate(down, length))
+        if up == down:
+            return cut
+        padded = _Candidate(lo, hi, count, up, in_range, useful_s * count / in_range, self.costs.estimate(up, length))
+        return padded if padded.efficiency >= cut.efficiency else cut
+
+    def _useful_by_group(self) -> list[float]:
+        """Ideal engine seconds of each bucket's queued texts (tokens x ideal seconds per token)."""
+        return [sum(item.tokens for item in group) * self._ideal_s_per_token(g) if group else 0.0
+                for g, group in enumerate(self._groups)]
+
+    def _single(self, group: int) -> _Candidate:
+        return self._candidate(group, group, len(self._groups[group]), self._useful_by_group()[group])
+
+    def _best(self, anchor: WorkItem) -> _Candidate:
+        """The most efficient candidate (ideal / predicted engine time) among runs of buckets around the anchor's.
+
+        Efficiency charges every padded token and filler row: merging short texts into a long
+        batch, or padding 5 texts up to 8 rows, wins only where the per-call overhead it saves is
+        larger than the padding it adds.
+        """
+        home = self.group_of(anchor.tokens)
+        useful = self._useful_by_group()
+        counts = [len(group) for group in self._groups]
+        count_prefix, useful_prefix = [0], [0.0]
+        for count, value in zip(counts, useful):
+            count_prefix.append(count_prefix[-1] + count)
+            useful_prefix.append(useful_prefix[-1] + value)
+        best: _Candidate | None = None
+        for lo in (index for index in range(home + 1) if counts[index]):
+            for hi in (index for index in range(home, len(counts)) if counts[index]):
+                in_range = count_prefix[hi + 1] - count_prefix[lo]
+                candidate = self._candidate(lo, hi, in_range, useful_prefix[hi + 1] - useful_prefix[lo])
+                if best is None or (candidate.efficiency, candidate.served) > (best.efficiency, best.served):
+                    best = candidate
+        assert best is not None  # the anchor's own bucket is always a candidate
+        return best
+
+    def _form(self, candidate: _Candidate, anchor: WorkItem, rule: str, now: float) -> Batch:
+        """Take the candidate's texts out of the queue: the anchor first, then by (priority, arrival)."""
+        groups = [self._groups[g] for g in range(candidate.lo, candidate.hi + 1)]
+        ranked = [anchor] + [item for item in heapq.merge(*groups, key=_key) if item is not anchor]
+        chosen = ranked[: candidate.served]
+        taken = {id(item) for item in chosen}
+        for g in range(candidate.lo, candidate.hi + 1):
+            self._groups[g] = [item for item in self._groups[g] if id(item) not in taken]
+        self._count -= len(chosen)
+        top = max(self.group_of(item.tokens) for item in chosen)
+        length = max(self.length_buckets[top], max(item.tokens for item in chosen))
+        size = max(candidate.size, len(chosen))
+        return Batch(tuple(chosen), size, length, rule, now, self.costs.estimate(size, length))

@@ -1,0 +1,180 @@
+"""FastPath's scheduler under a real tritonserver: batch-independent results (K02), queue-full and
+timeout rejections as UNAVAILABLE, custom metrics on the metrics port, and drain on unload."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import shutil
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.conftest import MODEL_REPOSITORY, start_server
+
+pytestmark = pytest.mark.e2e
+MODEL = "text_embedding"
+
+
+def _inputs(module, texts):
+    data = np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_)
+    tensor = module.InferInput("TEXT", list(data.shape), "BYTES")
+    tensor.set_data_from_numpy(data)
+    return [tensor]
+
+
+def _embed(server, texts, **kwargs):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    return client.infer(MODEL, _inputs(grpcclient, texts), **kwargs).as_numpy("EMBEDDING")
+
+
+def _metrics(server) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.options.metrics_port}/metrics", timeout=10) as reply:
+        return reply.read().decode()
+
+
+def _metric_sum(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_each_response_equals_the_same_text_sent_alone(triton_server, sentences):
+    """K02: mixed lengths batched together by the scheduler give the row each text gets alone."""
+    long_text = " ".join(["inference"] * 360)
+    texts = ["hello world", "", long_text] + sentences[:: max(1, len(sentences) // 45)][:45]
+    alone = np.stack([_embed(triton_server, [text])[0] for text in texts])
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:  # concurrent single-text requests, shuffled
+        order = np.random.default_rng(0).permutation(len(texts))
+        rows = dict(zip(order, pool.map(lambda i: _embed(triton_server, [texts[i]])[0], order)))
+        groups = [list(range(k, len(texts), 6)) for k in range(6)]  # and multi-text requests of mixed lengths
+        grouped = list(pool.map(lambda g: _embed(triton_server, [texts[i] for i in g]), groups))
+    together = np.stack([rows[i] for i in range(len(texts))])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    for group, embeddings in zip(groups, grouped):
+        np.testing.assert_allclose(embeddings, alone[group], atol=1e-5)
+    cosine = (together * alone).sum(axis=1) / (np.linalg.norm(together, axis=1) * np.linalg.norm(alone, axis=1))
+    assert cosine.min() >= 0.9999
+
+
+def test_a_request_past_its_timeout_gets_unavailable(triton_server):
+    with pytest.raises(InferenceServerException) as info:
+        _embed(triton_server, ["too late"], timeout=1)  # Triton request timeout: 1 microsecond
+    assert info.value.status() == "StatusCode.UNAVAILABLE"
+    assert "Request timeout expired" in info.value.message()
+    assert _embed(triton_server, ["on time"], timeout=60_000_000).shape == (1, 384)
+
+
+def test_scheduler_metrics_are_published(triton_server, sentences):
+    _embed(triton_server, sentences[:20])
+    text = _metrics(triton_server)
+    labels = {"model": MODEL, "version": "1"}
+    assert _metric_sum(text, "fastpath_batch_size_count", **labels) >= 1
+    assert _metric_sum(text, "fastpath_queue_delay_us_count", **labels) >= 20
+    assert _metric_sum(text, "fastpath_batch_padding_fraction_count", **labels) >= 1
+    real = _metric_sum(text, "fastpath_real_tokens_total", **labels)
+    assert real > 0 and _metric_sum(text, "fastpath_padded_tokens_total", **labels) >= real
+    assert re.search(r'fastpath_batch_execution_us_bucket\{[^}]*batch_size="\d+"[^}]*seq_length="\d+"', text)
+    assert "# TYPE fastpath_batch_size histogram" in text
+    assert 'fastpath_rejected_texts_total{model="text_embedding",reason="timeout",version="1"}' in text
+
+
+@pytest.fixture(scope="module")
+def small_queue_server(tmp_path_factory):
+    """text_embedding with a 4-text queue and 4-row batches, so a burst overflows it."""
+    root = tmp_path_factory.mktemp("small_queue")
+    version = root / "repository" / MODEL / "1"
+    version.mkdir(parents=True)
+    config = (MODEL_REPOSITORY / MODEL / "config.pbtxt").read_text()
+    config = re.sub(r'(key: "batch_buckets" value: \{ string_value: )"[^"]*"', r'\1"1,2,4"', config)
+    config = re.sub(r'(key: "max_queue_texts" value: \{ string_value: )"[^"]*"', r'\1"4"', config)
+    (version.parent / "config.pbtxt").write_text(config)
+    for name in ("model.py", "model.onnx", "tokenizer.json"):
+        (version / name).symlink_to(MODEL_REPOSITORY / MODEL / "1" / name)
+    server = start_server(root, models=(MODEL,), repository=root / "repository")
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root / "repository", ignore_errors=True)
+
+
+def _burst(server, count, texts_per_request, protocol="grpc"):
+    """``count`` concurrent requests; returns [(embedding or None, error or None)]."""
+    module = grpcclient if protocol == "grpc" else httpclient
+    text = " ".join(["scheduling"] * 120)
+
+    def send(_):
+        client = (grpcclient.InferenceServerClient(server.grpc_url) if protocol == "grpc"
+                  else httpclient.InferenceServerClient(server.http_url, network_timeout=120))
+        try:
+            return client.infer(MODEL, _inputs(module, [text] * texts_per_request)).as_numpy("EMBEDDING"), None
+        except InferenceServerException as exc:
+            return None, exc
+
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+        return list(pool.map(send, range(count)))
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_queue_full_is_rejected_as_retryable_unavailable(small_queue_server, protocol):
+    results = _burst(small_queue_server, 24, 2, protocol)
+    errors = [error for _, error in results if error is not None]
+    assert errors, "a 48-text burst into a 4-text queue must overflow it"
+    expected = "StatusCode.UNAVAILABLE" if protocol == "grpc" else "503"
+    assert {error.status() for error in errors} == {expected}
+    assert all("Exceeds maximum queue size" in error.message() and "max_queue_texts=4" in error.message() for error in errors)
+    good = [embedding for embedding, error in results if error is None]
+    assert good and all(e.shape == (2, 384) and np.isfinite(e).all() for e in good)
+    assert small_queue_server.is_ready(models=[MODEL])
+    assert _metric_sum(_metrics(small_queue_server), "fastpath_rejected_texts_total", reason="queue_full") >= 2 * len(errors)
+
+
+def test_unload_drains_every_accepted_request(small_queue_server):
+    """finalize drains: requests in flight at unload each get exactly one answer, none hangs."""
+    import threading
+
+    text = " ".join(["draining"] * 100)
+    done = threading.Condition()
+    outcomes: list[tuple[str, str]] = []
+    stop = threading.Event()
+
+    def client_loop():
+        client = grpcclient.InferenceServerClient(small_queue_server.grpc_url)
+        while not stop.is_set():
+            try:
+                embedding = client.infer(MODEL, _inputs(grpcclient, [text]), client_timeout=120).as_numpy("EMBEDDING")
+                outcome = ("ok", "") if embedding.shape == (1, 384) and np.isfinite(embedding).all() else ("bad", "")
+            except InferenceServerException as exc:
+                outcome = (exc.status(), exc.message())
+            with done:
+                outcomes.append(outcome)
+                done.notify_all()
+            if outcome[0] != "ok" and "Exceeds maximum queue size" not in outcome[1]:
+                return  # the model is gone (or answered something unexpected): stop this client
+
+    threads = [threading.Thread(target=client_loop) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    with done:
+        assert done.wait_for(lambda: sum(o == ("ok", "") for o in outcomes) >= 6, timeout=120)
+    admin = httpclient.InferenceServerClient(small_queue_server.http_url)
+    admin.unload_model(MODEL)
+    for thread in threads:
+        thread.join(150)
+    stop.set()
+    assert not any(thread.is_alive() for thread in threads), "a request never got its answer"
+    unexpected = [o for o in outcomes if o[0] != "ok" and "Exceeds maximum queue size" not in o[1]
+                  and not re.search(r"unknown model|not found|unavailable|shutting down|unload", o[1], re.I)]
+    assert not unexpected, unexpected
+    assert ("bad", "") not in outcomes
+    assert sum(o == ("ok", "") for o in outcomes) >= 6
+    assert not admin.is_model_ready(MODEL)
+    admin.load_model(MODEL)
+    assert small_queue_server.is_ready(models=[MODEL])

@@ -1,0 +1,106 @@
+"""CostModel (EWMA per cell, linear fit for unmeasured cells) and Ticket (exactly one answer)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from fastpath.scheduling import CostModel, Ticket
+
+
+def test_cell_is_an_ewma_of_its_measurements():
+    costs = CostModel(0.5)
+    costs.observe(4, 32, 1.0)
+    assert costs.estimate(4, 32) == 1.0
+    costs.observe(4, 32, 2.0)
+    assert costs.estimate(4, 32) == pytest.approx(1.5)
+    assert costs.measured() == {(4, 32): pytest.approx(1.5)}
+
+
+def test_unmeasured_cells_use_the_linear_fit_of_all_measurements():
+    costs = CostModel(0.2)
+    overhead_s, per_token_s = 3e-3, 2e-5
+    for batch, length in ((1, 16), (8, 32), (16, 64)):
+        costs.observe(batch, length, overhead_s + per_token_s * batch * length)
+    fit_overhead, fit_per_token = costs.linear()
+    assert fit_overhead == pytest.approx(overhead_s, rel=1e-6)
+    assert fit_per_token == pytest.approx(per_token_s, rel=1e-6)
+    assert costs.estimate(64, 128) == pytest.approx(overhead_s + per_token_s * 64 * 128, rel=1e-6)
+
+
+def test_prior_until_two_distinct_shapes_and_never_a_negative_slope():
+    costs = CostModel(0.2, prior_overhead_s=1e-3, prior_per_token_s=1e-6)
+    assert costs.estimate(2, 100) == pytest.approx(1e-3 + 2e-4)
+    costs.observe(1, 16, 0.5)
+    assert costs.linear() == (1e-3, 1e-6)  # one shape does not determine a line
+    costs.observe(64, 256, 0.1)  # noise: the bigger batch measured faster
+    assert costs.linear() == (1e-3, 1e-6)
+
+
+def test_bad_alpha_is_refused():
+    with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\]"):
+        CostModel(0.0)
+
+
+def test_ticket_answers_once_with_rows_in_order(answers):
+    ticket = Ticket(3, answers)
+    ticket.set_row(2, "c")
+    ticket.set_row(0, "a")
+    assert answers.count(ticket) == 0 and not ticket.done
+    ticket.set_row(1, "b")
+    ticket.set_row(1, "again")
+    assert ticket.fail(RuntimeError("late")) is False
+    assert answers.of(ticket) == (["a", "b", "c"], None)
+
+
+def test_ticket_first_error_wins_and_later_rows_are_ignored(answers):
+    ticket = Ticket(2, answers)
+    ticket.set_row(0, "a")
+    error = RuntimeError("engine failed")
+    assert ticket.fail(error) is True
+    ticket.set_row(1, "b")
+    assert ticket.fail(RuntimeError("second")) is False
+    assert answers.of(ticket) == (None, error)
+
+
+def test_ticket_answers_once_under_racing_threads(answers):
+    tickets = [Ticket(2, answers) for _ in range(200)]
+    barrier = threading.Barrier(3)
+
+    def rows():
+        barrier.wait()
+        for ticket in tickets:
+            ticket.set_row(0, 0)
+            ticket.set_row(1, 1)
+
+    def errors():
+        barrier.wait()
+        for ticket in tickets:
+            ticket.fail(RuntimeError("x"))
+
+    threads = [threading.Thread(target=f) for f in (rows, errors, rows)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(answers.count(ticket) == 1 for ticket in tickets)
+
+
+def test_a_failing_callback_is_contained(caplog):
+    def broken(*_):
+        raise RuntimeError("sender is gone")
+
+    ticket = Ticket(1, broken, label="req-7")
+    ticket.set_row(0, 1.0)
+    assert ticket.done and "answering req-7 failed" in caplog.text
+
+
+def test_is_cancelled_asks_the_owner_and_survives_its_errors(answers):
+    assert Ticket(1, answers, is_cancelled=lambda: True).is_cancelled() is True
+    assert Ticket(1, answers).is_cancelled() is False
+
+    def dead():
+        raise RuntimeError("request released")
+
+    assert Ticket(1, answers, is_cancelled=dead).is_cancelled() is False

@@ -1,0 +1,169 @@
+"""BatchQueue's rules on a fake clock: fill, deadline, delay, idle, priority, timeout, queue full,
+drain, length buckets, and cost-decided pad-up vs cut vs wait."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastpath.errors import UnavailableError
+
+from .conftest import CPU, GPU, make_queue, request, submit
+
+
+def test_lone_text_runs_at_once_on_an_idle_engine(answers, clock):
+    queue = make_queue(CPU)
+    (item,) = submit(queue, clock, request(answers, [10]))
+    decision = queue.next_batch(clock.now())
+    assert decision.batch.rule == "idle"
+    assert decision.batch.items == (item,)
+    assert (decision.batch.batch_size, decision.batch.length) == (1, 16)  # pads to its length bucket
+    assert len(queue) == 0
+
+
+def test_full_largest_bucket_dispatches_even_when_waiting_would_pay(answers, clock):
+    queue = make_queue(GPU, max_queue_delay_s=1.0)
+    items = [submit(queue, clock, request(answers, [20]))[0] for _ in range(70)]
+    decision = queue.next_batch(clock.now())
+    assert decision.batch.rule == "full"
+    assert decision.batch.items == tuple(items[:64])  # oldest first
+    assert (decision.batch.batch_size, decision.batch.length) == (64, 32)
+    assert len(queue) == 6
+
+
+def _arrive_every(queue, clock, answers, gap_s, count, tokens=10):
+    items = []
+    for _ in range(count):
+        items += submit(queue, clock, request(answers, [tokens]))
+        clock.advance(gap_s)
+    return items
+
+
+def test_waits_for_a_fuller_batch_when_call_overhead_dominates_then_max_delay_fires(answers, clock):
+    queue = make_queue(GPU, max_queue_delay_s=2e-3)
+    start = clock.now()
+    items = _arrive_every(queue, clock, answers, 1e-4, 3)
+    decision = queue.next_batch(clock.now())
+    assert decision.batch is None  # one more text is ~0.1 ms away and saves a 5 ms call: wait
+    assert clock.now() < decision.wake_s <= start + 2e-3
+    clock.advance(start + 2e-3 + 1e-9 - clock.now())  # no more arrivals until the oldest has waited 2 ms
+    decision = queue.next_batch(clock.now())
+    assert decision.batch.rule == "delay"
+    assert decision.batch.items == tuple(items)
+    assert decision.batch.batch_size == 4  # overhead-bound: pad 3 texts up to the 4 bucket with a filler row
+
+
+def test_cpu_does_not_wait_for_more_texts_at_a_realistic_arrival_rate(answers, clock):
+    queue = make_queue(CPU, max_queue_delay_s=1.0)
+    items = _arrive_every(queue, clock, answers, 5e-3, 3)  # 200 texts/s
+    decision = queue.next_batch(clock.now())
+    assert decision.batch.rule == "idle"
+    assert decision.batch.items == tuple(items[:2])  # per-token bound: cut to 2 rather than a filler row
+
+
+@pytest.mark.parametrize(("costs", "rows", "served"), [(CPU, 4, 4), (GPU, 8, 5)])
+def test_pad_up_or_cut_is_decided_by_cost(answers, clock, costs, rows, served):
+    queue = make_queue(costs, max_queue_delay_s=0.0)
+    for _ in range(5):
+        submit(queue, clock, request(answers, [16]))
+    batch = queue.next_batch(clock.now()).batch
+    assert (batch.batch_size, len(batch.items)) == (rows, served)
+    assert len(queue) == 5 - served
+
+
+def test_length_buckets_keep_a_long_text_out_of_a_short_batch(answers, clock):
+    queue = make_queue(CPU, max_queue_delay_s=0.0)
+    short = [submit(queue, clock, request(answers, [10]))[0] for _ in range(8)]
+    (long,) = submit(queue, clock, request(answers, [100]))
+    first = queue.next_batch(clock.now()).batch
+    assert first.items == tuple(short) and first.length == 16
+    second = queue.next_batch(clock.now()).batch
+    assert second.items == (long,) and (second.batch_size, second.length) == (1, 128)
+
+
+@pytest.mark.parametrize(("costs", "merged"), [(CPU, False), (GPU, True)])
+def test_neighbour_buckets_merge_only_when_overhead_outweighs_padding(answers, clock, costs, merged):
+    queue = make_queue(costs, max_queue_delay_s=0.0)
+    for tokens in [10] * 8 + [20] * 8:
+        submit(queue, clock, request(answers, [tokens]))
+    batch = queue.next_batch(clock.now()).batch
+    if merged:
+        assert (len(batch.items), batch.length) == (16, 32)
+    else:
+        assert (len(batch.items), batch.length) == (8, 16)
+        assert {item.tokens for item in batch.items} == {10}
+
+
+def test_deadline_rule_runs_the_text_at_risk_first(answers, clock):
+    queue = make_queue(GPU, max_queue_delay_s=1.0)
+    _arrive_every(queue, clock, answers, 1e-3, 2)  # short texts, and an arrival rate that makes waiting pay
+    (urgent,) = submit(queue, clock, request(answers, [100]), timeout_s=5.5e-3)
+    decision = queue.next_batch(clock.now())
+    assert decision.batch is None
+    cost_s = queue.costs.estimate(1, 128)
+    assert decision.wake_s == pytest.approx(urgent.deadline_s - cost_s)  # latest start that still meets it
+    clock.advance(decision.wake_s - clock.now())
+    batch = queue.next_batch(clock.now()).batch
+    assert batch.rule == "deadline"
+    assert batch.items[0] is urgent and batch.length == 128
+
+
+def test_deadline_margin_moves_the_latest_start_earlier(answers, clock):
+    queue = make_queue(GPU, max_queue_delay_s=1.0, deadline_margin_s=1e-3)
+    _arrive_every(queue, clock, answers, 1e-3, 2)
+    (urgent,) = submit(queue, clock, request(answers, [10]), timeout_s=20e-3)
+    wake_s = queue.next_batch(clock.now()).wake_s
+    assert wake_s <= urgent.deadline_s - queue.costs.estimate(4, 16) - 1e-3 + 1e-12
+
+
+def test_timed_out_texts_leave_the_queue_as_expired(answers, clock):
+    queue = make_queue(CPU, max_queue_delay_s=0.0)
+    (late,) = submit(queue, clock, request(answers, [10]), timeout_s=1e-3)
+    (patient,) = submit(queue, clock, request(answers, [10]))
+    clock.advance(2e-3)
+    decision = queue.next_batch(clock.now())
+    assert decision.expired == (late,)
+    assert decision.batch.items == (patient,)
+
+
+def test_higher_priority_runs_first_and_lower_fills_the_rest(answers, clock):
+    queue = make_queue(CPU, max_queue_delay_s=0.0, batch_buckets=(1, 2))
+    low = [submit(queue, clock, request(answers, [10], priority_level=2))[0] for _ in range(3)]
+    (high,) = submit(queue, clock, request(answers, [10], priority_level=1))
+    assert queue.next_batch(clock.now()).batch.items == (high, low[0])
+    assert queue.next_batch(clock.now()).batch.items == (low[1], low[2])
+
+
+def test_full_queue_rejects_the_whole_request_as_unavailable(answers, clock):
+    queue = make_queue(CPU, max_texts=64)
+    submit(queue, clock, request(answers, [10] * 60))
+    with pytest.raises(UnavailableError, match=r"Exceeds maximum queue size: 60 texts queued \+ 5 .*max_queue_texts=64") as info:
+        submit(queue, clock, request(answers, [10] * 5))
+    assert info.value.triton_code == "UNAVAILABLE"
+    assert len(queue) == 60  # all or nothing
+    submit(queue, clock, request(answers, [10] * 4))  # what fits is still accepted
+
+
+def test_closed_queue_rejects_new_texts_and_drains_without_waiting(answers, clock):
+    queue = make_queue(GPU, max_queue_delay_s=1.0)
+    items = _arrive_every(queue, clock, answers, 1e-4, 3)
+    assert queue.next_batch(clock.now()).batch is None  # would wait for a fuller batch
+    queue.close()
+    with pytest.raises(UnavailableError, match="shutting down"):
+        submit(queue, clock, request(answers, [10]))
+    batch = queue.next_batch(clock.now()).batch
+    assert batch.rule == "drain" and batch.items == tuple(items)
+
+
+def test_texts_of_an_answered_ticket_are_dropped(answers, clock):
+    queue = make_queue(CPU, max_queue_delay_s=0.0)
+    first, second = submit(queue, clock, request(answers, [10, 200]))
+    first.ticket.fail(RuntimeError("its other batch failed"))
+    decision = queue.next_batch(clock.now())
+    assert decision.batch is None and decision.expired == () and len(queue) == 0
+
+
+def test_bucket_lists_are_validated():
+    with pytest.raises(ValueError, match="batch_buckets must start at 1"):
+        make_queue(batch_buckets=(2, 4))
+    with pytest.raises(ValueError, match="length_buckets must be strictly increasing"):
+        make_queue(length_buckets=(32, 16))

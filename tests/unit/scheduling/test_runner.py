@@ -1,0 +1,212 @@
+"""BatchRunner's threads on a fake clock: exactly one answer per request, engine-error isolation,
+cancellation, timeout, shutdown drain, and the stage/run pipeline. No sleeps: the tests block on
+conditions and events, and move time with FakeClock.advance."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from fastpath.errors import EngineError, UnavailableError
+from fastpath.scheduling import BatchRunner, QueueTimeoutError, RequestCancelledError, SchedulerObserver
+
+from .conftest import CPU, make_queue, request
+
+RUN_S = 1e-3  # fake engine time per batch
+
+
+class Handler:
+    """Stage/run/finish that record what they saw; ``run`` can be gated and can fail."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.staged, self.ran = [], []
+        self.gate: threading.Event | None = None
+        self.fail_when = lambda batch: False
+        self.changed = threading.Condition()
+
+    def stage(self, batch):
+        with self.changed:
+            self.staged.append(batch)
+            self.changed.notify_all()
+        return batch
+
+    def run(self, batch):
+        if self.gate is not None:
+            assert self.gate.wait(10), "test gate never opened"
+        self.clock.advance(RUN_S)
+        if self.fail_when(batch):
+            raise EngineError(f"engine failed on a batch of {len(batch.items)}")
+        with self.changed:
+            self.ran.append(batch)
+            self.changed.notify_all()
+        return [item.tokens * 2 for item in batch.items] + [None] * (batch.batch_size - len(batch.items))
+
+    def finish(self, batch, outputs):
+        for index, item in enumerate(batch.items):
+            item.ticket.set_row(item.row, outputs[index])
+
+    def wait_staged(self, count):
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.staged) >= count, timeout=10)
+
+
+class Recorder(SchedulerObserver):
+    def __init__(self):
+        self.rejections, self.delays = [], []
+
+    def dispatched(self, batch, queue_delays_s):
+        self.delays += list(queue_delays_s)
+
+    def rejected(self, reason, texts):
+        self.rejections.append((reason, texts))
+
+
+@pytest.fixture
+def handler(clock):
+    return Handler(clock)
+
+
+@pytest.fixture
+def runner(clock, handler):
+    runner = BatchRunner(make_queue(CPU, max_queue_delay_s=0.0, max_texts=256), handler, clock=clock,
+                         observer=Recorder(), stage_lead_s=1e-3)
+    runner.start()
+    yield runner
+    if handler.gate is not None:
+        handler.gate.set()
+    runner.close(drain_timeout_s=10)
+
+
+def test_every_request_gets_exactly_one_answer_with_its_rows(runner, answers):
+    rng = random.Random(3)
+    requests = [request(answers, [rng.choice([5, 14, 30, 60, 120, 250]) for _ in range(rng.randint(1, 4))], label=str(i))
+                for i in range(120)]
+    threads = [threading.Thread(target=lambda part=requests[k::4]: [runner.submit(r) for r in part]) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    answers.wait_for(len(requests))
+    for items in requests:
+        ticket = items[0].ticket
+        assert answers.count(ticket) == 1
+        assert answers.of(ticket) == ([item.tokens * 2 for item in items], None)
+
+
+def test_an_engine_error_fails_only_the_requests_of_that_batch(runner, handler, answers):
+    handler.fail_when = lambda batch: batch.length == 256
+    split = request(answers, [10, 200], label="split")  # its long text lands in the failing batch
+    runner.submit(split)
+    answers.wait_for(1)
+    results, error = answers.of(split[0].ticket)
+    assert results is None and isinstance(error, EngineError) and "engine failed" in str(error)
+    fine = request(answers, [10, 20], label="fine")
+    runner.submit(fine)
+    answers.wait_for(2)
+    assert answers.of(fine[0].ticket) == ([20, 40], None)
+    assert answers.count(split[0].ticket) == 1
+
+
+def test_a_cancelled_request_is_answered_cancelled_and_never_runs(runner, handler, answers):
+    handler.gate = threading.Event()
+    first = request(answers, [10], label="first")
+    runner.submit(first)
+    handler.wait_staged(1)
+    cancelled = request(answers, [10], cancelled=lambda: True, label="cancelled")
+    runner.submit(cancelled)
+    handler.gate.set()
+    answers.wait_for(2)
+    results, error = answers.of(cancelled[0].ticket)
+    assert results is None and isinstance(error, RequestCancelledError) and error.triton_code == "CANCELLED"
+    assert all(cancelled[0] not in batch.items for batch in handler.staged)
+    assert ("cancelled", 1) in runner.observer.rejections
+
+
+def test_a_request_still_queued_at_its_timeout_gets_unavailable(runner, handler, answers, clock):
+    handler.gate = threading.Event()
+    runner.submit(request(answers, [10], label="running"))
+    handler.wait_staged(1)
+    late = request(answers, [10], label="late")
+    runner.submit(late, timeout_s=5e-3)
+    clock.advance(10e-3)
+    handler.gate.set()
+    answers.wait_for(2)
+    results, error = answers.of(late[0].ticket)
+    assert isinstance(error, QueueTimeoutError) and error.triton_code == "UNAVAILABLE"
+    assert "Request timeout expired" in str(error) and "timeout is 5000 us" in str(error)
+    assert ("timeout", 1) in runner.observer.rejections
+
+
+def test_the_next_batch_is_formed_late_and_staged_while_the_engine_runs(runner, handler, answers, clock):
+    handler.gate = threading.Event()
+    runner.submit(request(answers, [10], label="n"))
+    handler.wait_staged(1)  # batch N is running (blocked in the engine)
+    runner.submit(request(answers, [10], label="n+1 early"))
+    assert len(handler.staged) == 1  # N is predicted to run ~3.6 ms: too early to form N+1
+    runner.submit(request(answers, [10], label="n+1 late"))
+    clock.advance(handler.staged[0].predicted_s)  # N's predicted end is now within stage_lead_s
+    handler.wait_staged(2)
+    assert not handler.ran  # staged while the engine still runs N
+    assert [item.ticket.label for item in handler.staged[1].items] == ["n+1 early", "n+1 late"]
+    handler.gate.set()
+    answers.wait_for(3)
+
+
+def test_close_drains_queued_requests_with_real_results(runner, handler, answers):
+    handler.gate = threading.Event()
+    requests = [request(answers, [10 * (k + 1)], label=str(k)) for k in range(5)]
+    for items in requests:
+        runner.submit(items)
+    closer = threading.Thread(target=runner.close, kwargs={"drain_timeout_s": 60})
+    closer.start()
+    handler.gate.set()
+    closer.join(10)
+    assert not closer.is_alive()
+    assert [answers.of(items[0].ticket) for items in requests] == [([item.tokens * 2], None) for (item,) in requests]
+    with pytest.raises(UnavailableError, match="shutting down"):
+        runner.submit(request(answers, [10]))
+    assert ("shutdown", 1) in runner.observer.rejections
+
+
+def test_close_answers_what_did_not_finish_within_the_drain_timeout(runner, handler, answers, clock):
+    handler.gate = threading.Event()
+    stuck, queued = request(answers, [10], label="stuck"), request(answers, [200], label="queued")
+    runner.submit(stuck)
+    handler.wait_staged(1)
+    runner.submit(queued)
+    closer = threading.Thread(target=runner.close, kwargs={"drain_timeout_s": 1.0})
+    closer.start()
+    while closer.is_alive():  # the closer waits on the fake clock: move it past the drain timeout
+        clock.advance(0.5)
+        closer.join(0.05)
+    for items in (stuck, queued):
+        results, error = answers.of(items[0].ticket)
+        assert isinstance(error, UnavailableError) and "drain_timeout_s=1.0" in str(error)
+    handler.gate.set()  # the stuck batch finishes late: its result is dropped, not sent twice
+    assert answers.count(stuck[0].ticket) == 1
+
+
+def test_queue_full_is_reported_and_raised(clock, handler, answers):
+    recorder = Recorder()
+    runner = BatchRunner(make_queue(CPU, max_texts=64), handler, clock=clock, observer=recorder)
+    runner.submit(request(answers, [10] * 64))
+    with pytest.raises(UnavailableError, match="Exceeds maximum queue size"):
+        runner.submit(request(answers, [10]))
+    assert recorder.rejections == [("queue_full", 1)]
+    runner.start()
+    runner.close(drain_timeout_s=10)
+    answers.wait_for(1)
+
+
+def test_queue_delay_is_measured_on_the_injected_clock(clock, handler, answers):
+    recorder = Recorder()
+    runner = BatchRunner(make_queue(CPU, max_queue_delay_s=0.0), handler, clock=clock, observer=recorder)
+    runner.submit(request(answers, [10]))
+    clock.advance(0.25)  # not started yet: the text waits a quarter second of fake time
+    runner.start()
+    answers.wait_for(1)
+    runner.close()
+    assert recorder.delays == [pytest.approx(0.25)]

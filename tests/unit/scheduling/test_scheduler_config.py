@@ -1,0 +1,54 @@
+"""SchedulerConfig and parse_sections: one model's parameters split over two config classes."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastpath.config import SchedulerConfig, TextEmbeddingConfig, parse_parameters, parse_sections
+from fastpath.errors import ConfigError
+
+
+def test_defaults_work_untuned():
+    config = parse_parameters(SchedulerConfig, {})
+    assert config.batch_buckets == (1, 2, 4, 8, 16, 32, 64)
+    assert config.max_queue_delay_us == 2000 and config.max_queue_texts == 1024
+    assert config.default_timeout_us == 0 and config.priority_levels == 0
+
+
+def test_sections_route_each_key_to_its_class():
+    model, scheduler = parse_sections(
+        {"max_seq_length": "128", "batch_buckets": "1,2,4", "max_queue_delay_us": "500"},
+        TextEmbeddingConfig, SchedulerConfig,
+    )
+    assert model.max_seq_length == 128
+    assert scheduler.batch_buckets == (1, 2, 4) and scheduler.max_queue_delay_us == 500
+
+
+def test_unknown_key_is_named_with_every_known_parameter():
+    with pytest.raises(ConfigError, match=r"unknown config.pbtxt parameter 'max_queue_delay'.*max_queue_delay_us.*max_seq_length"):
+        parse_sections({"max_queue_delay": "5"}, TextEmbeddingConfig, SchedulerConfig)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("batch_buckets", "2,4,8", "starting at 1"),
+        ("batch_buckets", "1,4,2", "strictly increasing"),
+        ("max_queue_texts", "8", "largest batch bucket"),
+        ("max_queue_delay_us", "-1", ">= 0"),
+        ("cost_ewma_alpha", "0", r"in \(0, 1\]"),
+        ("default_priority_level", "3", "1..priority_levels"),
+        ("warmup", "maybe", "not a valid bool"),
+    ],
+)
+def test_bad_values_name_key_and_expectation(key, value, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        parse_parameters(SchedulerConfig, {key: value})
+    assert key in str(info.value)
+
+
+def test_priority_levels_need_a_default_level_in_range():
+    config = parse_parameters(SchedulerConfig, {"priority_levels": "3", "default_priority_level": "2"})
+    assert (config.priority_levels, config.default_priority_level) == (3, 2)
+    with pytest.raises(ConfigError, match="default_priority_level"):
+        parse_parameters(SchedulerConfig, {"priority_levels": "3"})
