@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import functools
 import logging
 import platform
 from pathlib import Path
@@ -83,7 +84,9 @@ def _text_input(spec: Any, tensor: Any, batch: int, index: int) -> np.ndarray:
     return texts.reshape(shape)
 
 
+@functools.lru_cache(maxsize=1)
 def _photos() -> list[np.ndarray]:
+    """Real RGB photos that ship in scikit-image's wheel (none when it is not installed)."""
     try:
         import skimage.data as data
     except ImportError:
@@ -91,14 +94,19 @@ def _photos() -> list[np.ndarray]:
     return [getattr(data, name)() for name in ("astronaut", "coffee", "chelsea", "rocket")]
 
 
+def _is_image(tensor: Any) -> bool:
+    return tensor.datatype == "UINT8" and len(tensor.dims) in (3, 4) and tensor.dims[-1] in (3, -1)
+
+
 def _numeric(spec: Any, tensor: Any, batch: int, shapes: dict, rng: np.random.Generator, index: int) -> np.ndarray:
+    photos = _photos() if _is_image(tensor) and tensor.name not in shapes else []
+    if photos:
+        photo = photos[index % len(photos)]
+        stacked = spec.max_batch_size > 0 or len(tensor.dims) == 4
+        return np.stack([photo] * batch) if stacked else photo
     dims = shapes.get(tensor.name, tensor.dims)
     if any(d < 0 for d in dims):
         raise SystemExit(f"input {tensor.name} has dims {list(tensor.dims)}: give --shape {tensor.name}:d1,d2,...")
-    photos = _photos() if tensor.datatype == "UINT8" and tensor.name not in shapes and tensor.dims[-1:] == (3,) else []
-    if photos:
-        photo = photos[index % len(photos)]
-        return np.stack([photo] * batch) if spec.max_batch_size > 0 or len(tensor.dims) == 4 else photo
     full = ((batch,) if spec.max_batch_size > 0 else ()) + tuple(dims)
     from tritonclient.utils import triton_to_np_dtype
 
@@ -108,16 +116,23 @@ def _numeric(spec: Any, tensor: Any, batch: int, shapes: dict, rng: np.random.Ge
     return rng.standard_normal(full).astype(dtype)
 
 
+def _chosen_inputs(spec: Any, shapes: dict) -> list[Any]:
+    """Required inputs and those given a --shape; when every input is optional (one-of inputs, like
+    text_detection's IMAGE / IMAGE_BYTES), the first image input, else the first input."""
+    chosen = [t for t in spec.inputs if not t.optional or t.name in shapes]
+    if chosen or not spec.inputs:
+        return chosen
+    return [next((t for t in spec.inputs if _is_image(t) and _photos()), spec.inputs[0])]
+
+
 def input_pool(spec: Any, batch: int, shapes: dict[str, tuple[int, ...]]) -> list[dict[str, np.ndarray]]:
     """``POOL_REQUESTS`` distinct requests for ``spec``: real sentences for BYTES inputs, photos or
-    seeded random values for numeric ones. Optional inputs are left out."""
+    seeded random values for numeric ones."""
     rng = np.random.default_rng(0)
     pool = []
     for index in range(POOL_REQUESTS):
         request = {}
-        for tensor in spec.inputs:
-            if tensor.optional and tensor.name not in shapes:
-                continue
+        for tensor in _chosen_inputs(spec, shapes):
             if tensor.datatype == "BYTES":
                 request[tensor.name] = _text_input(spec, tensor, batch, index)
             else:

@@ -18,7 +18,9 @@ import numpy as np
 from fastpath_client import detection
 from fastpath_client.errors import FastPathClientError, InvalidInputError, ServerError, from_exception
 from fastpath_client.retry import Backoff, OnRetry, RetryPolicy
-from fastpath_client.shm import InputRegion, SharedMemoryMode, SharedMemoryPolicy, is_local_url
+from fastpath_client.shm import (
+    InputRegion, RegionPool, SharedMemoryMode, SharedMemoryPolicy, is_local_url, new_region, packed_bytes, size_class,
+)
 from fastpath_client.tensors import ModelSpec, chunks, text_array, wire_array
 
 LOG = logging.getLogger("fastpath_client")
@@ -147,8 +149,9 @@ class ClientCore:
         self._admin_headers = {ADMIN_HEADER: key} if key else None
         self.shm_refused: str | None = None
         self._pending_unregister: list[str] = []
+        self._pool = RegionPool()
         self.counters: collections.Counter[str] = collections.Counter()
-        """Calls made: ``infer``, ``retries``, ``shm_requests``, ``shm_bytes`` (for logs and tests)."""
+        """``retries``, ``shm_requests``, ``shm_bytes``, ``shm_registrations`` so far (for logs and tests)."""
 
     @property
     def _module(self) -> Any:
@@ -210,6 +213,26 @@ class ClientCore:
             LOG.debug("shared-memory region %s still in use at %s; unregistering it later", name, self.url)
         else:  # the server may be gone; the local region is unlinked regardless
             LOG.warning("could not unregister shared-memory region %s at %s: %s", name, self.url, exc)
+
+    def _region_for(self, arrays: Sequence[np.ndarray]) -> tuple[InputRegion, bool]:
+        """An idle registered region that fits ``arrays``, or a new one (True: register it first)."""
+        needed = packed_bytes(arrays)
+        region = self._pool.take(needed)
+        return (region, False) if region is not None else (new_region(size_class(needed)), True)
+
+    def _fill(self, region: InputRegion, request: PreparedRequest) -> None:
+        """Copy the deferred inputs into ``region`` and point the request at them."""
+        arrays = [array for _, array in request.deferred]
+        region.write(arrays)
+        request.attach(region)
+        self.counters.update(shm_requests=1, shm_bytes=sum(a.nbytes for a in arrays))
+
+    def _finish_region(self, region: InputRegion, ok: bool) -> list[InputRegion]:
+        """After a request: back to the pool if it succeeded; else (Triton may still read it) retire it.
+        Returns the regions to unregister and destroy now."""
+        if ok:
+            return self._pool.give(region)
+        return [region]
 
     def _take_pending(self) -> list[str]:
         names, self._pending_unregister = self._pending_unregister, []

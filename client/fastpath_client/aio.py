@@ -14,7 +14,6 @@ from fastpath_client._core import (
 )
 from fastpath_client.errors import FastPathClientError, InvalidInputError, RequestTimeoutError
 from fastpath_client.retry import acall_with_retry
-from fastpath_client.shm import create_region
 from fastpath_client.tensors import ModelSpec, model_spec, model_statistics, repository_versions
 
 T = TypeVar("T")
@@ -134,23 +133,31 @@ class AsyncClient(ClientCore):
             return await send()
         for name in self._take_pending():
             await self._unregister(triton, name)
-        region = create_region([array for _, array in request.deferred])
-        try:
+        arrays = [array for _, array in request.deferred]
+        region, fresh = self._region_for(arrays)
+        if fresh:
             try:
                 await triton.register_system_shared_memory(region.name, region.key, region.byte_size)
             except Exception as exc:
+                region.destroy()
                 error = self._error(exc, model, None)
                 if not isinstance(error, InvalidInputError) or not self._shm_fallback(error):
                     raise
                 request.inline()
                 return await send()
-            self.counters.update(shm_requests=1, shm_bytes=sum(a.nbytes for _, a in request.deferred))
-            try:
-                request.attach(region)
-                return await send()
-            finally:
-                await self._unregister(triton, region.name)
+            self.counters["shm_registrations"] += 1
+        ok = False
+        try:
+            self._fill(region, request)
+            outputs = await send()
+            ok = True
+            return outputs
         finally:
+            await self._release(triton, self._finish_region(region, ok))
+
+    async def _release(self, triton: Any, regions: list) -> None:
+        for region in regions:
+            await self._unregister(triton, region.name)
             region.destroy()
 
     async def _unregister(self, triton: Any, name: str) -> None:
@@ -193,6 +200,8 @@ class AsyncClient(ClientCore):
     async def close(self, *, drain_s: float = 30.0) -> None:
         """Unregister leftover shared-memory regions (see :meth:`fastpath_client.Client.close`), then
         close the connection (idempotent)."""
+        if self._client is not None:
+            await self._release(self._client, self._pool.drain())
         await self._drain_unregister(drain_s)
         client, self._client = self._client, None
         if client is not None:

@@ -14,7 +14,6 @@ from fastpath_client._core import (
 )
 from fastpath_client.errors import FastPathClientError, InvalidInputError, RequestTimeoutError
 from fastpath_client.retry import call_with_retry
-from fastpath_client.shm import create_region
 from fastpath_client.tensors import ModelSpec, model_spec, model_statistics, repository_versions
 
 T = TypeVar("T")
@@ -162,23 +161,31 @@ class Client(ClientCore):
             return send()
         for name in self._take_pending():
             self._unregister(triton, name, kwargs)
-        region = create_region([array for _, array in request.deferred])
-        try:
+        arrays = [array for _, array in request.deferred]
+        region, fresh = self._region_for(arrays)
+        if fresh:
             try:
                 triton.register_system_shared_memory(region.name, region.key, region.byte_size, **kwargs)
             except Exception as exc:
+                region.destroy()
                 error = self._error(exc, model, None)
                 if not isinstance(error, InvalidInputError) or not self._shm_fallback(error):
                     raise
                 request.inline()
                 return send()
-            self.counters.update(shm_requests=1, shm_bytes=sum(a.nbytes for _, a in request.deferred))
-            try:
-                request.attach(region)
-                return send()
-            finally:
-                self._unregister(triton, region.name, kwargs)
+            self.counters["shm_registrations"] += 1
+        ok = False
+        try:
+            self._fill(region, request)
+            outputs = send()
+            ok = True
+            return outputs
         finally:
+            self._release(triton, self._finish_region(region, ok), kwargs)
+
+    def _release(self, triton: Any, regions: list, kwargs: dict) -> None:
+        for region in regions:
+            self._unregister(triton, region.name, kwargs)
             region.destroy()
 
     def _unregister(self, triton: Any, name: str, kwargs: dict) -> None:
@@ -234,6 +241,9 @@ class Client(ClientCore):
     def close(self, *, drain_s: float = 30.0) -> None:
         """Unregister leftover shared-memory regions (waiting up to ``drain_s`` for requests that
         timed out here but still run on the server), then close the connections (idempotent)."""
+        if self._clients:
+            kwargs = {"client_timeout": 5.0} if self.protocol == "grpc" else {}
+            self._release(next(iter(self._clients.values())), self._pool.drain(), kwargs)
         self._drain_unregister(drain_s)
         clients, self._clients = self._clients, {}
         for client in clients.values():

@@ -96,7 +96,8 @@ def write_png(report: dict[str, Any], path: Path) -> Path:
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
     _latency_panel(left, results)
     _split_panel(right, results)
-    figure.suptitle(f"fastpath bench: {report['model']} over {report['protocol'].upper()} at {report['url']}"
+    protocol = {"http": "HTTP", "grpc": "gRPC"}.get(report["protocol"], report["protocol"])
+    figure.suptitle(f"fastpath bench: {report['model']} over {protocol} at {report['url']}"
                     f"  ({report['settings']['items_per_request']} item(s)/request, "
                     f"{report['settings']['stable_windows']} x {report['settings']['window_s']:g} s windows)")
     figure.tight_layout()

@@ -102,16 +102,20 @@ def _images(count=32, side=128):
     return np.random.default_rng(7).integers(0, 256, (count, side, side, 3), dtype=np.uint8)
 
 
-async def _async_infer(server, protocol, inputs, **options):
+async def _async_infer(server, protocol, inputs_list, **options):
     async with AsyncClient(_url(server, protocol), protocol, **options) as client:
-        return await client.infer("probe", inputs), client.counters
+        return [await client.infer("probe", inputs) for inputs in inputs_list], client.counters
 
 
 def _infer(server, protocol, mode, inputs, **options):
+    """Outputs of each request in ``inputs`` (one dict, or a list of them) and the client's counters."""
+    inputs_list = inputs if isinstance(inputs, list) else [inputs]
     if mode == "async":
-        return asyncio.run(_async_infer(server, protocol, inputs, **options))
-    with Client(_url(server, protocol), protocol, **options) as client:
-        return client.infer("probe", inputs), client.counters
+        outputs, counters = asyncio.run(_async_infer(server, protocol, inputs_list, **options))
+    else:
+        with Client(_url(server, protocol), protocol, **options) as client:
+            outputs, counters = [client.infer("probe", i) for i in inputs_list], client.counters
+    return (outputs if isinstance(inputs, list) else outputs[0]), counters
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -128,10 +132,14 @@ def test_timeout_cuts_the_call_and_is_not_retried(probe_server, protocol, mode):
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_32_images_through_shared_memory_and_nothing_left_behind(probe_server, protocol, mode):
-    images = _images()
-    outputs, counters = _infer(probe_server, protocol, mode, {"IMAGES": images})
-    assert outputs["SUM"].tolist() == images.reshape(32, -1).sum(axis=1, dtype=np.int64).tolist()
-    assert counters["shm_requests"] == 1 and counters["shm_bytes"] == images.nbytes
+    """Two requests of 32 images: one region registered and reused (the second request's sums are its
+    own), then unregistered and unlinked by close()."""
+    first, second = _images(), _images()[::-1].copy()
+    outputs, counters = _infer(probe_server, protocol, mode, [{"IMAGES": first}, {"IMAGES": second}])
+    for images, output in zip((first, second), outputs):
+        assert output["SUM"].tolist() == images.reshape(32, -1).sum(axis=1, dtype=np.int64).tolist()
+    assert counters["shm_requests"] == 2 and counters["shm_registrations"] == 1
+    assert counters["shm_bytes"] == 2 * first.nbytes
     assert leaked_regions(os.getpid()) == [] and _server_regions(probe_server) == []
 
 
