@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import logging
 import os
 import time
@@ -31,6 +32,8 @@ TEXT_INPUT = "TEXT"
 EMBEDDING_OUTPUT = "EMBEDDING"
 ADMIN_HEADER = "fastpath-admin-key"  # the header `fastpath serve` restricts Triton's model-repository API to
 ADMIN_KEY_ENV = "FASTPATH_ADMIN_KEY"
+ADMIN_MODEL = "fastpath_admin"  # model-version control through Triton's own endpoints (issue 5)
+MUTATING_COMMANDS = ("swap", "rollback")
 
 
 def grpc_channel_args() -> list[tuple[str, Any]]:
@@ -145,8 +148,8 @@ class ClientCore:
         self._clock = clock
         self._on_retry = on_retry
         self._specs: dict[str, ModelSpec] = {}
-        key = os.environ.get(ADMIN_KEY_ENV, "") if admin_key is None else admin_key
-        self._admin_headers = {ADMIN_HEADER: key} if key else None
+        self._admin_key = os.environ.get(ADMIN_KEY_ENV, "") if admin_key is None else admin_key
+        self._admin_headers = {ADMIN_HEADER: self._admin_key} if self._admin_key else None
         self.shm_refused: str | None = None
         self._pending_unregister: list[str] = []
         self._pool = RegionPool()
@@ -239,13 +242,37 @@ class ClientCore:
         return names
 
     def _shm_fallback(self, error: FastPathClientError) -> bool:
-        """After the server refused to map a region: in "auto" mode remember it and go binary."""
-        if self.shm_policy.mode == "always":
+        """After registering a region failed: True when the server could not map it (another host or
+        ``/dev/shm`` namespace, e.g. a container) in "auto" mode; then tensors go inline from now on."""
+        cannot_map = isinstance(error, InvalidInputError) or "shared memory" in error.server_message.lower()
+        if self.shm_policy.mode == "always" or not cannot_map:
             return False
         self.shm_refused = error.server_message
         LOG.warning("server %s cannot map this host's shared memory (%s); sending tensors in the request body",
                     self.url, error.server_message)
         return True
+
+    def _admin_request(self, command: str, model: str, **fields: Any) -> dict[str, np.ndarray]:
+        """The ``REQUEST`` input of one ``fastpath_admin`` command (JSON; the key only for swap/rollback)."""
+        document = {"command": command, "model": model, **fields}
+        if command in MUTATING_COMMANDS and self._admin_key:
+            document["key"] = self._admin_key
+        return {"REQUEST": np.array([json.dumps(document).encode()], dtype=np.object_)}
+
+    def _admin_reply(self, command: str, outputs: dict[str, np.ndarray]) -> dict[str, Any]:
+        try:
+            return json.loads(bytes(outputs["RESPONSE"].reshape(-1)[0]).decode("utf-8"))
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ServerError(f"{ADMIN_MODEL} at {self.url} sent an unreadable reply to {command}: {exc}") from exc
+
+    def _admin_error(self, error: InvalidInputError) -> FastPathClientError:
+        """The admin model refuses a missing/wrong key with a 400; surface it as PermissionDeniedError."""
+        if "admin key" in error.server_message or ADMIN_KEY_ENV in error.server_message:
+            from fastpath_client.errors import PermissionDeniedError
+
+            return PermissionDeniedError(str(error), server_message=error.server_message, status=error.status,
+                                         url=error.url, model=error.model)
+        return error
 
     def _embed_batches(self, spec: ModelSpec, texts: Sequence[str | bytes]) -> list[np.ndarray]:
         spec.input(TEXT_INPUT)

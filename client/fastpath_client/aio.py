@@ -10,7 +10,8 @@ import numpy as np
 
 from fastpath_client import detection
 from fastpath_client._core import (
-    DETECTION_MODEL, EMBEDDING_MODEL, EMBEDDING_OUTPUT, LOG, TEXT_INPUT, ClientCore, collect, grpc_channel_args,
+    ADMIN_MODEL, DETECTION_MODEL, EMBEDDING_MODEL, EMBEDDING_OUTPUT, LOG, MUTATING_COMMANDS, TEXT_INPUT, ClientCore,
+    collect, grpc_channel_args,
 )
 from fastpath_client.errors import FastPathClientError, InvalidInputError, RequestTimeoutError
 from fastpath_client.retry import acall_with_retry
@@ -119,8 +120,13 @@ class AsyncClient(ClientCore):
     async def infer(self, model: str, inputs: Mapping[str, Any], *, outputs: Sequence[str] | None = None,
                     version: str = "", timeout_s: float | None = None) -> dict[str, np.ndarray]:
         """Run ``model`` on ``inputs``; see :meth:`fastpath_client.Client.infer`."""
+        return await self._infer(model, inputs, outputs, version, timeout_s, retry=True)
+
+    async def _infer(self, model: str, inputs: Mapping[str, Any], outputs: Sequence[str] | None, version: str,
+                     timeout_s: float | None, *, retry: bool) -> dict[str, np.ndarray]:
         request = self._prepare(model, inputs, outputs)
-        return await self._call(model, lambda c: self._infer_once(c, model, version, request, outputs), timeout_s)
+        return await self._call(model, lambda c: self._infer_once(c, model, version, request, outputs), timeout_s,
+                                retry=retry)
 
     async def _infer_once(self, triton: Any, model: str, version: str, request: Any,
                           names: Sequence[str] | None) -> dict[str, np.ndarray]:
@@ -141,7 +147,7 @@ class AsyncClient(ClientCore):
             except Exception as exc:
                 region.destroy()
                 error = self._error(exc, model, None)
-                if not isinstance(error, InvalidInputError) or not self._shm_fallback(error):
+                if not self._shm_fallback(error):
                     raise
                 request.inline()
                 return await send()
@@ -196,6 +202,26 @@ class AsyncClient(ClientCore):
         results = await asyncio.gather(*(self.infer(model, inputs, outputs=io.outputs,
                                                     timeout_s=timeout_s) for inputs in requests))
         return [detection.parse_detection(io, model, r) for r in results]
+
+    async def swap(self, model: str, version: int, *, timeout_s: float = 180.0) -> dict[str, Any]:
+        """Make ``version`` of ``model`` active, live; see :meth:`fastpath_client.Client.swap`."""
+        return await self._admin("swap", model, timeout_s, version=int(version))
+
+    async def rollback(self, model: str, *, timeout_s: float = 180.0) -> dict[str, Any]:
+        """Go back to the version active before the last swap; see :meth:`fastpath_client.Client.rollback`."""
+        return await self._admin("rollback", model, timeout_s)
+
+    async def status(self, model: str, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """Active version(s) of ``model`` and each instance's state; see :meth:`fastpath_client.Client.status`."""
+        return await self._admin("status", model, timeout_s)
+
+    async def _admin(self, command: str, model: str, timeout_s: float | None, **fields: Any) -> dict[str, Any]:
+        try:
+            outputs = await self._infer(ADMIN_MODEL, self._admin_request(command, model, **fields), ["RESPONSE"], "",
+                                        timeout_s, retry=command not in MUTATING_COMMANDS)
+        except InvalidInputError as error:
+            raise self._admin_error(error) from error
+        return self._admin_reply(command, outputs)
 
     async def close(self, *, drain_s: float = 30.0) -> None:
         """Unregister leftover shared-memory regions (see :meth:`fastpath_client.Client.close`), then

@@ -10,7 +10,8 @@ import numpy as np
 
 from fastpath_client import detection
 from fastpath_client._core import (
-    DETECTION_MODEL, EMBEDDING_MODEL, EMBEDDING_OUTPUT, LOG, TEXT_INPUT, ClientCore, collect, grpc_channel_args,
+    ADMIN_MODEL, DETECTION_MODEL, EMBEDDING_MODEL, EMBEDDING_OUTPUT, LOG, MUTATING_COMMANDS, TEXT_INPUT, ClientCore,
+    collect, grpc_channel_args,
 )
 from fastpath_client.errors import FastPathClientError, InvalidInputError, RequestTimeoutError
 from fastpath_client.retry import call_with_retry
@@ -149,8 +150,13 @@ class Client(ClientCore):
             InvalidInputError: refused client-side (numpy S/U arrays) or by the server (400).
             FastPathClientError: the other subclasses, see :mod:`fastpath_client.errors`.
         """
+        return self._infer(model, inputs, outputs, version, timeout_s, retry=True)
+
+    def _infer(self, model: str, inputs: Mapping[str, Any], outputs: Sequence[str] | None, version: str,
+               timeout_s: float | None, *, retry: bool) -> dict[str, np.ndarray]:
         request = self._prepare(model, inputs, outputs)
-        return self._call(model, lambda c, kw: self._infer_once(c, kw, model, version, request, outputs), timeout_s)
+        return self._call(model, lambda c, kw: self._infer_once(c, kw, model, version, request, outputs), timeout_s,
+                          retry=retry)
 
     def _infer_once(self, triton: Any, kwargs: dict, model: str, version: str, request: Any,
                     names: Sequence[str] | None) -> dict[str, np.ndarray]:
@@ -169,7 +175,7 @@ class Client(ClientCore):
             except Exception as exc:
                 region.destroy()
                 error = self._error(exc, model, None)
-                if not isinstance(error, InvalidInputError) or not self._shm_fallback(error):
+                if not self._shm_fallback(error):
                     raise
                 request.inline()
                 return send()
@@ -237,6 +243,37 @@ class Client(ClientCore):
         io, requests = self._detection_plan(self.model_config(model), images)
         return [detection.parse_detection(io, model, self.infer(model, inputs, outputs=io.outputs,
                                                                  timeout_s=timeout_s)) for inputs in requests]
+
+    # -- model-version control (fastpath_admin, issue 5) ----------------------------------------------
+
+    def swap(self, model: str, version: int, *, timeout_s: float = 180.0) -> dict[str, Any]:
+        """Make ``version`` of ``model`` the active one on every instance, live (not retried).
+
+        Returns:
+            The reply of ``fastpath_admin``: ``active_version``, ``active_versions`` and per-instance state.
+
+        Raises:
+            PermissionDeniedError: no or a wrong admin key (``FASTPATH_ADMIN_KEY`` / ``admin_key=``).
+            InvalidInputError: unknown model or version; ServerError: an instance refused the version
+                (the message gives its reason; the old version keeps serving).
+        """
+        return self._admin("swap", model, timeout_s, version=int(version))
+
+    def rollback(self, model: str, *, timeout_s: float = 180.0) -> dict[str, Any]:
+        """Go back to the version active before the last swap (not retried); errors as :meth:`swap`."""
+        return self._admin("rollback", model, timeout_s)
+
+    def status(self, model: str, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """Active version(s) of ``model`` and each instance's state and last error, from ``fastpath_admin``."""
+        return self._admin("status", model, timeout_s)
+
+    def _admin(self, command: str, model: str, timeout_s: float | None, **fields: Any) -> dict[str, Any]:
+        try:
+            outputs = self._infer(ADMIN_MODEL, self._admin_request(command, model, **fields), ["RESPONSE"], "",
+                                  timeout_s, retry=command not in MUTATING_COMMANDS)
+        except InvalidInputError as error:
+            raise self._admin_error(error) from error
+        return self._admin_reply(command, outputs)
 
     def close(self, *, drain_s: float = 30.0) -> None:
         """Unregister leftover shared-memory regions (waiting up to ``drain_s`` for requests that

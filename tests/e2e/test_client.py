@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import http.server
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from fastpath_client import (
-    AsyncClient, Client, InvalidInputError, ModelNotFoundError, RetryPolicy, UnavailableError,
+    AsyncClient, Client, InvalidInputError, ModelNotFoundError, PermissionDeniedError, RetryPolicy, UnavailableError,
 )
 
 pytestmark = pytest.mark.e2e
@@ -87,8 +88,15 @@ def test_ready_and_versions(triton_server, protocol):
         assert client.ready() and client.ready("text_embedding") and not client.ready("no_such_model")
         client.wait_ready(timeout_s=5, models=["text_embedding"])
         assert [(v["version"], v["state"]) for v in client.versions("text_embedding")] == [("1", "READY")]
-        stats = client.statistics("text_embedding")
-        assert stats["success"][0] > 0 and stats["compute_infer"][1] > 0
+        before = client.statistics("text_embedding")
+        client.embed(["counted once"])
+        deadline = time.monotonic() + 10  # Triton records a request's statistics when it is released,
+        while time.monotonic() < deadline:  # which may be just after its response went out
+            after = client.statistics("text_embedding")
+            if after["success"][0] > before["success"][0]:
+                break
+            time.sleep(0.01)
+        assert after["success"][0] == before["success"][0] + 1 and after["compute_infer"][1] > before["compute_infer"][1]
 
 
 class _Gateway(http.server.BaseHTTPRequestHandler):
@@ -143,3 +151,20 @@ def test_proxy_502_surfaces_as_readable_unavailable_error(gateway, mode):
     message = str(info.value)
     assert info.value.status == "502" and retries == [1]
     assert ("empty body" in message and "proxy" in message) if not body else "502 Bad Gateway" in message
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_model_version_control_through_fastpath_admin(triton_server, protocol):
+    """status/swap/rollback go to the fastpath_admin model (issue 5). The session server has no admin
+    key, so swaps are refused with a PermissionDeniedError that says why; no retry re-sends them."""
+    retries = []
+    with Client(_url(triton_server, protocol), protocol, admin_key="",
+                on_retry=lambda n, e, d: retries.append(e)) as client:
+        status = client.status("text_embedding")
+        assert status["model"] == "text_embedding" and "active_versions" in status
+        for call in (lambda: client.swap("text_embedding", 1), lambda: client.rollback("text_embedding")):
+            with pytest.raises(PermissionDeniedError, match="FASTPATH_ADMIN_KEY"):
+                call()
+        with pytest.raises(InvalidInputError, match="'no_such_model' is not in the model repository"):
+            client.status("no_such_model")
+    assert retries == []

@@ -152,6 +152,30 @@ def test_shared_memory_never_sends_the_same_bytes_inline(probe_server, protocol)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
+def test_auto_mode_falls_back_inline_when_the_server_cannot_map_regions(probe_server, monkeypatch, mode):
+    """A server on another host or /dev/shm namespace (a container) cannot open our key: simulated by
+    registering a key that does not exist. "auto" then sends tensors inline, this time and from then on."""
+    import fastpath_client._core as core
+
+    created = []
+
+    def unreachable_region(byte_size):
+        region = real_new_region(byte_size)
+        created.append(region.key)
+        region.key = "fastpath_client_key_the_server_cannot_open"
+        return region
+
+    real_new_region = core.new_region
+    monkeypatch.setattr(core, "new_region", unreachable_region)
+    images = _images()  # 1.5 MB: above the 1 MiB threshold of "auto"
+    outputs, counters = _infer(probe_server, "http", mode, [{"IMAGES": images}, {"IMAGES": images}])
+    expected = images.reshape(32, -1).sum(axis=1, dtype=np.int64).tolist()
+    assert [o["SUM"].tolist() for o in outputs] == [expected, expected]
+    assert len(created) == 1 and counters["shm_requests"] == 0 and counters["shm_registrations"] == 0
+    assert leaked_regions(os.getpid()) == [] and _server_regions(probe_server) == []
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
 def test_region_of_a_timed_out_request_is_unregistered_by_close(probe_server, mode):
     """Triton refuses to unregister a region its request still reads; close() waits for it, then cleans up."""
     inputs = {"IMAGES": _images(8), "DELAY_MS": np.array([1500], np.int32)}

@@ -9,7 +9,9 @@ import pytest
 import tritonclient.utils.shared_memory as tshm
 
 from fastpath_client import InvalidInputError
-from fastpath_client.shm import SharedMemoryPolicy, create_region, is_local_url, leaked_regions
+from fastpath_client.shm import (
+    RegionPool, SharedMemoryPolicy, create_region, is_local_url, leaked_regions, new_region, size_class,
+)
 
 
 @pytest.mark.parametrize(("url", "local"), [("127.0.0.1:8000", True), ("localhost:8001", True), ("[::1]:8000", True),
@@ -41,3 +43,34 @@ def test_region_holds_the_arrays_at_aligned_offsets_and_is_unlinked():
         region.destroy()
         region.destroy()  # idempotent
     assert leaked_regions(os.getpid()) == []
+
+
+def test_size_classes_are_powers_of_two_from_64_kib():
+    assert [size_class(n) for n in (1, 65536, 65537, 39_321_600)] == [65536, 65536, 131072, 67_108_864]
+
+
+def test_pool_hands_out_the_smallest_fitting_region_and_evicts_the_oldest():
+    pool = RegionPool(max_idle_bytes=3 << 20)
+    small, large = new_region(1 << 20), new_region(2 << 20)
+    try:
+        assert pool.take(1) is None
+        assert pool.give(large) == [] and pool.give(small) == []
+        assert pool.take(1000) is small and pool.take(1000) is large and pool.take(1) is None
+        extra = new_region(2 << 20)
+        pool.give(large)
+        pool.give(small)
+        assert pool.give(extra) == [large]  # 5 MiB idle > 3 MiB: the oldest goes
+        assert pool.drain() == [small, extra] and pool.drain() == []
+    finally:
+        for region in (small, large, extra):
+            region.destroy()
+    assert leaked_regions(os.getpid()) == []
+
+
+def test_write_refuses_what_does_not_fit():
+    region = new_region(1 << 16)
+    try:
+        with pytest.raises(ValueError, match="do not fit"):
+            region.write([np.zeros(1 << 17, np.uint8)])
+    finally:
+        region.destroy()
