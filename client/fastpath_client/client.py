@@ -18,6 +18,7 @@ from fastpath_client.retry import call_with_retry
 from fastpath_client.tensors import ModelSpec, model_spec, model_statistics, repository_versions
 
 T = TypeVar("T")
+MAX_HTTP_POOLS = 8
 
 
 class Client(ClientCore):
@@ -50,6 +51,8 @@ class Client(ClientCore):
         """The tritonclient client for this timeout (HTTP timeouts are per client; gRPC's are per call)."""
         key = timeout_s if self.protocol == "http" else 0.0
         if key not in self._clients:
+            if len(self._clients) >= MAX_HTTP_POOLS:  # many distinct timeouts: drop the oldest pool
+                self._clients.pop(next(iter(self._clients))).close()
             if self.protocol == "http":
                 import tritonclient.http as httpclient
 
