@@ -41,6 +41,7 @@ def start_server(log_dir: Path, models: tuple[str, ...] = ("text_embedding", "fa
         host="127.0.0.1",
         extra_args=extra_args,
         admin_key=admin_key,
+        exit_timeout_s=5,  # tests' clients keep HTTP connections open; do not wait 30 s for them
     )
     server = TritonServer(options, log_path=log_dir / "tritonserver.log").start()
     try:

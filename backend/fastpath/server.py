@@ -89,6 +89,8 @@ class ServerOptions:
             ``--grpc-restricted-protocol``).
         state_dir: control-plane directory for live swaps (``FASTPATH_STATE_DIR``); None makes a fresh
             temporary one per start, removed at stop.
+        exit_timeout_s: Triton's ``--exit-timeout-secs``: how long shutdown waits for in-flight
+            requests and open HTTP connections (clients holding keep-alive connections delay it).
     """
 
     model_repository: Path
@@ -101,6 +103,7 @@ class ServerOptions:
     extra_args: tuple[str, ...] = ()
     admin_key: str = ""
     state_dir: Path | None = None
+    exit_timeout_s: int = 30
 
 
 ADMIN_HEADER = "fastpath-admin-key"
@@ -123,6 +126,7 @@ def server_command(options: ServerOptions, backends: Path, dist: Path) -> list[s
         f"--log-verbose={options.log_verbose}",
         "--exit-on-error=true",
         "--strict-readiness=true",
+        f"--exit-timeout-secs={options.exit_timeout_s}",
     ]
     command += [f"--load-model={name}" for name in options.models]
     if options.admin_key:

@@ -60,7 +60,7 @@ def check_engine_io(embedder: TextEmbedder) -> None:
 
 
 def load_text_version(model_dir: Path, version: int, base: TextEmbeddingConfig) -> TextEmbedder:
-    """Verify a version's manifest and load its engine, warmed up on every length bucket.
+    """Verify a version's manifest and load its engine, warmed up on a short and a long batch.
 
     The artifact file and precision come from the version's manifest.
 
@@ -74,8 +74,13 @@ def load_text_version(model_dir: Path, version: int, base: TextEmbeddingConfig) 
     manifest = verify_manifest(version_dir)
     config = dataclasses.replace(base, artifact=manifest.get("artifact", base.artifact), precision=manifest.get("precision", base.precision))
     embedder = TextEmbedder.from_directory(version_dir, config)
-    for length in config.length_buckets_tokens:
-        embedder.embed(["warm " * max(0, length - 3)])
+    try:
+        check_engine_io(embedder)  # before running anything: a fixed-shape ONNX must fail with the shapes named (K09)
+    except ArtifactError:
+        embedder.close()
+        raise
+    for words in (8, 120):  # first runs pay ONNX Runtime's lazy initialization; later shapes are cheap
+        embedder.embed(["warm " * words] * 4)
     return embedder
 
 

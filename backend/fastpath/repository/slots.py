@@ -41,10 +41,14 @@ class _Slot(Generic[E]):
     leases: int = 0
     retired: bool = False
 
+    on_release: Callable[[], None] | None = None
+
     def maybe_close(self) -> bool:
         if self.retired and self.leases == 0 and self.engine is not None:
             self.engine.close()  # type: ignore[attr-defined]
             self.engine = None  # type: ignore[assignment]
+            if self.on_release is not None:
+                self.on_release()
             return True
         return False
 
@@ -84,12 +88,15 @@ class EngineSlots(Generic[E]):
         version: the version the initial engine serves.
         engine: the initial (already validated) engine; any object with ``close()``.
         clock: monotonic clock in seconds (injected for tests).
+        on_release: called after a retired engine is closed (e.g. to return heap pages to the OS).
     """
 
-    def __init__(self, version: int, engine: E, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, version: int, engine: E, *, clock: Callable[[], float] = time.monotonic,
+                 on_release: Callable[[], None] | None = None) -> None:
+        self._on_release = on_release
         self._lock = threading.Lock()
         self._swap_lock = threading.Lock()
-        self._active: _Slot[E] = _Slot(version, engine)
+        self._active: _Slot[E] = _Slot(version, engine, on_release=on_release)
         self.previous_version: int | None = None
         self._retired: list[_Slot[E]] = []
         self._clock = clock
@@ -148,7 +155,7 @@ class EngineSlots(Generic[E]):
                 raise SwapError(self._last_error) from exc
             self._state = "flipping"
             with self._lock:
-                old, self._active = self._active, _Slot(version, engine)
+                old, self._active = self._active, _Slot(version, engine, on_release=self._on_release)
                 self.previous_version = old.version
                 old.retired = True
                 if not old.maybe_close():

@@ -5,6 +5,9 @@ Inputs and outputs (see ``config.pbtxt``; max_batch_size > 0, so each carries a 
     EMBEDDING    TYPE_FP32   [n, 384] L2-normalized mean-pooled embedding.
     TOKEN_COUNT  TYPE_INT32  [n, 1]   tokens the model saw ([CLS], [SEP] included).
     TRUNCATED    TYPE_BOOL   [n, 1]   True where the text exceeded max_seq_length tokens.
+    MODEL_VERSION TYPE_INT32 [n, 1]   the model version whose engine produced the row (live swaps:
+                                      docs/design/hot-swap.md; Triton's own ``model_version`` in the
+                                      response stays the version Triton loaded).
 
 ``execute`` validates and tokenizes each request, hands its texts to FastPath's scheduler
 (:mod:`fastpath.scheduling`) and returns ``None`` at once; the scheduler's threads batch texts by
@@ -37,7 +40,8 @@ import numpy as np
 
 from fastpath.config import SchedulerConfig, TextEmbeddingConfig, parse_sections, triton_parameters
 from fastpath.errors import ConfigError, EngineError, InvalidInputError
-from fastpath.models.text_embedding import EMBEDDING_DIM, TextEmbedder
+from fastpath.models.text_embedding import EMBEDDING_DIM
+from fastpath.repository.serving import VersionedEmbedder
 from fastpath.scheduling import Batch, BatchQueue, BatchRunner, CostModel, SchedulerObserver, Ticket, WorkItem
 from fastpath.text import decode_texts
 from fastpath.triton.io import error_response, read_input
@@ -58,16 +62,18 @@ def scheduler_length_buckets(buckets: tuple[int, ...], max_seq_length: int) -> t
 
 
 class EmbeddingBatchHandler:
-    """Stages, runs and delivers one scheduler batch with a :class:`TextEmbedder`'s tokenizer and engine.
+    """Stages, runs and delivers one scheduler batch with the tokenizer and the active engine slot.
 
     Filler rows (batch bucket > real texts) are ``[CLS] [SEP]``, the encoding of the empty text;
-    they never reach a response (../shared/cases K02).
+    they never reach a response (../shared/cases K02). ``run`` leases the active slot of
+    :class:`~fastpath.repository.serving.VersionedEmbedder` for the batch, so a batch dispatched
+    before a swap finishes on the old version and every row knows its version.
     """
 
-    def __init__(self, embedder: TextEmbedder) -> None:
-        self.embedder = embedder
-        self._filler = embedder.tokenizer.encode([""])[0]
-        self._output = embedder.engine.outputs[0].name
+    def __init__(self, versions: VersionedEmbedder) -> None:
+        self.versions = versions
+        self.embedder = versions.initial
+        self._filler = self.embedder.tokenizer.encode([""])[0]
 
     def stage(self, batch: Batch) -> dict[str, np.ndarray]:
         """int64 [batch_size, length] input_ids / attention_mask / token_type_ids."""
@@ -75,18 +81,21 @@ class EmbeddingBatchHandler:
         encodings += [self._filler] * (batch.batch_size - len(encodings))
         return self.embedder.tokenizer.pad(encodings, batch.length).feeds()
 
-    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        """float32 [batch_size, 384]; raises EngineError on a failure or a wrong shape."""
-        output = self.embedder.engine.infer(feeds)[self._output]
+    def run(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
+        """(float32 [batch_size, 384], model version); raises EngineError on a failure or a wrong shape."""
+        with self.versions.lease() as (embedder, version):
+            name = embedder.engine.outputs[0].name
+            output = embedder.engine.infer(feeds)[name]
         rows = feeds["input_ids"].shape[0]
         if output.shape != (rows, EMBEDDING_DIM):
-            raise EngineError(f"engine returned {self._output} of shape {output.shape}; expected ({rows}, {EMBEDDING_DIM})")
-        return output
+            raise EngineError(f"engine returned {name} of shape {output.shape}; expected ({rows}, {EMBEDDING_DIM})")
+        return output, version
 
-    def finish(self, batch: Batch, outputs: np.ndarray) -> None:
+    def finish(self, batch: Batch, outputs: tuple[np.ndarray, int]) -> None:
+        embeddings, version = outputs
         for index, item in enumerate(batch.items):
             encoding = item.payload
-            item.ticket.set_row(item.row, (outputs[index], item.tokens, len(encoding.overflowing) > 0))
+            item.ticket.set_row(item.row, (embeddings[index], item.tokens, len(encoding.overflowing) > 0, version))
 
 
 def warm_up(handler: EmbeddingBatchHandler, queue: BatchQueue, clock: Any) -> None:
@@ -130,10 +139,12 @@ class TextEmbeddingModel:
                 f"config.pbtxt parameter 'batch_buckets' = {sched.batch_buckets}: its largest bucket exceeds "
                 f"max_batch_texts={self.config.max_batch_texts}; drop the larger buckets or raise max_batch_texts"
             )
-        version_dir = Path(args["model_repository"]) / args["model_version"]
-        self.embedder = TextEmbedder.from_directory(version_dir, self.config)
+        self.versions = VersionedEmbedder(Path(args["model_repository"]), int(args["model_version"]), self.config,
+                                          instance=args.get("model_instance_name", "text_embedding_0"),
+                                          model_name=args.get("model_name", "text_embedding"))
+        self.embedder = self.versions.initial
         self.model_version = args["model_version"]
-        self.handler = EmbeddingBatchHandler(self.embedder)
+        self.handler = EmbeddingBatchHandler(self.versions)
         queue = BatchQueue(
             batch_buckets=sched.batch_buckets,
             length_buckets=scheduler_length_buckets(self.config.length_buckets_tokens, self.config.max_seq_length),
@@ -218,10 +229,12 @@ class TextEmbeddingModel:
         embeddings = np.stack([row[0] for row in rows]).astype(np.float32, copy=False)
         token_counts = np.array([[row[1]] for row in rows], dtype=np.int32)
         truncated = np.array([[row[2]] for row in rows], dtype=np.bool_)
+        versions = np.array([[row[3]] for row in rows], dtype=np.int32)
         self._send(sender, pb.InferenceResponse(output_tensors=[
             pb.Tensor("EMBEDDING", embeddings),
             pb.Tensor("TOKEN_COUNT", token_counts),
             pb.Tensor("TRUNCATED", truncated),
+            pb.Tensor("MODEL_VERSION", versions),
         ]))
 
     def _send(self, sender: Any, response: Any) -> None:
@@ -238,6 +251,6 @@ class TextEmbeddingModel:
         metrics = getattr(self, "metrics", None)
         if metrics is not None and hasattr(metrics, "close"):
             metrics.close()
-        embedder = getattr(self, "embedder", None)
-        if embedder is not None:
-            embedder.close()
+        versions = getattr(self, "versions", None)
+        if versions is not None:
+            versions.close()

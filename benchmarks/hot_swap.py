@@ -1,0 +1,115 @@
+"""Live swap vs Triton's own reload, side by side under load (issue 5).
+
+Starts a real tritonserver on a private model repository (v1 fp32, v2 int8 when built), runs 16
+concurrent one-text streams (8 HTTP, 8 gRPC) and, in one run:
+  1. steady state window;
+  2. FastPath swap v1 -> v2 (fastpath_admin), then v2 -> v1;
+  3. Triton's reload through the model-repository API (load with a config whose version_policy
+     selects v2: Triton spawns a new stub, then unloads the old one).
+For each switch it reports the time from the call to the last response of the old version, the
+failed requests, and p99 latency in a window around the switch vs the steady state.
+
+    .venv/bin/python benchmarks/hot_swap.py --duration-s 30 --out docs/benchmarks/hot_swap.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import tritonclient.http as httpclient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.conftest import start_server  # noqa: E402
+from tests.e2e.swap_support import MODELS, LoadStreams, admin, make_swap_repository  # noqa: E402
+
+KEY = "bench-admin-key"
+
+
+def _switch_stats(records, call_s, returned_s, old, new, window_s):
+    """Seconds from the call to the last old-version response done, failures and p99 around the switch."""
+    after = [r for r in records if r[2] >= call_s]
+    old_done = [r[2] for r in after if r[4] and r[4][0] == old]
+    last_old = max(old_done) if old_done else call_s
+    window = [r[3] for r in records if call_s - 0.5 <= r[1] <= call_s + window_s]
+    failed = [r for r in records if r[5] and call_s - 0.5 <= r[1] <= returned_s + window_s]
+    return {
+        "call_returned_s": round(returned_s - call_s, 3),
+        "switch_s": round(last_old - call_s, 3),
+        "new_version_seen": any(r[4] and r[4][0] == new for r in after),
+        "failed_requests": len(failed),
+        "failure_examples": sorted({r[5][:160] for r in failed})[:3],
+        "p99_ms_during": round(float(np.percentile(window, 99)) * 1e3, 1) if window else None,
+        "requests_during": len(window),
+    }
+
+
+def _triton_reload(server, version):
+    client = httpclient.InferenceServerClient(server.http_url)
+    config = client.get_model_config("text_embedding")
+    config["version_policy"] = {"specific": {"versions": [version]}}
+    client.load_model("text_embedding", config=json.dumps(config), headers={"fastpath-admin-key": KEY})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration-s", type=float, default=30.0, help="total load duration")
+    parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/hot_swap.json"))
+    args = parser.parse_args()
+    from fastpath.corpus import pydoc_sentences
+
+    v2 = MODELS / "text_embedding" / "2"
+    root = Path(tempfile.mkdtemp(prefix="hot-swap-bench-"))
+    repository = make_swap_repository(root, {1: MODELS / "text_embedding" / "1", 2: v2})
+    server = start_server(root, repository=repository, admin_key=KEY)
+    phase_s = args.duration_s / 5
+    results = {}
+    try:
+        with LoadStreams(server.http_url, server.grpc_url, pydoc_sentences(), count=args.streams) as load:
+            started = time.monotonic()
+            time.sleep(phase_s)
+            steady = [r[3] for r in load.snapshot() if r[1] >= started + 1.0]
+            events = []
+            for name, action, old, new in (
+                ("fastpath_swap_v1_to_v2", lambda: admin(server.http_url, {"command": "swap", "model": "text_embedding", "version": 2, "key": KEY}), 1, 2),
+                ("fastpath_swap_v2_to_v1", lambda: admin(server.http_url, {"command": "swap", "model": "text_embedding", "version": 1, "key": KEY}), 2, 1),
+                ("triton_reload_v1_to_v2", lambda: _triton_reload(server, 2), 1, 2),
+            ):
+                call = time.monotonic()
+                action()
+                events.append((name, call, time.monotonic(), old, new))
+                time.sleep(phase_s)
+        records = load.snapshot()
+        for name, call, returned, old, new in events:
+            results[name] = _switch_stats(records, call, returned, old, new, window_s=max(2.0, returned - call + 1.0))
+        results["steady"] = {"p99_ms": round(float(np.percentile(steady, 99)) * 1e3, 1), "requests": len(steady)}
+    finally:
+        server.stop()
+    report = {
+        "command": "benchmarks/hot_swap.py " + " ".join(sys.argv[1:]),
+        "machine": f"{platform.node()} {platform.processor() or platform.machine()}, 2 cores (shared)",
+        "streams": args.streams,
+        "v2_precision": json.loads((v2 / "manifest.json").read_text()).get("precision"),
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    steady_p99 = results["steady"]["p99_ms"]
+    print(f"{'switch':<26}{'call s':>8}{'switch s':>10}{'failed':>8}{'p99 ms':>9}{'p99/steady':>11}")
+    for name in ("fastpath_swap_v1_to_v2", "fastpath_swap_v2_to_v1", "triton_reload_v1_to_v2"):
+        r = results[name]
+        ratio = r["p99_ms_during"] / steady_p99 if r["p99_ms_during"] else float("nan")
+        print(f"{name:<26}{r['call_returned_s']:>8.3f}{r['switch_s']:>10.3f}{r['failed_requests']:>8}{r['p99_ms_during']:>9}{ratio:>11.2f}")
+    print(f"steady p99 {steady_p99} ms over {results['steady']['requests']} requests; JSON: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

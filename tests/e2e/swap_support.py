@@ -1,0 +1,108 @@
+"""Helpers for live-swap tests and benchmarks: a private model repository, admin calls, load streams."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MODELS = REPO_ROOT / "model_repository"
+
+
+def link_version(source: Path, target: Path) -> None:
+    """A version directory whose large files are symlinks to ``source`` and whose manifest is a copy."""
+    target.mkdir(parents=True)
+    for path in source.iterdir():
+        if path.name in ("manifest.json", "model.py", "__pycache__"):
+            continue
+        (target / path.name).symlink_to(path.resolve())
+    shutil.copy(source / "manifest.json", target / "manifest.json")
+    shutil.copy(MODELS / "text_embedding" / "1" / "model.py", target / "model.py")
+
+
+def make_swap_repository(root: Path, versions: dict[int, Path]) -> Path:
+    """A model repository with text_embedding (the given versions, each with golden inputs) and fastpath_admin."""
+    from fastpath.build.manifest import read_manifest
+    from fastpath.config import TextEmbeddingConfig
+    from fastpath.models.text_embedding import TextEmbedder
+    from fastpath.repository.golden import add_golden
+
+    repository = root / "repo"
+    shutil.copytree(MODELS / "fastpath_admin", repository / "fastpath_admin", ignore=shutil.ignore_patterns("__pycache__"))
+    model_dir = repository / "text_embedding"
+    model_dir.mkdir(parents=True)
+    shutil.copy(MODELS / "text_embedding" / "config.pbtxt", model_dir / "config.pbtxt")
+    reference = TextEmbedder.from_directory(MODELS / "text_embedding" / "1", TextEmbeddingConfig())
+    try:
+        for version, source in versions.items():
+            link_version(source, model_dir / str(version))
+            precision = read_manifest(source).get("precision", "fp32")
+            add_golden(model_dir / str(version), reference, min_cosine=0.9999 if precision == "fp32" else 0.99)
+    finally:
+        reference.close()
+    return repository
+
+
+def admin(url: str, command: dict, protocol: str = "http") -> dict:
+    """Send one admin command to fastpath_admin; returns the reply or raises InferenceServerException."""
+    module = httpclient if protocol == "http" else grpcclient
+    client = module.InferenceServerClient(url)
+    tensor = module.InferInput("REQUEST", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([json.dumps(command).encode()], dtype=np.object_))
+    reply = client.infer("fastpath_admin", [tensor]).as_numpy("RESPONSE")[0]
+    return json.loads(reply)
+
+
+class LoadStreams:
+    """``count`` threads sending one-text requests in a loop (half HTTP, half gRPC), recording each result.
+
+    Each record: (stream, sent_s, done_s, latency_s, versions or None, error or None).
+    """
+
+    def __init__(self, http_url: str, grpc_url: str, texts: list[str], count: int = 16) -> None:
+        self.http_url, self.grpc_url, self.texts, self.count = http_url, grpc_url, texts, count
+        self.records: list[tuple] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(count)]
+
+    def _run(self, stream: int) -> None:
+        module = httpclient if stream % 2 else grpcclient
+        url = self.http_url if stream % 2 else self.grpc_url
+        client = module.InferenceServerClient(url)
+        outputs = [module.InferRequestedOutput("EMBEDDING"), module.InferRequestedOutput("MODEL_VERSION")]
+        index = stream
+        while not self._stop.is_set():
+            text = self.texts[index % len(self.texts)]
+            index += self.count
+            tensor = module.InferInput("TEXT", [1, 1], "BYTES")
+            tensor.set_data_from_numpy(np.array([[text.encode()]], dtype=np.object_))
+            sent = time.monotonic()
+            try:
+                result = client.infer("text_embedding", [tensor], outputs=outputs)
+                record = (stream, sent, time.monotonic(), time.monotonic() - sent, result.as_numpy("MODEL_VERSION").reshape(-1).tolist(), None)
+            except Exception as exc:  # recorded: the test asserts there are none
+                record = (stream, sent, time.monotonic(), time.monotonic() - sent, None, str(exc))
+            with self._lock:
+                self.records.append(record)
+
+    def __enter__(self) -> "LoadStreams":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+
+    def snapshot(self) -> list[tuple]:
+        with self._lock:
+            return list(self.records)
