@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
     from fastpath.cli_client import register as register_client_commands  # bench (client side)
     register_client_commands(sub)
+    from fastpath.cli_admin import register as register_admin_commands  # swap, rollback, status
+
+    register_admin_commands(sub)
     return parser
 
 

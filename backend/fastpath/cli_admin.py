@@ -1,0 +1,74 @@
+"""``fastpath swap | rollback | status``: live model-version control from the command line.
+
+Each takes ``--url HOST:PORT`` (repeatable or comma-separated: several replicas make ``swap`` a
+rolling swap, one replica at a time, all rolled back on the first failure) and ``--protocol
+http|grpc``. The admin key comes from ``FASTPATH_ADMIN_KEY``, else from the file `fastpath serve`
+wrote when it generated one. Output is the server's JSON reply; the exit code is 0 on success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+
+def _key() -> str | None:
+    from fastpath.cli import ADMIN_KEY_FILE
+
+    key = os.environ.get("FASTPATH_ADMIN_KEY")
+    if key:
+        return key
+    return ADMIN_KEY_FILE.read_text().strip() if ADMIN_KEY_FILE.is_file() else None
+
+
+def _urls(values: list[str] | None) -> list[str]:
+    urls = [u.strip() for value in (values or ["localhost:8000"]) for u in value.split(",") if u.strip()]
+    return urls
+
+
+def _run(args: argparse.Namespace) -> int:
+    from fastpath_client import Client, FastPathClientError
+    from fastpath_client.fleet import rolling_swap
+
+    urls = _urls(args.url)
+    key = _key()
+    try:
+        if args.command == "swap" and len(urls) > 1:
+            result = rolling_swap(urls, args.model, args.version, protocol=args.protocol,
+                                  client_factory=lambda url: Client(url, protocol=args.protocol, admin_key=key))
+            print(json.dumps(result.__dict__, indent=2))
+            return 0 if result.ok else 1
+        replies: dict[str, Any] = {}
+        for url in urls:
+            with Client(url, protocol=args.protocol, admin_key=key) as client:
+                if args.command == "swap":
+                    replies[url] = client.swap(args.model, args.version)
+                elif args.command == "rollback":
+                    replies[url] = client.rollback(args.model)
+                else:
+                    replies[url] = client.status(args.model)
+        print(json.dumps(replies[urls[0]] if len(urls) == 1 else replies, indent=2))
+        return 0
+    except FastPathClientError as exc:
+        print(f"fastpath {args.command}: {exc}", file=sys.stderr)
+        return 1
+
+
+def register(subparsers: Any) -> None:
+    """Add the swap, rollback and status subcommands."""
+    helps = {
+        "swap": "serve VERSION of MODEL, live (load, warm, validate, flip; the old version keeps serving on failure)",
+        "rollback": "go back to the version served before the last swap",
+        "status": "active version, standby, state and last error of MODEL's instances",
+    }
+    for command, text in helps.items():
+        parser = subparsers.add_parser(command, help=text, description=text + ". " + (__doc__ or "").split("\n\n")[1])
+        parser.add_argument("model", help="model name, e.g. text_embedding")
+        if command == "swap":
+            parser.add_argument("version", type=int, help="version directory number in the model repository")
+        parser.add_argument("--url", action="append", help="HOST:PORT of a replica (default localhost:8000); repeat or comma-separate for a fleet")
+        parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
+        parser.set_defaults(func=_run, command=command)

@@ -1,0 +1,106 @@
+"""Rolling swaps across replicas (issue 8) and the `fastpath swap/rollback/status` CLI (issue 5).
+
+Three real tritonserver processes on loopback, each with its own model repository; replica 2's
+version 2 fails its golden check, so a fleet swap through it must leave every replica on version 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from fastpath_client import Client
+from fastpath_client.fleet import rolling_swap
+from tests.conftest import start_server
+from tests.e2e.swap_support import MODELS, LoadStreams, make_swap_repository
+
+pytestmark = pytest.mark.e2e
+KEY = "fleet-admin-key"
+V2 = MODELS / "text_embedding" / "2"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    servers = []
+    try:
+        for index in range(3):
+            root = tmp_path_factory.mktemp(f"replica{index}")
+            repository = make_swap_repository(root, {1: MODELS / "text_embedding" / "1", 2: V2 if (V2 / "manifest.json").exists() else MODELS / "text_embedding" / "1"})
+            if index == 1:  # replica 2: a version 2 whose golden outputs no longer match
+                from fastpath.build.manifest import read_manifest, write_manifest
+                from fastpath.repository.golden import write_golden
+
+                version_dir = repository / "text_embedding" / "2"
+                with np.load(version_dir / "golden.npz") as golden:
+                    texts, embeddings = golden["texts"], golden["embeddings"]
+                (version_dir / "golden.npz").unlink()
+                write_golden(version_dir, tuple(texts), -embeddings)
+                manifest = read_manifest(version_dir)
+                write_manifest(version_dir, manifest.pop("files"), manifest)
+            servers.append(start_server(root, repository=repository, admin_key=KEY))
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def _versions(servers):
+    return [Client(s.http_url, admin_key=KEY).status("text_embedding")["active_version"] for s in servers]
+
+
+def _factory(url):
+    return Client(url, protocol="http", admin_key=KEY)
+
+
+def test_failure_on_replica_2_leaves_all_on_the_old_version(fleet, sentences):
+    with LoadStreams(fleet[0].http_url, fleet[0].grpc_url, sentences[:200], count=4) as load:
+        result = rolling_swap([s.http_url for s in fleet], "text_embedding", 2, client_factory=_factory)
+    assert not result.ok
+    assert result.failed[0] == fleet[1].http_url and "golden check failed" in result.failed[1]
+    assert result.swapped == [fleet[0].http_url] and result.rolled_back == [fleet[0].http_url]
+    assert _versions(fleet) == [1, 1, 1]
+    assert [r for r in load.snapshot() if r[5]] == []
+
+
+def test_rolling_swap_under_load_moves_every_replica(fleet, sentences):
+    healthy = [fleet[0], fleet[2]]
+    loads = [LoadStreams(s.http_url, s.grpc_url, sentences[:200], count=4) for s in healthy]
+    for load in loads:
+        load.__enter__()
+    try:
+        time.sleep(1.0)
+        result = rolling_swap([s.http_url for s in healthy], "text_embedding", 2, client_factory=_factory)
+        time.sleep(1.0)
+    finally:
+        for load in loads:
+            load.__exit__(None, None, None)
+    assert result.ok and result.swapped == [s.http_url for s in healthy]
+    assert _versions(healthy) == [2, 2]
+    records = [r for load in loads for r in load.snapshot()]
+    assert [r[5] for r in records if r[5]] == [] and {r[4][0] for r in records} == {1, 2}
+    rolling_swap([s.http_url for s in healthy], "text_embedding", 1, client_factory=_factory)
+
+
+def test_cli_swap_status_rollback(fleet):
+    env = dict(os.environ, FASTPATH_ADMIN_KEY=KEY)
+    url = fleet[2].http_url
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "fastpath", *args], env=env, capture_output=True, text=True, timeout=300)
+
+    swapped = cli("swap", "text_embedding", "2", "--url", url)
+    assert swapped.returncode == 0, swapped.stderr
+    assert json.loads(swapped.stdout)["active_version"] == 2
+    status = cli("status", "text_embedding", "--url", fleet[2].grpc_url, "--protocol", "grpc")
+    assert json.loads(status.stdout)["instances"]["text_embedding_0_0"]["previous_version"] == 1
+    rolled = cli("rollback", "text_embedding", "--url", url)
+    assert rolled.returncode == 0 and json.loads(rolled.stdout)["active_version"] == 1
+    refused = subprocess.run([sys.executable, "-m", "fastpath", "swap", "text_embedding", "2", "--url", url],
+                             env={**env, "FASTPATH_ADMIN_KEY": "wrong"}, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1 and "admin key" in refused.stderr
