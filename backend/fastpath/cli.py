@@ -36,7 +36,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     ensure_text_detection(args.model_repository, if_missing=args.if_missing)  # text_detection: copy from the rapidocr wheel
     version_dir = args.model_repository / "text_embedding" / "1"
-    if args.if_missing and all((version_dir / n).is_file() for n in ("model.onnx", "tokenizer.json", "manifest.json")):
+    if args.if_missing and all((version_dir / n).is_file() for n in ("model.onnx", "tokenizer.json", "golden.npz", "manifest.json")):
         LOG.info("artifacts present in %s (fastpath build rebuilds them)", version_dir)
         return 0
     LOG.info("exporting all-MiniLM-L6-v2 to ONNX into %s", version_dir)

@@ -51,6 +51,19 @@ def _pooled_module(model_dir: Path):
     return PooledBert().eval()
 
 
+def _add_fp32_golden(directory: Path) -> None:
+    """Golden inputs for the live-swap validation gate: this fp32 model is its own reference (tolerance 0.9999)."""
+    from fastpath.config import TextEmbeddingConfig
+    from fastpath.models.text_embedding import TextEmbedder
+    from fastpath.repository.golden import add_golden
+
+    embedder = TextEmbedder.from_directory(directory, TextEmbeddingConfig())
+    try:
+        add_golden(directory, embedder, min_cosine=0.9999)
+    finally:
+        embedder.close()
+
+
 def export_text_embedding(version_dir: Path) -> Path:
     """Export the fp32 ONNX model and tokenizer into ``version_dir`` atomically, with a manifest.
 
@@ -104,6 +117,7 @@ def export_text_embedding(version_dir: Path) -> Path:
                 "export_seconds": round(time.perf_counter() - started, 2),
             },
         )
-        for name in ("model.onnx", "tokenizer.json", "manifest.json"):
+        _add_fp32_golden(staging)
+        for name in ("model.onnx", "tokenizer.json", "golden.npz", "manifest.json"):
             (staging / name).replace(version_dir / name)
     return version_dir / "model.onnx"
