@@ -1,11 +1,17 @@
 """Online cost model: predicted engine time of a batch shape (batch bucket x length bucket).
 
 Each (batch size, padded length) cell keeps an exponentially weighted moving average (EWMA) of
-its measured execution times. A cell never measured is predicted from a linear fit
-``overhead_s + per_token_s * batch * length`` to every measurement (exponentially weighted least
-squares, so it follows drift too), and before two distinct shapes were measured, from a prior.
-The linear form is what a BERT encoder costs to first order: a fixed per-call overhead plus work
-proportional to the padded tokens (attention's length^2 term is small at these lengths).
+its measured execution times. Every measurement also feeds a linear fit
+``overhead_s + per_token_s * batch * length`` (exponentially weighted least squares, so it follows
+drift); before two distinct shapes were measured, a prior stands in for it. The linear form is what
+a BERT encoder costs to first order: a fixed per-call overhead plus work proportional to the padded
+tokens (attention's length^2 term is small at these lengths).
+
+A cell's prediction shrinks its EWMA toward the fit by its number of measurements ``n``:
+``fit + n / (n + SHRINK_MEASUREMENTS) * (ewma - fit)`` (empirical-Bayes style). A cell seen once
+or twice on a noisy, shared machine cannot then look cheaper than its neighbours by chance and
+steer batches into needless padding, while a cell measured often (where the engine really departs
+from the line, e.g. a GPU's flat cost up to some batch size) follows its own measurements.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import threading
 PRIOR_OVERHEAD_S = 2e-3
 PRIOR_PER_TOKEN_S = 1e-4
 _FIT_DECAY = 0.98  # weight kept by old points in the linear fit per new measurement
+SHRINK_MEASUREMENTS = 4.0  # a cell's EWMA gets half the weight after this many measurements
 
 
 class CostModel:
@@ -34,6 +41,7 @@ class CostModel:
             raise ValueError(f"cost EWMA alpha must be in (0, 1], got {alpha}")
         self.alpha = alpha
         self._cells: dict[tuple[int, int], float] = {}
+        self._counts: dict[tuple[int, int], int] = {}
         self._prior = (prior_overhead_s, prior_per_token_s)
         # exponentially weighted sums for least squares of seconds on tokens = batch * length
         self._w = self._x = self._y = self._xx = self._xy = 0.0
@@ -47,6 +55,7 @@ class CostModel:
         with self._lock:
             old = self._cells.get((batch, length))
             self._cells[(batch, length)] = seconds if old is None else old + self.alpha * (seconds - old)
+            self._counts[(batch, length)] = self._counts.get((batch, length), 0) + 1
             d = _FIT_DECAY
             self._w = self._w * d + 1.0
             self._x = self._x * d + tokens
@@ -71,13 +80,15 @@ class CostModel:
         return max(0.0, intercept), slope
 
     def estimate(self, batch: int, length: int) -> float:
-        """Predicted seconds for a [batch, length] batch: the cell's EWMA, else the linear fit."""
+        """Predicted seconds for a [batch, length] batch: the linear fit, moved toward the cell's EWMA."""
         with self._lock:
-            cell = self._cells.get((batch, length))
-            if cell is not None:
-                return cell
             overhead, per_token = self._linear_locked()
-        return overhead + per_token * batch * length
+            fit = overhead + per_token * batch * length
+            cell = self._cells.get((batch, length))
+            if cell is None:
+                return fit
+            count = self._counts[(batch, length)]
+        return fit + count / (count + SHRINK_MEASUREMENTS) * (cell - fit)
 
     def measured(self) -> dict[tuple[int, int], float]:
         """A copy of the per-cell EWMAs, {(batch, length): seconds}."""

@@ -43,13 +43,17 @@ from fastpath.scheduling.tickets import WorkItem
 _RATE_ALPHA = 0.2  # EWMA weight of the newest inter-arrival gap
 _MIN_GAP_S = 1e-6  # requests arriving together count as 1 us apart
 _MIN_WAIT_S = 50e-6  # waiting less than this is not worth a wake-up
+# Extra padding (a wider length range, or filler rows) must promise at least this much more
+# efficiency than the padding-free choice: predictions are noisy on a shared machine, and a
+# coin-flip "gain" would only buy padding.
+MIN_PADDING_GAIN = 1.05
 
 
 def _key(item: WorkItem) -> tuple[int, int]:
     return (item.priority_level, item.seq)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Batch:
     """Texts that run as one engine call.
 
@@ -336,7 +340,7 @@ class BatchQueue:
         if up == down:
             return cut
         padded = _Candidate(lo, hi, count, up, in_range, useful_s * count / in_range, self.costs.estimate(up, length))
-        return padded if padded.efficiency >= cut.efficiency else cut
+        return padded if padded.efficiency >= cut.efficiency * MIN_PADDING_GAIN else cut
 
     def _useful_by_group(self) -> list[float]:
         """Ideal engine seconds of each bucket's queued texts (tokens x ideal seconds per token)."""
@@ -351,7 +355,7 @@ class BatchQueue:
 
         Efficiency charges every padded token and filler row: merging short texts into a long
         batch, or padding 5 texts up to 8 rows, wins only where the per-call overhead it saves is
-        larger than the padding it adds.
+        larger than the padding it adds, by at least ``MIN_PADDING_GAIN``.
         """
         home = self.group_of(anchor.tokens)
         useful = self._useful_by_group()
@@ -360,15 +364,15 @@ class BatchQueue:
         for count, value in zip(counts, useful):
             count_prefix.append(count_prefix[-1] + count)
             useful_prefix.append(useful_prefix[-1] + value)
-        best: _Candidate | None = None
+        own = self._candidate(home, home, counts[home], useful[home])
+        best = own
         for lo in (index for index in range(home + 1) if counts[index]):
             for hi in (index for index in range(home, len(counts)) if counts[index]):
                 in_range = count_prefix[hi + 1] - count_prefix[lo]
                 candidate = self._candidate(lo, hi, in_range, useful_prefix[hi + 1] - useful_prefix[lo])
-                if best is None or (candidate.efficiency, candidate.served) > (best.efficiency, best.served):
+                if (candidate.efficiency, candidate.served) > (best.efficiency, best.served):
                     best = candidate
-        assert best is not None  # the anchor's own bucket is always a candidate
-        return best
+        return best if best.efficiency >= own.efficiency * MIN_PADDING_GAIN else own
 
     def _form(self, candidate: _Candidate, anchor: WorkItem, rule: str, now: float) -> Batch:
         """Take the candidate's texts out of the queue: the anchor first, then by (priority, arrival)."""

@@ -11,7 +11,8 @@ Three threads form a pipeline, so host work for batch N+1 overlaps the engine ru
                 the cost model. When it is idle and nothing is staged, it forms and stages the next
                 batch itself, so a lone request at low load costs no thread hand-off;
     completion  delivers rows to tickets (``handler.finish``), which send the responses, while the
-                engine already runs the next batch.
+                engine already runs the next batch. When nothing else is in flight, the engine thread
+                delivers the batch itself (no hand-off at low load).
 
 Texts are tokenized before :meth:`BatchRunner.submit` (in Triton's ``execute`` thread), which also
 overlaps the engine. Every accepted ticket is answered exactly once: with its rows, or with the
@@ -97,7 +98,7 @@ class BatchRunner:
         self._busy_until_s = 0.0
         self._staging: Batch | None = None
         self._completions: collections.deque[_Completion] = collections.deque()
-        self._finishing: Batch | None = None
+        self._finishing: list[Batch] = []  # batches being delivered (engine or completion thread)
         self._stopping = False
         self._threads = [
             threading.Thread(target=self._loop, args=(step,), name=f"{name}-{step.__name__.strip('_')}", daemon=True)
@@ -159,7 +160,7 @@ class BatchRunner:
             while self._started and not self._idle() and self.clock.now() < deadline_s:
                 self.clock.wait_until(self._cond, deadline_s)
             left = self.queue.remove_all()
-            batches = [b for b in (self._staging, self._running, self._finishing) if b is not None]
+            batches = [b for b in (self._staging, self._running) if b is not None] + self._finishing
             batches += [self._slot[0]] if self._slot else []
             batches += [done.batch for done in self._completions]
             self._slot = None
@@ -293,10 +294,18 @@ class BatchRunner:
         seconds = self.clock.now() - start_s
         if error is None:
             self.queue.costs.observe(batch.batch_size, batch.length, seconds)
+        done = _Completion(batch, outputs, error, seconds)
         with self._cond:
             self._running = None
-            self._completions.append(_Completion(batch, outputs, error, seconds))
+            # Nothing else in flight (low load): deliver here and save the hand-off to the completion thread.
+            inline = not (self._completions or self._finishing or self._slot or self._staging or len(self.queue))
+            if inline:
+                self._finishing.append(batch)
+            else:
+                self._completions.append(done)
             self._cond.notify_all()
+        if inline:
+            self._complete(done)
         return True
 
     def _completion_step(self) -> bool:
@@ -306,7 +315,12 @@ class BatchRunner:
                     return False
                 self.clock.wait_until(self._cond, None)
             done = self._completions.popleft()
-            self._finishing = done.batch
+            self._finishing.append(done.batch)
+        self._complete(done)
+        return True
+
+    def _complete(self, done: _Completion) -> None:
+        """Deliver one finished batch (the caller put it in ``self._finishing``), then take it out."""
         error = done.error
         self.observer.batch_done(done.batch, done.seconds, error)
         if error is None:
@@ -317,9 +331,8 @@ class BatchRunner:
         if error is not None:
             self._fail_batch(done.batch, error)
         with self._cond:
-            self._finishing = None
+            self._finishing.remove(done.batch)
             self._cond.notify_all()
-        return True
 
     def _fail_batch(self, batch: Batch, error: BaseException) -> None:
         LOG.error("a batch of %d texts [%d x %d] failed: %s", len(batch.items), batch.batch_size, batch.length, error)

@@ -7,15 +7,18 @@ import threading
 import pytest
 
 from fastpath.scheduling import CostModel, Ticket
+from fastpath.scheduling.costs import SHRINK_MEASUREMENTS
 
 
-def test_cell_is_an_ewma_of_its_measurements():
-    costs = CostModel(0.5)
+def test_cell_is_an_ewma_shrunk_toward_the_fit_by_its_measurement_count():
+    costs = CostModel(0.5, prior_overhead_s=0.0, prior_per_token_s=1e-3)  # prior fit: (4, 32) -> 0.128 s
     costs.observe(4, 32, 1.0)
-    assert costs.estimate(4, 32) == 1.0
     costs.observe(4, 32, 2.0)
-    assert costs.estimate(4, 32) == pytest.approx(1.5)
     assert costs.measured() == {(4, 32): pytest.approx(1.5)}
+    assert costs.estimate(4, 32) == pytest.approx(0.128 + 2 / (2 + SHRINK_MEASUREMENTS) * (1.5 - 0.128))
+    for _ in range(200):
+        costs.observe(4, 32, 1.5)
+    assert costs.estimate(4, 32) == pytest.approx(1.5, rel=0.02)  # a well-measured cell follows itself
 
 
 def test_unmeasured_cells_use_the_linear_fit_of_all_measurements():
