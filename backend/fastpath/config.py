@@ -161,6 +161,9 @@ class SchedulerConfig:
             0 disables priorities.
         default_priority_level: level of requests that send none (Triton ``default_priority_level``).
         cost_ewma_alpha: weight of the newest measurement in each batch shape's execution-time EWMA.
+        min_padding_gain: a wider length range, filler rows, or waiting for more texts is chosen only
+            if the cost model predicts at least this factor more efficiency (useful / engine time)
+            than the padding-free choice. Higher trades throughput for less padding.
         deadline_margin_us: slack kept between a batch's predicted end and its earliest deadline.
         stage_lead_us: how long before the running batch's predicted end the next batch is formed
             and staged (padded) so it is ready when the engine frees up.
@@ -177,6 +180,7 @@ class SchedulerConfig:
     priority_levels: int = 0
     default_priority_level: int = 0
     cost_ewma_alpha: float = 0.2
+    min_padding_gain: float = 1.1
     deadline_margin_us: int = 1000
     stage_lead_us: int = 1000
     drain_timeout_s: float = 30.0
@@ -203,6 +207,7 @@ class SchedulerConfig:
             f"1..priority_levels ({self.priority_levels}), or 0 when priority_levels is 0",
         )
         _check(0.0 < self.cost_ewma_alpha <= 1.0, "cost_ewma_alpha", self.cost_ewma_alpha, "in (0, 1]")
+        _check(self.min_padding_gain >= 1.0, "min_padding_gain", self.min_padding_gain, ">= 1.0")
         _check(self.deadline_margin_us >= 0, "deadline_margin_us", self.deadline_margin_us, ">= 0")
         _check(self.stage_lead_us >= 0, "stage_lead_us", self.stage_lead_us, ">= 0")
         _check(self.drain_timeout_s > 0, "drain_timeout_s", self.drain_timeout_s, "> 0")

@@ -10,7 +10,8 @@ Candidates. A candidate batch is a run of adjacent length buckets ``[lo, hi]`` t
 (run the best-ranked ``B_down`` texts, the rest wait) or up (run all ``n`` texts plus
 ``B_up - n`` filler rows). The candidate with the highest *efficiency* wins: the ideal engine time
 of its texts (their tokens at the per-token cost of a full largest batch) over the predicted time
-of the padded batch (cost model: :class:`~fastpath.scheduling.costs.CostModel`). So "pad the
+of the padded batch, both from the cost model's uncontended *floor*
+(:class:`~fastpath.scheduling.costs.CostModel`); deadlines use its *expected* times. So "pad the
 length up or run two batches" and "pad the batch up or let texts wait" are both decided by cost.
 
 Rules, checked in this order while the engine is free:
@@ -23,7 +24,9 @@ Rules, checked in this order while the engine is free:
     idle      the engine is free and waiting for more texts is not predicted to pay: with arrival
               rate ``r`` into the candidate's buckets, filling the next batch bucket takes
               ``need / r`` seconds of idle engine; wait only if the fuller batch's efficiency,
-              counting that idle time as cost, beats running now. On CPU, where a call's fixed
+              counting that idle time as cost, beats running now (by ``min_padding_gain``). Rates
+              are learned only from texts that arrive while work is pending, so a closed-loop
+              client at concurrency 1 is never kept waiting for company that cannot come. On CPU, where a call's fixed
               overhead is small next to its per-token work, this rarely pays; on a GPU it often does.
 The anchor is the head of the queue (best priority level, then oldest) for every rule except
 ``deadline``, whose anchor is the text at risk.
@@ -43,10 +46,6 @@ from fastpath.scheduling.tickets import WorkItem
 _RATE_ALPHA = 0.2  # EWMA weight of the newest inter-arrival gap
 _MIN_GAP_S = 1e-6  # requests arriving together count as 1 us apart
 _MIN_WAIT_S = 50e-6  # waiting less than this is not worth a wake-up
-# Extra padding (a wider length range, or filler rows) must promise at least this much more
-# efficiency than the padding-free choice: predictions are noisy on a shared machine, and a
-# coin-flip "gain" would only buy padding.
-MIN_PADDING_GAIN = 1.05
 
 
 def _key(item: WorkItem) -> tuple[int, int]:
@@ -155,13 +154,17 @@ class BatchQueue:
         max_queue_delay_s: rule (c), seconds.
         max_texts: queue bound in texts (rejects beyond it with UnavailableError).
         deadline_margin_s: rule (b) slack, seconds.
+        min_padding_gain: extra padding (a wider length range, filler rows) or waiting must promise
+            at least this factor more efficiency than the plain choice; predictions are noisy on a
+            shared machine, and a coin-flip "gain" would only buy padding.
 
     Raises:
         ValueError: bucket lists are empty, unsorted, or batch buckets do not start at 1.
     """
 
     def __init__(self, *, batch_buckets: Sequence[int], length_buckets: Sequence[int], costs: CostModel,
-                 max_queue_delay_s: float, max_texts: int, deadline_margin_s: float = 0.0) -> None:
+                 max_queue_delay_s: float, max_texts: int, deadline_margin_s: float = 0.0,
+                 min_padding_gain: float = 1.1) -> None:
         for name, values in (("batch_buckets", batch_buckets), ("length_buckets", length_buckets)):
             if not values or list(values) != sorted(set(values)) or values[0] < 1:
                 raise ValueError(f"{name} must be strictly increasing positive integers, got {list(values)}")
@@ -174,6 +177,7 @@ class BatchQueue:
         self.max_queue_delay_s = max_queue_delay_s
         self.max_texts = max_texts
         self.deadline_margin_s = deadline_margin_s
+        self.min_padding_gain = min_padding_gain
         self._groups: list[list[WorkItem]] = [[] for _ in self.length_buckets]
         self._rates = [_Rate() for _ in self.length_buckets]
         self._count = 0
@@ -191,8 +195,16 @@ class BatchQueue:
         """Index of the length bucket a text of ``tokens`` tokens joins."""
         return min(bisect.bisect_left(self.length_buckets, tokens), len(self.length_buckets) - 1)
 
-    def submit(self, items: Sequence[WorkItem], now: float) -> None:
+    def submit(self, items: Sequence[WorkItem], now: float, *, engine_busy: bool = False) -> None:
         """Accept all ``items`` (one request's texts) or none.
+
+        Args:
+            items: the request's texts.
+            now: clock time of arrival.
+            engine_busy: whether a batch is running or staged. Arrival rates are learned only from
+                texts that arrive while work is pending (queued or running): a closed-loop client
+                at concurrency 1 never sends while it waits, so its gaps must not suggest that
+                waiting would bring company.
 
         Raises:
             UnavailableError: the queue is closed, or the texts do not fit in ``max_texts``
@@ -205,6 +217,7 @@ class BatchQueue:
                 f"Exceeds maximum queue size: {self._count} texts queued + {len(items)} in this request > "
                 f"max_queue_texts={self.max_texts}; the server is overloaded, retry later (parameter max_queue_texts)"
             )
+        pending = engine_busy or self._count > 0
         per_group: dict[int, int] = {}
         for item in items:
             item.seq = self._seq
@@ -213,7 +226,8 @@ class BatchQueue:
             bisect.insort(self._groups[group], item, key=_key)
             per_group[group] = per_group.get(group, 0) + 1
         for group, texts in per_group.items():
-            self._rates[group].arrive(now, texts)
+            if pending:
+                self._rates[group].arrive(now, texts)
         self._count += len(items)
 
     def close(self) -> None:
@@ -310,8 +324,8 @@ class BatchQueue:
         if now + fill_s > oldest_s + self.max_queue_delay_s:
             return None
         useful_s = best.useful_s / best.served * target
-        cost_s = fill_s + self.costs.estimate(target, self.length_buckets[best.hi])
-        return now + fill_s if useful_s / cost_s > best.efficiency else None
+        cost_s = fill_s + self.costs.estimate(target, self.length_buckets[best.hi], floor=True)
+        return now + fill_s if useful_s / cost_s > best.efficiency * self.min_padding_gain else None
 
     # -- candidates ----------------------------------------------------------------------------
 
@@ -326,7 +340,7 @@ class BatchQueue:
     def _ideal_s_per_token(self, group: int) -> float:
         """Engine seconds per token of a text of this bucket in a full largest batch: the cost floor."""
         length = self.length_buckets[group]
-        return self.costs.estimate(self.max_batch, length) / (self.max_batch * length)
+        return self.costs.estimate(self.max_batch, length, floor=True) / (self.max_batch * length)
 
     def _candidate(self, lo: int, hi: int, in_range: int, useful_s: float) -> _Candidate:
         """Best snapping of the texts in buckets [lo, hi]: cut down to a bucket, or pad up with filler rows.
@@ -336,11 +350,11 @@ class BatchQueue:
         count = min(in_range, self.max_batch)
         length = self.length_buckets[hi]
         down, up = self.snap_down(count), self.snap_up(count)
-        cut = _Candidate(lo, hi, down, down, in_range, useful_s * down / in_range, self.costs.estimate(down, length))
+        cut = _Candidate(lo, hi, down, down, in_range, useful_s * down / in_range, self.costs.estimate(down, length, floor=True))
         if up == down:
             return cut
-        padded = _Candidate(lo, hi, count, up, in_range, useful_s * count / in_range, self.costs.estimate(up, length))
-        return padded if padded.efficiency >= cut.efficiency * MIN_PADDING_GAIN else cut
+        padded = _Candidate(lo, hi, count, up, in_range, useful_s * count / in_range, self.costs.estimate(up, length, floor=True))
+        return padded if padded.efficiency >= cut.efficiency * self.min_padding_gain else cut
 
     def _useful_by_group(self) -> list[float]:
         """Ideal engine seconds of each bucket's queued texts (tokens x ideal seconds per token)."""
@@ -355,7 +369,7 @@ class BatchQueue:
 
         Efficiency charges every padded token and filler row: merging short texts into a long
         batch, or padding 5 texts up to 8 rows, wins only where the per-call overhead it saves is
-        larger than the padding it adds, by at least ``MIN_PADDING_GAIN``.
+        larger than the padding it adds, by at least ``min_padding_gain``.
         """
         home = self.group_of(anchor.tokens)
         useful = self._useful_by_group()
@@ -372,7 +386,7 @@ class BatchQueue:
                 candidate = self._candidate(lo, hi, in_range, useful_prefix[hi + 1] - useful_prefix[lo])
                 if (candidate.efficiency, candidate.served) > (best.efficiency, best.served):
                     best = candidate
-        return best if best.efficiency >= own.efficiency * MIN_PADDING_GAIN else own
+        return best if best.efficiency >= own.efficiency * self.min_padding_gain else own
 
     def _form(self, candidate: _Candidate, anchor: WorkItem, rule: str, now: float) -> Batch:
         """Take the candidate's texts out of the queue: the anchor first, then by (priority, arrival)."""

@@ -133,7 +133,8 @@ class BatchRunner:
                 item.arrival_s = now
                 item.deadline_s = now + timeout_s if timeout_s else None
             try:
-                self.queue.submit(items, now)
+                busy = self._running is not None or self._slot is not None or self._staging is not None
+                self.queue.submit(items, now, engine_busy=busy)
             except UnavailableError:
                 self.observer.rejected("shutdown" if self.queue.closed else "queue_full", len(items))
                 raise

@@ -54,9 +54,11 @@ def clock() -> FakeClock:
 
 
 def make_queue(costs: dict = CPU, *, max_queue_delay_s: float = 2e-3, max_texts: int = 1024,
-               deadline_margin_s: float = 0.0, batch_buckets=BATCH_BUCKETS, length_buckets=LENGTH_BUCKETS) -> BatchQueue:
+               deadline_margin_s: float = 0.0, batch_buckets=BATCH_BUCKETS, length_buckets=LENGTH_BUCKETS,
+               min_padding_gain: float = 1.0) -> BatchQueue:
     return BatchQueue(batch_buckets=batch_buckets, length_buckets=length_buckets, costs=CostModel(0.2, **costs),
-                      max_queue_delay_s=max_queue_delay_s, max_texts=max_texts, deadline_margin_s=deadline_margin_s)
+                      max_queue_delay_s=max_queue_delay_s, max_texts=max_texts, deadline_margin_s=deadline_margin_s,
+                      min_padding_gain=min_padding_gain)
 
 
 def request(answers, tokens: list[int], *, priority_level: int = 0, cancelled=None, label: str = "") -> list[WorkItem]:
@@ -65,11 +67,12 @@ def request(answers, tokens: list[int], *, priority_level: int = 0, cancelled=No
     return [WorkItem(ticket, row, t, payload=f"{label}#{row}", priority_level=priority_level) for row, t in enumerate(tokens)]
 
 
-def submit(queue: BatchQueue, clock: FakeClock, items: list[WorkItem], timeout_s: float | None = None) -> list[WorkItem]:
+def submit(queue: BatchQueue, clock: FakeClock, items: list[WorkItem], timeout_s: float | None = None,
+           engine_busy: bool = False) -> list[WorkItem]:
     """What BatchRunner.submit does, without threads: stamp arrival/deadline and queue."""
     now = clock.now()
     for item in items:
         item.arrival_s = now
         item.deadline_s = now + timeout_s if timeout_s else None
-    queue.submit(items, now)
+    queue.submit(items, now, engine_busy=engine_busy)
     return items

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from fastpath.scheduling import CostModel, Ticket
-from fastpath.scheduling.costs import SHRINK_MEASUREMENTS
+from fastpath.scheduling.costs import FLOOR_RISE, SHRINK_MEASUREMENTS
 
 
 def test_cell_is_an_ewma_shrunk_toward_the_fit_by_its_measurement_count():
@@ -107,3 +107,24 @@ def test_is_cancelled_asks_the_owner_and_survives_its_errors(answers):
         raise RuntimeError("request released")
 
     assert Ticket(1, answers, is_cancelled=dead).is_cancelled() is False
+
+
+def test_floor_ignores_contention_spikes_but_learns_a_lasting_slowdown():
+    costs = CostModel(0.5)
+    costs.observe(1, 16, 0.010)
+    costs.observe(1, 16, 0.050)  # another process took the CPU during this call
+    assert costs.measured() == {(1, 16): pytest.approx(0.030)}  # expected: what it costs now
+    assert costs.measured(floor=True) == {(1, 16): pytest.approx(0.010 + FLOOR_RISE * 0.040)}
+    for _ in range(300):  # the engine really became slower
+        costs.observe(1, 16, 0.020)
+    assert costs.measured(floor=True)[(1, 16)] == pytest.approx(0.020, rel=0.01)
+
+
+def test_shape_decisions_use_the_floor_fit_and_timing_uses_the_expected_fit():
+    costs = CostModel(1.0)
+    for batch, length, seconds in ((1, 16, 0.002), (16, 64, 0.1042)):
+        costs.observe(batch, length, seconds)
+        costs.observe(batch, length, seconds + 0.010)  # every second call delayed by 10 ms of other load
+    overhead, per_token = costs.linear(floor=True)
+    assert overhead == pytest.approx(0.0004, abs=2e-4) and per_token == pytest.approx(1e-4, rel=0.05)
+    assert costs.linear()[0] > overhead + 0.009  # expected times carry the per-call delay

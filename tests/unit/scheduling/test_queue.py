@@ -31,9 +31,10 @@ def test_full_largest_bucket_dispatches_even_when_waiting_would_pay(answers, clo
 
 
 def _arrive_every(queue, clock, answers, gap_s, count, tokens=10):
+    """Texts arriving ``gap_s`` apart while the engine is busy (arrival rates are learned from these)."""
     items = []
     for _ in range(count):
-        items += submit(queue, clock, request(answers, [tokens]))
+        items += submit(queue, clock, request(answers, [tokens]), engine_busy=True)
         clock.advance(gap_s)
     return items
 
@@ -50,6 +51,17 @@ def test_waits_for_a_fuller_batch_when_call_overhead_dominates_then_max_delay_fi
     assert decision.batch.rule == "delay"
     assert decision.batch.items == tuple(items)
     assert decision.batch.batch_size == 4  # overhead-bound: pad 3 texts up to the 4 bucket with a filler row
+
+
+def test_a_closed_loop_client_at_concurrency_1_is_never_kept_waiting(answers, clock):
+    """Each text arrives to an empty queue and an idle engine (the client waits for its answer):
+    those gaps teach no arrival rate, so even an overhead-bound engine runs every text at once."""
+    queue = make_queue(GPU, max_queue_delay_s=1.0)
+    for _ in range(5):
+        (item,) = submit(queue, clock, request(answers, [10]))
+        decision = queue.next_batch(clock.now())
+        assert decision.batch.rule == "idle" and decision.batch.items == (item,)
+        clock.advance(1e-4)
 
 
 def test_cpu_does_not_wait_for_more_texts_at_a_realistic_arrival_rate(answers, clock):
@@ -167,3 +179,14 @@ def test_bucket_lists_are_validated():
         make_queue(batch_buckets=(2, 4))
     with pytest.raises(ValueError, match="length_buckets must be strictly increasing"):
         make_queue(length_buckets=(32, 16))
+
+
+def test_min_padding_gain_keeps_a_modest_predicted_gain_from_buying_padding(answers, clock):
+    """GPU costs predict ~2x efficiency from merging 8 + 8 texts into one 32-token batch: a 1.5x
+    threshold merges, a 3x threshold keeps the padding-free batch."""
+    for gain, merged in ((1.5, True), (3.0, False)):
+        queue = make_queue(GPU, max_queue_delay_s=0.0, min_padding_gain=gain)
+        for tokens in [10] * 8 + [20] * 8:
+            submit(queue, clock, request(answers, [tokens]))
+        batch = queue.next_batch(clock.now()).batch
+        assert (len(batch.items), batch.length) == ((16, 32) if merged else (8, 16))

@@ -37,6 +37,7 @@ def test_unknown_key_is_named_with_every_known_parameter():
         ("max_queue_texts", "8", "largest batch bucket"),
         ("max_queue_delay_us", "-1", ">= 0"),
         ("cost_ewma_alpha", "0", r"in \(0, 1\]"),
+        ("min_padding_gain", "0.9", ">= 1.0"),
         ("default_priority_level", "3", "1..priority_levels"),
         ("warmup", "maybe", "not a valid bool"),
     ],
