@@ -103,7 +103,7 @@ def _corrupt_versions(model_dir: Path) -> dict[int, str]:
     bad = model_dir / "3" / "tokenizer.json"
     target = bad.resolve()
     bad.unlink()
-    bad.write_text(target.read_text().replace('"[UNK]"', '"[UNKNOWN]"', 1))  # one byte off the manifest
+    bad.write_text(target.read_text().replace('"[UNK]"', '"[UNX]"', 1))  # same size, one byte off the manifest
     link_version(model_dir / "1", model_dir / "4")
     (model_dir / "4" / "model.onnx").unlink()
     link_version(model_dir / "1", model_dir / "5")
