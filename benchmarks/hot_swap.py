@@ -32,9 +32,10 @@ from tests.e2e.swap_support import MODELS, LoadStreams, admin, make_swap_reposit
 KEY = "bench-admin-key"
 
 
-def _switch_stats(records, call_s, returned_s, old, new, window_s):
-    """Seconds from the call to the last old-version response done, failures and p99 around the switch."""
-    after = [r for r in records if r[2] >= call_s]
+def _switch_stats(records, call_s, returned_s, old, new, window_s, until_s):
+    """Seconds from the call to the last old-version response done (before the next switch at
+    ``until_s``), failures and p99 around the switch."""
+    after = [r for r in records if call_s <= r[2] < until_s]
     old_done = [r[2] for r in after if r[4] and r[4][0] == old]
     last_old = max(old_done) if old_done else call_s
     window = [r[3] for r in records if call_s - 0.5 <= r[1] <= call_s + window_s]
@@ -87,8 +88,9 @@ def main() -> int:
                 events.append((name, call, time.monotonic(), old, new))
                 time.sleep(phase_s)
         records = load.snapshot()
-        for name, call, returned, old, new in events:
-            results[name] = _switch_stats(records, call, returned, old, new, window_s=max(2.0, returned - call + 1.0))
+        ends = [event[1] for event in events[1:]] + [float("inf")]
+        for (name, call, returned, old, new), until in zip(events, ends):
+            results[name] = _switch_stats(records, call, returned, old, new, window_s=max(2.0, returned - call + 1.0), until_s=until)
         results["steady"] = {"p99_ms": round(float(np.percentile(steady, 99)) * 1e3, 1), "requests": len(steady)}
     finally:
         server.stop()
