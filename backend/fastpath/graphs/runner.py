@@ -1,0 +1,249 @@
+"""One ``torch.cuda.CUDAGraph`` per bucket, replayed on static buffers, with an eager fallback.
+
+The mechanism (after SGLang's ``cuda_graph_runner`` and vLLM v1's CUDA-graph wrapper):
+
+1. :class:`~fastpath.graphs.buffers.StaticBuffers` are allocated once at the largest bucket.
+2. :meth:`GraphRunner.capture` warms every bucket up eagerly on a side stream (cuBLAS handles,
+   kernel selection, allocator growth stay out of the capture), then captures the buckets largest
+   first into one shared memory pool (``torch.cuda.graph_pool_handle``); each graph ends by
+   copying its result into the static output buffer.
+3. :meth:`GraphRunner.run` picks the smallest bucket that holds the batch (``bisect``), writes the
+   rows into the pinned host buffer with padding and valid filler rows, copies them to the device
+   in one transfer, replays, copies back only the real rows and returns a fresh array. Batches
+   larger than the largest bucket are split; sequences longer than the longest bucket run eagerly.
+
+With ``check_addresses`` every replay first verifies that the buffers' device addresses equal
+those recorded at capture, and refuses to replay otherwise (../shared/cases K08). All work of one
+runner is serialized by a lock on one CUDA stream; the host buffers are reused only after the
+stream has finished with them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+
+import numpy as np
+import torch
+
+from fastpath.errors import EngineError
+from fastpath.graphs.buckets import Bucket, BucketGrid
+from fastpath.graphs.buffers import StaticBuffers
+from fastpath.graphs.staging import PaddedInput, batch_shape, filler_rows, stage_rows
+
+LOG = logging.getLogger("fastpath.graphs")
+
+Forward = Callable[..., torch.Tensor]
+
+
+class GraphRunner:
+    """Runs ``forward`` on padded batches through per-bucket CUDA graphs.
+
+    Args:
+        forward: ``forward(*inputs) -> Tensor``; inputs are int64 [b, L] device tensors in the
+            order of ``inputs``; the result is [b, *output_shape], any float dtype. It must be
+            capturable (no host synchronization, no data-dependent shapes).
+        inputs: the integer inputs with their pad values and filler rows.
+        grid: the buckets to capture.
+        output_shape: trailing dimensions of one output row, e.g. ``(384,)``.
+        device: a CUDA device for graphs; ``cpu`` runs the same staging with eager forwards.
+        use_graphs: capture and replay graphs (CUDA only). When False, every bucket runs
+            ``forward`` eagerly on the static buffers (same padding, same slicing).
+        check_addresses: before each replay, verify the static buffers did not move since capture.
+        warmup_iters: eager runs of each bucket before capture.
+
+    Attributes:
+        replays: Counter of graph replays per bucket.
+        static_eager_runs: Counter of eager runs on the static buffers per bucket.
+        eager_runs: batches that ran eagerly at their own shape (no bucket held them).
+    """
+
+    def __init__(
+        self,
+        forward: Forward,
+        inputs: tuple[PaddedInput, ...],
+        grid: BucketGrid,
+        *,
+        output_shape: tuple[int, ...],
+        device: torch.device | str,
+        use_graphs: bool = True,
+        check_addresses: bool = False,
+        warmup_iters: int = 2,
+    ) -> None:
+        self.device = torch.device(device)
+        if use_graphs and self.device.type != "cuda":
+            raise EngineError(f"CUDA graphs need a CUDA device; got {self.device}. Pass use_graphs=False to run eagerly")
+        longest_filler = max(len(spec.filler) for spec in inputs)
+        if grid.lengths[0] < longest_filler:
+            raise EngineError(f"bucket length {grid.lengths[0]} is shorter than the {longest_filler}-token filler row")
+        self.forward = forward
+        self.inputs = inputs
+        self.grid = grid
+        self.output_shape = output_shape
+        self.use_graphs = use_graphs
+        self.check_addresses = check_addresses
+        self.warmup_iters = warmup_iters
+        self.buffers: StaticBuffers | None = StaticBuffers(tuple(s.name for s in inputs), grid, output_shape, self.device)
+        self._graphs: dict[Bucket, torch.cuda.CUDAGraph] = {}
+        self._pool: tuple[int, int] | None = None
+        self._addresses = {bucket: self.buffers.addresses(bucket) for bucket in grid.buckets}
+        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._lock = threading.Lock()
+        self.replays: Counter[Bucket] = Counter()
+        self.static_eager_runs: Counter[Bucket] = Counter()
+        self.eager_runs = 0
+
+    @property
+    def captured(self) -> tuple[Bucket, ...]:
+        """Buckets with a captured graph, largest first."""
+        return tuple(self._graphs)
+
+    def graph(self, bucket: Bucket) -> torch.cuda.CUDAGraph | None:
+        """The captured graph of ``bucket`` (for benchmarks timing replay alone), or None."""
+        return self._graphs.get(bucket)
+
+    def _live_buffers(self) -> StaticBuffers:
+        if self.buffers is None:
+            raise EngineError("the graph runner is closed")
+        return self.buffers
+
+    def _stream_context(self) -> contextlib.AbstractContextManager:
+        return torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
+
+    def _synchronize(self) -> None:
+        if self._stream is not None:
+            self._stream.synchronize()
+
+    def _stage_filler(self, bucket: Bucket) -> None:
+        buffers = self._live_buffers()
+        host = buffers.host_inputs_numpy(bucket)
+        for index, spec in enumerate(self.inputs):
+            host[index] = filler_rows(bucket.batch, bucket.length, spec)
+        buffers.device_inputs(bucket).copy_(buffers.host_inputs(bucket), non_blocking=True)
+
+    def _forward_into_output(self, bucket: Bucket) -> None:
+        buffers = self._live_buffers()
+        result = self.forward(*buffers.device_inputs(bucket).unbind(0))
+        buffers.device_output(bucket).copy_(result)
+
+    def capture(self, progress: Callable[[Iterator[Bucket]], Iterator[Bucket]] | None = None) -> None:
+        """Warm up every bucket, then capture one graph per bucket, largest first, in one pool.
+
+        Args:
+            progress: optional wrapper of the bucket iterator (e.g. ``tqdm``) for a progress bar.
+
+        Raises:
+            EngineError: capture failed (the message names the bucket).
+        """
+        if not self.use_graphs or self._graphs:
+            return
+        order = self.grid.capture_order()
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side), torch.inference_mode():
+            for bucket in order:
+                self._stage_filler(bucket)
+                for _ in range(self.warmup_iters):
+                    self._forward_into_output(bucket)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        torch.cuda.synchronize(self.device)
+        self._pool = torch.cuda.graph_pool_handle()
+        for bucket in progress(iter(order)) if progress else order:
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph, pool=self._pool), torch.inference_mode():
+                    self._forward_into_output(bucket)
+            except RuntimeError as exc:
+                raise EngineError(f"CUDA graph capture failed for bucket batch={bucket.batch} length={bucket.length}: {exc}") from exc
+            self._graphs[bucket] = graph
+            self._addresses[bucket] = self._live_buffers().addresses(bucket)
+        torch.cuda.synchronize(self.device)
+        LOG.info("captured %d CUDA graphs (%s)", len(self._graphs), self.grid)
+
+    def verify_addresses(self, bucket: Bucket) -> None:
+        """Refuse to replay ``bucket`` if any static buffer's address differs from capture time.
+
+        Raises:
+            EngineError: naming the buffer, both addresses and the bucket (../shared/cases K08).
+        """
+        now = self._live_buffers().addresses(bucket)
+        for name, captured in self._addresses[bucket].items():
+            if now[name] != captured:
+                raise EngineError(
+                    f"static buffer {name!r} of bucket batch={bucket.batch} length={bucket.length} moved from "
+                    f"0x{captured:x} at capture to 0x{now[name]:x}: the graph would read or write stale memory; "
+                    "recapture after reallocating buffers"
+                )
+
+    def _run_bucket(self, bucket: Bucket, feeds: Mapping[str, np.ndarray], rows: int) -> np.ndarray:
+        buffers = self._live_buffers()
+        host = buffers.host_inputs_numpy(bucket)
+        for index, spec in enumerate(self.inputs):
+            stage_rows(host[index], feeds[spec.name], spec)
+        graph = self._graphs.get(bucket)
+        with self._stream_context(), torch.inference_mode():
+            buffers.device_inputs(bucket).copy_(buffers.host_inputs(bucket), non_blocking=True)
+            if self.check_addresses:
+                self.verify_addresses(bucket)
+            if graph is not None:
+                graph.replay()
+                self.replays[bucket] += 1
+            else:
+                self._forward_into_output(bucket)
+                self.static_eager_runs[bucket] += 1
+            buffers.host_output(rows).copy_(buffers.device_output(bucket)[:rows], non_blocking=True)
+        self._synchronize()
+        return buffers.host_output_numpy(rows).copy()
+
+    def run_eager(self, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Run ``forward`` eagerly at the batch's own shape (no padding, no static buffers).
+
+        Returns:
+            float32 [batch, *output_shape].
+        """
+        batch_shape(feeds, self.inputs)
+        tensors = [torch.from_numpy(np.ascontiguousarray(feeds[spec.name], dtype=np.int64)).to(self.device) for spec in self.inputs]
+        with self._lock, torch.inference_mode():
+            self._live_buffers()
+            result = self.forward(*tensors).float().cpu().numpy()
+            self.eager_runs += 1
+        return result
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Run one batch: replay the smallest bucket that holds it, or fall back to eager.
+
+        Args:
+            feeds: input name -> int [n, l] arrays (n >= 1, l >= 1), same shape for every input.
+
+        Returns:
+            float32 [n, *output_shape], a fresh array (never a view of a reused buffer), row i
+            for input row i; filler rows are never returned.
+
+        Raises:
+            EngineError: inputs missing or mis-shaped, the runner is closed, or a static buffer moved.
+        """
+        rows, length = batch_shape(feeds, self.inputs)
+        if rows == 0 or length == 0:
+            raise EngineError(f"empty batch of shape ({rows}, {length}) reached the engine; callers must reject it first")
+        if length > self.grid.max_length:
+            return self.run_eager(feeds)
+        outputs = []
+        for start in range(0, rows, self.grid.max_batch):
+            chunk = {spec.name: feeds[spec.name][start : start + self.grid.max_batch] for spec in self.inputs}
+            count = min(self.grid.max_batch, rows - start)
+            bucket = self.grid.select(count, length)
+            if bucket is None:  # unreachable: count <= max_batch and length <= max_length
+                raise EngineError(f"no bucket holds {count} x {length} in {self.grid}")
+            with self._lock:
+                outputs.append(self._run_bucket(bucket, chunk, count))
+        return outputs[0] if len(outputs) == 1 else np.concatenate(outputs)
+
+    def close(self) -> None:
+        """Release graphs, pool and buffers (idempotent)."""
+        with self._lock:
+            self._graphs.clear()
+            self._pool = None
+            self.buffers = None

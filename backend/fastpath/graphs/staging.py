@@ -1,0 +1,95 @@
+"""Host-side staging of a batch into a bucket's static input rows.
+
+A batch of ``n`` sequences of ``l`` tokens is written into a ``[bucket.batch, bucket.length]``
+array: real rows first, each padded on the right with the input's pad value, then filler rows up
+to the bucket's batch size. Filler rows hold valid data (a real, empty sequence such as
+``[CLS] [SEP]`` with its attention mask), never garbage or an all-zero mask: a fully masked
+attention row is NaN in softmax, and NaN can leak through fused kernels. Filler rows are never
+returned (../shared/cases K02, K08).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import numpy as np
+
+from fastpath.errors import EngineError
+
+
+@dataclasses.dataclass(frozen=True)
+class PaddedInput:
+    """How one integer input of a sequence model is padded.
+
+    Attributes:
+        name: input name, e.g. ``"input_ids"``.
+        pad_value: value of padding positions (right of each sequence), e.g. 0 for BERT ids and masks.
+        filler: the start of a filler row (the rest is ``pad_value``), e.g. ``(101, 102)``
+            ([CLS] [SEP]) for ``input_ids`` and ``(1, 1)`` for ``attention_mask``.
+    """
+
+    name: str
+    pad_value: int = 0
+    filler: tuple[int, ...] = ()
+
+
+# all-MiniLM-L6-v2 / BERT WordPiece: filler rows are the empty text "" -> [CLS] [SEP] (ids 101, 102)
+BERT_INPUTS = (
+    PaddedInput("input_ids", 0, (101, 102)),
+    PaddedInput("attention_mask", 0, (1, 1)),
+    PaddedInput("token_type_ids", 0, ()),
+)
+
+
+def batch_shape(feeds: Mapping[str, np.ndarray], inputs: tuple[PaddedInput, ...]) -> tuple[int, int]:
+    """The common ``(batch, length)`` of the named 2-D integer inputs.
+
+    Raises:
+        EngineError: an input is missing, not 2-D, not an integer array, or its shape differs
+            from the first input's.
+    """
+    if not inputs:
+        raise EngineError("no inputs declared for this engine")
+    shape: tuple[int, ...] = ()
+    for spec in inputs:
+        array = feeds.get(spec.name)
+        if array is None:
+            raise EngineError(f"input {spec.name!r} is missing; got {sorted(feeds)}")
+        if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
+            raise EngineError(f"input {spec.name!r} has dtype {array.dtype} and shape {array.shape}; expected a 2-D integer array [batch, tokens]")
+        if not shape:
+            shape = array.shape
+        elif array.shape != shape:
+            raise EngineError(f"input {spec.name!r} has shape {array.shape}; {inputs[0].name!r} has {shape}: all inputs must match")
+    return shape[0], shape[1]
+
+
+def stage_rows(dest: np.ndarray, source: np.ndarray, spec: PaddedInput) -> None:
+    """Write ``source`` [n, l] into ``dest`` [B, L] (B >= n, L >= l), padding and filling the rest.
+
+    Args:
+        dest: the bucket's staging view for this input, shape [B, L].
+        source: the batch's values, shape [n, l].
+        spec: pad value and filler row of this input.
+
+    Raises:
+        EngineError: ``source`` does not fit ``dest``, or the filler row is longer than ``L``.
+    """
+    rows, columns = source.shape
+    if rows > dest.shape[0] or columns > dest.shape[1]:
+        raise EngineError(f"input {spec.name!r} of shape {source.shape} does not fit the bucket {dest.shape}")
+    if len(spec.filler) > dest.shape[1]:
+        raise EngineError(f"filler row of {spec.name!r} has {len(spec.filler)} tokens; the bucket length is {dest.shape[1]}")
+    dest[:rows, :columns] = source
+    dest[:rows, columns:] = spec.pad_value
+    if rows < dest.shape[0]:
+        dest[rows:, :] = spec.pad_value
+        dest[rows:, : len(spec.filler)] = spec.filler
+
+
+def filler_rows(batch: int, length: int, spec: PaddedInput, dtype: np.dtype = np.dtype(np.int64)) -> np.ndarray:
+    """``batch`` filler rows of ``length`` tokens (valid data for warm-up, capture and padding)."""
+    rows = np.full((batch, length), spec.pad_value, dtype=dtype)
+    rows[:, : len(spec.filler)] = spec.filler
+    return rows

@@ -1,0 +1,79 @@
+"""The shared CUDA-graph mechanism with a small exact forward (tests/unit/graphs/exact_forward.py; skips without CUDA)."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pytest
+
+from tests.gpu.torch_support import require_cuda
+from tests.unit.graphs.exact_forward import expected, make_batch, masked_sum
+
+pytestmark = pytest.mark.gpu
+pytest.importorskip("torch", reason="torch is not installed: the CUDA-graph tests need it")
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return require_cuda()
+
+
+@pytest.fixture
+def runner(torch):
+    from fastpath.graphs import BERT_INPUTS, BucketGrid
+    from fastpath.graphs.runner import GraphRunner
+
+    graph_runner = GraphRunner(masked_sum, BERT_INPUTS, BucketGrid((1, 2, 4, 8), (16, 32)), output_shape=(2,),
+                               device="cuda", check_addresses=True)
+    graph_runner.capture()
+    yield graph_runner
+    graph_runner.close()
+
+
+def test_captured_largest_first(runner):
+    assert [(b.batch, b.length) for b in runner.captured][:3] == [(8, 32), (8, 16), (4, 32)]  # tokens, then batch
+    assert len(runner.captured) == 8
+
+
+def test_padding_rows_never_returned_and_rows_exact(runner, torch):
+    rng = np.random.default_rng(0)
+    replay = torch.cuda.CUDAGraph.replay
+    with mock.patch.object(torch.cuda.CUDAGraph, "replay", autospec=True, side_effect=replay) as spy:
+        for rows, length in ((3, 10), (1, 16), (5, 17), (8, 32), (2, 2)):
+            batch = make_batch(rng, rows, length)
+            out = runner.run(batch)
+            assert out.shape == (rows, 2)
+            np.testing.assert_array_equal(out, expected(batch))
+        assert spy.call_count == 5
+
+
+def test_batch_larger_than_max_is_split_and_longer_than_max_runs_eagerly(runner):
+    rng = np.random.default_rng(1)
+    big = make_batch(rng, 19, 20)
+    np.testing.assert_array_equal(runner.run(big), expected(big))
+    assert sum(runner.replays.values()) == 3  # 8 + 8 + 3 rows
+    long = make_batch(rng, 3, 40)
+    np.testing.assert_array_equal(runner.run(long), expected(long))
+    assert runner.eager_runs == 1
+
+
+def test_k08_sequences_never_see_a_previous_result(runner):
+    rng = np.random.default_rng(2)
+    first, second = make_batch(rng, 3, 16), make_batch(rng, 1, 16)
+    out_first, out_second = runner.run(first), runner.run(second)
+    np.testing.assert_array_equal(out_first, expected(first))
+    np.testing.assert_array_equal(out_second, expected(second))  # row 0 of the padded batch of 4 was overwritten
+    again = runner.run(first)
+    np.testing.assert_array_equal(again, out_first)
+    assert again is not out_first and not np.shares_memory(again, out_first)  # fresh arrays, never the pinned buffer
+
+
+def test_address_check_refuses_moved_buffers(runner):
+    from fastpath.errors import EngineError
+
+    rng = np.random.default_rng(3)
+    runner.run(make_batch(rng, 2, 16))
+    runner.buffers._device_output = runner.buffers._device_output.clone()
+    with pytest.raises(EngineError, match="'output' of bucket batch=2 length=16 moved"):
+        runner.run(make_batch(rng, 2, 16))

@@ -1,0 +1,90 @@
+"""GraphRunner on the CPU (static buffers, eager forward): staging, slicing, splitting, fallback, checks.
+
+Graph capture itself needs CUDA (tests/gpu/test_graphs.py); everything around it runs here on the
+same code path. The forward sums each row's masked ids, so every output is an exact integer.
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (build extra)")
+
+from fastpath.errors import EngineError  # noqa: E402
+from fastpath.graphs import BERT_INPUTS, Bucket, BucketGrid  # noqa: E402
+from fastpath.graphs.runner import GraphRunner  # noqa: E402
+
+from tests.unit.graphs.exact_forward import expected, make_batch, masked_sum  # noqa: E402
+
+
+@pytest.fixture
+def runner():
+    graph_runner = GraphRunner(masked_sum, BERT_INPUTS, BucketGrid((1, 2, 4), (8, 16)), output_shape=(2,),
+                               device="cpu", use_graphs=False, check_addresses=True)
+    yield graph_runner
+    graph_runner.close()
+
+
+def test_rows_come_back_exact_and_in_order(runner):
+    rng = np.random.default_rng(0)
+    for rows, length in ((3, 5), (1, 8), (4, 16), (2, 9)):
+        batch = make_batch(rng, rows, length)
+        np.testing.assert_array_equal(runner.run(batch), expected(batch))
+    assert runner.static_eager_runs == {Bucket(4, 8): 1, Bucket(1, 8): 1, Bucket(4, 16): 1, Bucket(2, 16): 1}
+
+
+def test_filler_rows_after_a_larger_batch_never_leak(runner):
+    rng = np.random.default_rng(1)
+    big, small = make_batch(rng, 4, 8), make_batch(rng, 3, 8)  # same bucket; row 3 becomes filler
+    runner.run(big)
+    out = runner.run(small)
+    assert out.shape == (3, 2)
+    np.testing.assert_array_equal(out, expected(small))
+    host = runner.buffers.host_inputs_numpy(Bucket(4, 8))
+    assert host[0, 3, :2].tolist() == [101, 102] and host[1, 3, :3].tolist() == [1, 1, 0]  # row 3 is the empty text now
+
+
+def test_results_are_fresh_arrays(runner):
+    rng = np.random.default_rng(2)
+    batch = make_batch(rng, 2, 8)
+    first, second = runner.run(batch), runner.run(batch)
+    assert not np.shares_memory(first, second)
+    first[:] = -1
+    np.testing.assert_array_equal(runner.run(batch), expected(batch))
+
+
+def test_batches_beyond_the_largest_bucket_are_split_and_long_rows_run_eagerly(runner):
+    rng = np.random.default_rng(3)
+    big = make_batch(rng, 11, 12)
+    np.testing.assert_array_equal(runner.run(big), expected(big))
+    assert sum(runner.static_eager_runs.values()) == 3  # 4 + 4 + 3
+    long = make_batch(rng, 2, 40)
+    np.testing.assert_array_equal(runner.run(long), expected(long))
+    assert runner.eager_runs == 1
+
+
+def test_moved_buffers_are_refused(runner):
+    rng = np.random.default_rng(4)
+    runner.run(make_batch(rng, 1, 8))
+    runner.buffers._device_inputs = runner.buffers._device_inputs.clone()
+    with pytest.raises(EngineError, match="'input_ids' of bucket batch=1 length=8 moved from 0x"):
+        runner.run(make_batch(rng, 1, 8))
+
+
+def test_empty_batch_and_closed_runner_are_refused(runner):
+    empty = {spec.name: np.zeros((0, 4), dtype=np.int64) for spec in BERT_INPUTS}
+    with pytest.raises(EngineError, match="empty batch"):
+        runner.run(empty)
+    runner.close()
+    runner.close()  # idempotent
+    with pytest.raises(EngineError, match="closed"):
+        runner.run(make_batch(np.random.default_rng(5), 1, 8))
+
+
+def test_graphs_need_cuda():
+    with pytest.raises(EngineError, match="CUDA graphs need a CUDA device"):
+        GraphRunner(masked_sum, BERT_INPUTS, BucketGrid((1,), (8,)), output_shape=(2,), device="cpu", use_graphs=True)
+
+
+def test_buckets_shorter_than_the_filler_row_are_refused():
+    with pytest.raises(EngineError, match="shorter than the 2-token filler"):
+        GraphRunner(masked_sum, BERT_INPUTS, BucketGrid((1,), (1, 8)), output_shape=(2,), device="cpu", use_graphs=False)
