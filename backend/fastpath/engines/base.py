@@ -26,21 +26,25 @@ class TensorSpec:
 class Engine(abc.ABC):
     """A loaded model that runs whole batches.
 
-    Owners call :meth:`close` (or use the engine as a context manager) to release it; ``close`` is
+    The life cycle follows Polygraphy's runners: load (the constructor), :meth:`warmup` (capture
+    CUDA graphs, build profiles), :meth:`infer` on batches, :meth:`close`. Owners call
+    :meth:`close` (or use the engine as a context manager) to release it; ``close`` is
     idempotent. ``infer`` may be called from a worker thread; runtimes release the GIL while running.
     """
 
     name: str = "engine"
+    _inputs: tuple[TensorSpec, ...] = ()
+    _outputs: tuple[TensorSpec, ...] = ()
 
     @property
-    @abc.abstractmethod
     def inputs(self) -> tuple[TensorSpec, ...]:
-        """Input tensor specs of the artifact."""
+        """Input tensor specs of the artifact (runtimes set ``_inputs`` when they load, or override)."""
+        return self._inputs
 
     @property
-    @abc.abstractmethod
     def outputs(self) -> tuple[TensorSpec, ...]:
-        """Output tensor specs of the artifact."""
+        """Output tensor specs of the artifact (runtimes set ``_outputs`` when they load, or override)."""
+        return self._outputs
 
     @abc.abstractmethod
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -55,6 +59,19 @@ class Engine(abc.ABC):
         Raises:
             fastpath.errors.EngineError: the runtime failed on this batch.
         """
+
+    @property
+    def buckets(self) -> tuple:
+        """Shapes the engine has prepared (captured CUDA graphs, optimization profiles).
+
+        Returns:
+            :class:`fastpath.graphs.Bucket` tuples, largest first; empty when any shape runs
+            the same way (e.g. ONNX Runtime on the CPU).
+        """
+        return ()
+
+    def warmup(self) -> None:
+        """Prepare the engine before the first request (capture graphs, allocate); default: nothing."""
 
     def close(self) -> None:
         """Release the engine's resources (idempotent)."""

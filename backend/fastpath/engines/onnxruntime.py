@@ -10,7 +10,7 @@ import numpy as np
 import onnxruntime as ort
 
 from fastpath.engines.base import Engine, TensorSpec
-from fastpath.errors import EngineError
+from fastpath.errors import ConfigError, EngineError
 
 _ORT_TYPES = {
     "tensor(float)": np.float32,
@@ -41,7 +41,7 @@ class OnnxRuntimeEngine(Engine):
 
     name = "onnxruntime"
 
-    def __init__(self, path: str, *, intra_op_threads: int = 0, providers: tuple[str, ...] = ("CPUExecutionProvider",)) -> None:
+    def __init__(self, path: str, *, intra_op_threads: int = 0, providers: tuple[str | tuple[str, dict], ...] = ("CPUExecutionProvider",)) -> None:
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
         options.inter_op_num_threads = 1
@@ -52,14 +52,6 @@ class OnnxRuntimeEngine(Engine):
             raise EngineError(f"ONNX Runtime could not load {path}: {exc}") from exc
         self._inputs = tuple(_spec(n) for n in self._session.get_inputs())
         self._outputs = tuple(_spec(n) for n in self._session.get_outputs())
-
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return self._outputs
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._session is None:
@@ -73,3 +65,36 @@ class OnnxRuntimeEngine(Engine):
 
     def close(self) -> None:
         self._session = None
+
+
+def load(
+    path: str,
+    *,
+    device: str = "cpu",
+    intra_op_threads: int = 0,
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
+    lengths: tuple[int, ...] = (16, 32, 64, 128, 256),
+    check_addresses: bool = False,
+) -> Engine:
+    """Registry entry point (``load_engine("onnxruntime", path, ...)``).
+
+    Args:
+        path: the ``.onnx`` file (fp32 or INT8 QDQ).
+        device: ``"cpu"`` (CPU execution provider) or ``"cuda"`` / ``"cuda:N"`` (CUDA execution
+            provider with one CUDA graph per bucket; needs onnxruntime-gpu).
+        intra_op_threads: CPU threads per operator (CPU only); 0 = one per physical core.
+        batch_sizes, lengths: the CUDA graph buckets (CUDA only).
+        check_addresses: verify bound buffers never move between capture and replay (CUDA only).
+
+    Raises:
+        ConfigError: an unknown device.
+        EngineError: the model does not load, or CUDA was asked for without onnxruntime-gpu.
+    """
+    if device == "cpu":
+        return OnnxRuntimeEngine(path, intra_op_threads=intra_op_threads)
+    if device.startswith("cuda"):
+        from fastpath.engines.onnxruntime_cuda import OnnxRuntimeCudaGraphEngine
+
+        device_id = int(device.partition(":")[2] or 0)
+        return OnnxRuntimeCudaGraphEngine(path, batch_sizes=batch_sizes, lengths=lengths, device_id=device_id, check_addresses=check_addresses)
+    raise ConfigError(f"onnxruntime device {device!r} is not 'cpu' or 'cuda[:N]'")

@@ -1,0 +1,149 @@
+"""The torch runtime: all-MiniLM-L6-v2 on a CUDA GPU in FP16 (or BF16/FP32/FP8), CUDA graph per bucket.
+
+Loads a safetensors file written by ``fastpath build`` (or the package's ``model.safetensors``),
+builds :class:`~fastpath.engines.torch.bert.BertEmbedder` and hands it to a
+:class:`~fastpath.graphs.runner.GraphRunner`, which captures one ``torch.cuda.CUDAGraph`` per
+(batch, length) bucket into one shared pool, largest first, after warm-up.
+
+Imports only torch, numpy and safetensors: it loads inside the Triton python-backend stub, where
+numpy is 1.x and ``transformers`` does not import (../shared/ENVIRONMENT.md). On a machine
+without CUDA it runs eagerly on the CPU (same padding and slicing), which is what the unit tests use.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from fastpath.engines.base import Engine, TensorSpec
+from fastpath.engines.torch.bert import BertEmbedder
+from fastpath.engines.torch.weights import load_weights
+from fastpath.errors import ConfigError, EngineError, InvalidInputError
+from fastpath.graphs import BERT_INPUTS, Bucket, BucketGrid, batch_shape
+from fastpath.graphs.runner import GraphRunner
+
+LOG = logging.getLogger("fastpath.engines.torch")
+
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float16}
+# Buckets: powers of two up to the model's max_batch_texts (64) and the config's length buckets
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_LENGTHS = (16, 32, 64, 128, 256)
+
+
+class TorchEngine(Engine):
+    """all-MiniLM-L6-v2 in plain PyTorch with one CUDA graph per bucket.
+
+    Args:
+        path: safetensors weights (``model.fp16.safetensors`` of a version directory).
+        device: ``"cuda"``, ``"cuda:N"`` or ``"cpu"``; CUDA graphs are captured only on CUDA.
+        precision: ``fp16`` (default), ``bf16``, ``fp32``, or ``fp8`` (e4m3 linear layers through
+            ``torch._scaled_mm``, FP16 elsewhere).
+        batch_sizes: batch buckets to capture.
+        lengths: sequence-length buckets (tokens) to capture; at most max_position_embeddings.
+        use_graphs: capture and replay CUDA graphs (ignored on CPU, which always runs eagerly).
+        check_addresses: verify static buffers never move between capture and replay (K08).
+        capture: capture at construction (otherwise call :meth:`warmup`).
+        intra_op_threads: CPU threads for eager CPU runs; 0 leaves PyTorch's default.
+
+    Raises:
+        ConfigError: unknown precision, or a length bucket beyond the model's positions.
+        ArtifactError: the weights file is missing, unreadable or incomplete.
+        EngineError: CUDA was asked for and is not available, or capture failed.
+    """
+
+    name = "torch"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        device: str = "cuda",
+        precision: str = "fp16",
+        batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+        lengths: Sequence[int] = DEFAULT_LENGTHS,
+        use_graphs: bool = True,
+        check_addresses: bool = False,
+        capture: bool = True,
+        intra_op_threads: int = 0,
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise ConfigError(f"torch runtime precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        target = torch.device(device)
+        if target.type == "cuda" and not torch.cuda.is_available():
+            raise EngineError(f"device {device!r} was asked for but torch {torch.__version__} sees no CUDA device; use device='cpu'")
+        if intra_op_threads > 0:
+            torch.set_num_threads(intra_op_threads)
+        config, weights = load_weights(path)
+        self.grid = BucketGrid(batch_sizes, lengths)
+        if self.grid.max_length > config.max_position_embeddings:
+            raise ConfigError(f"length bucket {self.grid.max_length} exceeds the model's {config.max_position_embeddings} positions")
+        self.precision = precision
+        self.config = config
+        self.model = BertEmbedder(config, weights, dtype=PRECISIONS[precision], device=target, fp8=precision == "fp8")
+        del weights
+        self.runner: GraphRunner | None = GraphRunner(
+            self.model,
+            BERT_INPUTS,
+            self.grid,
+            output_shape=(config.hidden_size,),
+            device=target,
+            use_graphs=use_graphs and target.type == "cuda",
+            check_addresses=check_addresses,
+        )
+        self._inputs = tuple(TensorSpec(spec.name, np.dtype(np.int64), (-1, -1)) for spec in BERT_INPUTS)
+        self._outputs = (TensorSpec("embedding", np.dtype(np.float32), (-1, config.hidden_size)),)
+        if capture:
+            self.warmup()
+
+    @property
+    def buckets(self) -> tuple[Bucket, ...]:
+        """Buckets served by a captured graph (empty when running eagerly)."""
+        return self._live_runner().captured
+
+    def _live_runner(self) -> GraphRunner:
+        if self.runner is None:
+            raise EngineError("torch engine is closed")
+        return self.runner
+
+    def warmup(self) -> None:
+        """Capture the CUDA graphs (on CUDA) and run one batch through every path."""
+        runner = self._live_runner()
+        runner.capture()
+        LOG.info("torch engine ready: %s on %s, %d graphs", self.precision, runner.device, len(runner.captured))
+
+    def _validate(self, feeds: dict[str, np.ndarray]) -> None:
+        """Host-side range checks: an out-of-range id on the GPU is a device assert that kills the process."""
+        batch_shape(feeds, BERT_INPUTS)
+        checks = (
+            ("input_ids", 0, self.config.vocab_size - 1),
+            ("attention_mask", 0, 1),
+            ("token_type_ids", 0, self.config.type_vocab_size - 1),
+        )
+        for name, low, high in checks:
+            values = feeds[name]
+            if values.size and (values.min() < low or values.max() > high):
+                raise InvalidInputError(f"{name} holds values in [{values.min()}, {values.max()}]; expected [{low}, {high}]")
+        length = feeds["input_ids"].shape[1]
+        if length > self.config.max_position_embeddings:
+            raise InvalidInputError(f"sequence of {length} tokens exceeds the model's {self.config.max_position_embeddings} positions")
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Embed one batch: int64 [B, L] inputs -> ``embedding`` float32 [B, hidden], unit L2 norm."""
+        runner = self._live_runner()
+        self._validate(feeds)
+        return {"embedding": runner.run(feeds)}
+
+    def infer_eager(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The same batch without graphs or padding (the reference for graph numerics)."""
+        runner = self._live_runner()
+        self._validate(feeds)
+        return {"embedding": runner.run_eager(feeds)}
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+            self.runner = None
+
