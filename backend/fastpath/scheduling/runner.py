@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from fastpath.errors import UnavailableError
 from fastpath.scheduling.clock import Clock, MonotonicClock
 from fastpath.scheduling.queue import Batch, BatchQueue
-from fastpath.scheduling.tickets import QueueTimeoutError, RequestCancelledError, Ticket, WorkItem
+from fastpath.scheduling.tickets import QueueTimeoutError, RequestCancelledError, WorkItem
 
 LOG = logging.getLogger(__name__)
 

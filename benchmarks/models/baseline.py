@@ -1,0 +1,129 @@
+"""Baseline python-backend models for benchmarks/scheduler_cpu.py (benchmark code, not product code).
+
+    naive_embedding      no Triton batching; ``execute`` runs one engine call per request.
+    stack_pad_embedding  Triton's dynamic batcher; a blocking ``execute`` stacks every request's
+                         texts and pads them to the longest, one engine call per ``execute``.
+    echo_embedding       no engine: zero embeddings, to measure Triton's own per-request overhead.
+    raw_engine_bench     not a serving model: one request carries a sample of texts and a ``mode``
+                         parameter; the stub runs the raw engine loop on them (:func:`measure_raw`)
+                         and returns the timings, so raw and served variants run in the same kind
+                         of process (a python-backend stub) on this shared machine.
+
+All three answer TEXT -> EMBEDDING / TOKEN_COUNT / TRUNCATED like ``text_embedding``, with the same
+tokenizer, ONNX artifact and ONNX Runtime settings, and count padded and real tokens in the custom
+metrics ``bench_padded_tokens_total`` / ``bench_real_tokens_total``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastpath.config import TextEmbeddingConfig, parse_parameters, triton_parameters
+from fastpath.models.text_embedding import EMBEDDING_DIM, TextEmbedder
+from fastpath.text import decode_texts
+from fastpath.triton.io import error_response, read_input
+
+
+def measure_raw(tokenizer: Any, engine: Any, mode: str, texts: list[str]) -> tuple[float, int, int, list[float]]:
+    """Tokenize + pad + run ``texts`` without any serving path.
+
+    Modes: ``raw_ideal`` (batches of 64 in the given order, each padded to its longest; the caller
+    passes length-sorted runs), ``raw_arrival_64`` (batches of 64 in arrival order, padded to the
+    longest), ``raw_batch_1`` (one text per engine call).
+
+    Returns:
+        (elapsed seconds, padded tokens, real tokens, per-call seconds for raw_batch_1).
+    """
+    import time
+
+    output = engine.outputs[0].name
+    calls: list[float] = []
+    padded = 0
+    start = time.perf_counter()
+    groups = [[text] for text in texts] if mode == "raw_batch_1" else [texts[k : k + 64] for k in range(0, len(texts), 64)]
+    real = 0
+    for group in groups:
+        call_start = time.perf_counter()
+        encodings = tokenizer.encode(group)
+        length = max(len(e.ids) for e in encodings)
+        engine.infer(tokenizer.pad(encodings, length).feeds())[output]
+        calls.append(time.perf_counter() - call_start)
+        padded += length * len(encodings)
+        real += sum(len(e.ids) for e in encodings)
+    return time.perf_counter() - start, padded, real, calls if mode == "raw_batch_1" else []
+
+
+class BaselineEmbeddingModel:
+    """Subclasses set ``mode``: ``"naive"`` | ``"stack"`` | ``"echo"`` | ``"raw"``."""
+
+    mode = "naive"
+
+    def initialize(self, args: dict[str, str]) -> None:
+        import triton_python_backend_utils as pb
+
+        self.pb = pb
+        self.config = parse_parameters(TextEmbeddingConfig, triton_parameters(json.loads(args["model_config"])))
+        self.embedder = TextEmbedder.from_directory(Path(args["model_repository"]) / args["model_version"], self.config)
+        labels = {"model": args["model_name"]}
+        self._families = [pb.MetricFamily(name=f"bench_{kind}_tokens_total", description=f"{kind} tokens",
+                                          kind=pb.MetricFamily.COUNTER) for kind in ("padded", "real")]
+        self.padded_tokens, self.real_tokens = (family.Metric(labels=labels) for family in self._families)
+
+    def _run(self, encodings: list[Any]) -> np.ndarray:
+        """One engine call, padded to the longest text: float32 [len(encodings), 384]."""
+        length = max(len(e.ids) for e in encodings)
+        self.padded_tokens.increment(float(length * len(encodings)))
+        self.real_tokens.increment(float(sum(len(e.ids) for e in encodings)))
+        if self.mode == "echo":
+            return np.zeros((len(encodings), EMBEDDING_DIM), dtype=np.float32)
+        feeds = self.embedder.tokenizer.pad(encodings, length).feeds()
+        return self.embedder.engine.infer(feeds)[self.embedder.engine.outputs[0].name]
+
+    def _response(self, embeddings: np.ndarray, encodings: list[Any]) -> Any:
+        pb = self.pb
+        return pb.InferenceResponse(output_tensors=[
+            pb.Tensor("EMBEDDING", np.ascontiguousarray(embeddings, dtype=np.float32)),
+            pb.Tensor("TOKEN_COUNT", np.array([[len(e.ids)] for e in encodings], dtype=np.int32)),
+            pb.Tensor("TRUNCATED", np.array([[len(e.overflowing) > 0] for e in encodings], dtype=np.bool_)),
+        ])
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        if self.mode == "raw":
+            return [self._raw(request) for request in requests]
+        responses: list[Any] = [None] * len(requests)
+        batches: list[tuple[int, list[Any]]] = []
+        for index, request in enumerate(requests):
+            try:
+                texts = decode_texts(read_input(self.pb, request, "TEXT"), tensor="TEXT",
+                                     max_text_bytes=self.config.max_text_bytes)
+                batches.append((index, self.embedder.tokenizer.encode(texts)))
+            except Exception as exc:
+                responses[index] = error_response(self.pb, exc)
+        if self.mode == "stack" and batches:
+            stacked = [e for _, encodings in batches for e in encodings]
+            embeddings = self._run(stacked)
+            start = 0
+            for index, encodings in batches:
+                responses[index] = self._response(embeddings[start : start + len(encodings)], encodings)
+                start += len(encodings)
+        else:
+            for index, encodings in batches:
+                responses[index] = self._response(self._run(encodings), encodings)
+        return responses
+
+    def _raw(self, request: Any) -> Any:
+        pb = self.pb
+        texts = decode_texts(read_input(pb, request, "TEXT"), tensor="TEXT", max_text_bytes=self.config.max_text_bytes)
+        mode = json.loads(request.parameters() or "{}").get("mode", "raw_ideal")
+        elapsed, padded, real, calls = measure_raw(self.embedder.tokenizer, self.embedder.engine, mode, texts)
+        return pb.InferenceResponse(output_tensors=[
+            pb.Tensor("STATS", np.array([elapsed, padded, real], dtype=np.float64)),
+            pb.Tensor("CALL_S", np.array(calls or [0.0], dtype=np.float64)),
+        ])
+
+    def finalize(self) -> None:
+        self.embedder.close()

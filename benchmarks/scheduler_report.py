@@ -1,0 +1,125 @@
+"""Summary, goals and the markdown table for benchmarks/scheduler_cpu.py (issue 3's targets)."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+
+def _ms(latencies_s: list[float], q: float) -> float:
+    return round(float(np.percentile(np.asarray(latencies_s) * 1e3, q)), 2) if latencies_s else float("nan")
+
+
+def _pooled(cells: list[dict]) -> dict:
+    """Median throughput over rounds; latency percentiles and padding waste over all rounds pooled."""
+    latencies = [value for cell in cells for value in cell["latencies_s"]]
+    padded = sum(cell["padded_tokens"] for cell in cells)
+    real = sum(cell["real_tokens"] for cell in cells)
+    return {
+        "throughput_per_s": round(statistics.median(cell["throughput_per_s"] for cell in cells), 2),
+        "rounds_throughput_per_s": [round(cell["throughput_per_s"], 2) for cell in cells],
+        "p50_ms": _ms(latencies, 50),
+        "p99_ms": _ms(latencies, 99),
+        "padding_waste": round(padded / real, 4) if real else float("nan"),
+        "errors": sum(cell.get("errors", 0) for cell in cells),
+    }
+
+
+def _median_ratio(rounds: list[dict], numerator: str, denominator: str) -> float:
+    return round(statistics.median(r[numerator]["throughput_per_s"] / r[denominator]["throughput_per_s"] for r in rounds), 3)
+
+
+def summarize(rounds: dict) -> dict:
+    """Raw table, served table and within-round ratios from the per-round cells of a run."""
+    raw = {name: _pooled([r[name] for r in rounds["raw"]]) for name in rounds["raw"][0]}
+    served: dict = {}
+    ratios: dict = {}
+    for concurrency, cells in rounds.items():
+        if concurrency in ("raw", "mean_tokens"):
+            continue
+        for variant in cells[0]:
+            served.setdefault(variant, {})[concurrency] = _pooled([r[variant] for r in cells])
+        ratios[concurrency] = {f"{v}_vs_ideal": _median_ratio(cells, v, "raw_ideal")
+                               for v in cells[0] if v not in ("raw_ideal", "echo")}
+        ratios[concurrency].update(fastpath_vs_naive=_median_ratio(cells, "fastpath", "naive"),
+                                   fastpath_vs_stack_pad=_median_ratio(cells, "fastpath", "stack_pad"))
+        if "echo" in cells[0]:
+            per_round = [_ms(r["fastpath"]["latencies_s"], 50)
+                         / (_ms(r["raw_batch_1"]["latencies_s"], 50) + _ms(r["echo"]["latencies_s"], 50)) for r in cells]
+            ratios[concurrency]["fastpath_p50_vs_raw_call_plus_triton"] = round(statistics.median(per_round), 3)
+            ratios[concurrency]["fastpath_p50_vs_naive_p50"] = round(statistics.median(
+                _ms(r["fastpath"]["latencies_s"], 50) / _ms(r["naive"]["latencies_s"], 50) for r in cells), 3)
+    return {"raw": raw, "served": served, "ratios": ratios, "mean_tokens_per_text": round(rounds["mean_tokens"], 2)}
+
+
+def goals(report: dict) -> dict:
+    """Each goal of issue 3 with its measured value and whether it is met.
+
+    At concurrency 32: FastPath >= 0.85 x the ideal raw engine, >= 1.6 x naive, >= 2.5 x
+    stack-and-pad (within-round ratios, median of rounds), p99 <= 350 ms. At concurrency 1: p50
+    within 10 % of one raw engine call (raw batch-1 p50) plus Triton's own overhead (echo p50).
+    Padding waste (padded / real tokens) <= 1.15 at every concurrency.
+    """
+    ratios, served = report["ratios"], report["served"]
+    out: dict = {}
+    if "32" in ratios:
+        out["throughput_vs_ideal_c32"] = _goal(ratios["32"]["fastpath_vs_ideal"], ">=", 0.85)
+        out["throughput_vs_naive_c32"] = _goal(ratios["32"]["fastpath_vs_naive"], ">=", 1.6)
+        out["throughput_vs_stack_pad_c32"] = _goal(ratios["32"]["fastpath_vs_stack_pad"], ">=", 2.5)
+        out["p99_ms_c32"] = _goal(served["fastpath"]["32"]["p99_ms"], "<=", 350.0)
+    if "1" in ratios and "fastpath_p50_vs_raw_call_plus_triton" in ratios["1"]:
+        out["p50_c1_vs_raw_call_plus_triton"] = _goal(ratios["1"]["fastpath_p50_vs_raw_call_plus_triton"], "<=", 1.10)
+    out["padding_waste_max"] = _goal(max(cell["padding_waste"] for cell in served["fastpath"].values()), "<=", 1.15)
+    return out
+
+
+def _goal(value: float, op: str, target: float) -> dict:
+    met = value >= target if op == ">=" else value <= target
+    return {"value": round(value, 3), "target": f"{op} {target}", "met": bool(met)}
+
+
+def markdown(report: dict) -> str:
+    """The results as a markdown document: command, raw table, served table, goals."""
+    raw, served, ratios = report["raw"], report["served"], report["ratios"]
+    machine, workload = report["machine"], report["workload"]
+    lines = [
+        "# FastPath scheduler on CPU: served vs raw engine",
+        "",
+        f"Command: `{report['command']}` (wall time {report['wall_s']:.0f} s).",
+        "",
+        f"Machine: {machine['cpus']} CPUs; load average {machine['loadavg_before'][0]:.1f} before, "
+        f"{machine['loadavg_after'][0]:.1f} after; benchmark nice value {machine.get('nice', 0)}. {machine['note']}.",
+        f"Workload: {workload['source']}, {workload['sentences']} sentences, one text per request, tritonclient "
+        f"gRPC (asyncio) closed loop; {workload['rounds']} rounds per concurrency, each cell "
+        f"{workload['warmup_s']:g} s warm-up + {workload['duration_s']:g} s measured. Throughput is the median "
+        "over rounds; p50/p99 and padding waste pool all rounds; `vs ideal` is the median of within-round ratios "
+        "to raw_ideal measured in the same round.",
+        "",
+        "## Raw engine (tokenize + pad + ONNX Runtime fp32; run inside a python-backend stub, no serving path)",
+        "",
+        f"Raw throughputs are real tokens/s divided by the corpus mean of {report['mean_tokens_per_text']} tokens per text.",
+        "",
+        "| variant | texts/s (median) | rounds | padding waste | p50 per call ms |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for name, cell in raw.items():
+        lines.append(f"| {name} | {cell['throughput_per_s']:.1f} | {cell['rounds_throughput_per_s']} | "
+                     f"{cell['padding_waste']:.3f} | {cell['p50_ms']} |")
+    lines += ["", "## Served through Triton 2.51, one text per request", "",
+              "| concurrency | variant | texts/s (median) | vs ideal | p50 ms | p99 ms | padding waste | errors |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for concurrency in ratios:
+        for variant, cells in served.items():
+            if concurrency not in cells:
+                continue
+            cell = cells[concurrency]
+            ratio = ratios[concurrency].get(f"{variant}_vs_ideal", 1.0 if variant == "raw_ideal" else float("nan"))
+            lines.append(f"| {concurrency} | {variant} | {cell['throughput_per_s']:.1f} | {ratio:.2f} | {cell['p50_ms']} | "
+                         f"{cell['p99_ms']} | {cell['padding_waste']:.3f} | {cell['errors']} |")
+    lines += ["", "Within-round ratios (median over rounds): " + "; ".join(
+        f"c={c}: " + ", ".join(f"{k} {v}" for k, v in r.items()) for c, r in ratios.items())]
+    lines += ["", "## Goals (issue 3)", "", "| goal | value | target | met |", "|---|---:|---|---|"]
+    for name, goal in report["goals"].items():
+        lines.append(f"| {name} | {goal['value']} | {goal['target']} | {'yes' if goal['met'] else '**no**'} |")
+    return "\n".join(lines) + "\n"
