@@ -59,13 +59,15 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise ArtifactError(f"{path} is not valid JSON ({exc}); rebuild with 'fastpath build'") from None
 
 
-def verify_manifest(directory: Path, *, required: Iterable[str] = ()) -> dict[str, Any]:
+def verify_manifest(directory: Path, *, required: Iterable[str] = (), only_required: bool = False) -> dict[str, Any]:
     """Check every file listed in the manifest exists, has its recorded size and matches its sha256.
 
     Args:
         directory: a model version directory.
         required: file names the caller is about to load; each must be listed in the manifest
             (an unlisted file is unverified and refused).
+        only_required: check just the ``required`` files (e.g. a GPU host that received the torch
+            runtime's files of a version but not its 90 MB ``model.onnx``).
 
     Returns:
         The manifest.
@@ -79,11 +81,13 @@ def verify_manifest(directory: Path, *, required: Iterable[str] = ()) -> dict[st
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         raise ArtifactError(f"{directory / MANIFEST_NAME} lists no files; rebuild with 'fastpath build'")
+    required = tuple(required)
     for name in required:
         if name not in files:
             raise ArtifactError(f"{directory / name} is not listed in {MANIFEST_NAME}, so it cannot be verified; rebuild with 'fastpath build'")
     sizes = manifest.get("sizes", {})
-    for name, expected in files.items():
+    checked = {name: files[name] for name in required} if only_required else files
+    for name, expected in checked.items():
         if Path(name).is_absolute() or ".." in Path(name).parts:
             raise ArtifactError(f"{MANIFEST_NAME} in {directory} names {name!r}, outside its directory; refusing it")
         path = directory / name

@@ -154,6 +154,9 @@ def quantize_int8(fp32_path: Path, output_path: Path, calibration: Sequence[dict
                 "ActivationSymmetric": True,
                 "WeightSymmetric": True,
                 "OpTypesToExcludeOutputQuantization": ["MatMul"],
+                # one Q/DQ pair per consumer: ONNX Runtime fuses DQ -> MatMul into MatMulIntegerToFloat only
+                # when the DQ has a single consumer (Q, K and V share their input)
+                "DedicatedQDQPair": True,
                 "QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
             },
         )

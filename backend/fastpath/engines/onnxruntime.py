@@ -47,7 +47,11 @@ class OnnxRuntimeEngine(Engine):
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         try:
-            self._session: ort.InferenceSession | None = ort.InferenceSession(path, options, providers=list(providers))
+            # Common-subexpression elimination merges the INT8 model's per-consumer Q/DQ pairs back into
+            # shared ones, and ONNX Runtime then cannot fuse DQ -> MatMul for Q, K and V (INT8 1x32: 28.2 ms
+            # with it, 12.1 ms without; fp32 and the detector unchanged within noise: docs/design/engines.md)
+            self._session: ort.InferenceSession | None = ort.InferenceSession(
+                path, options, providers=list(providers), disabled_optimizers=["CommonSubexpressionElimination"])
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/NoSuchFile types
             raise EngineError(f"ONNX Runtime could not load {path}: {exc}") from exc
         self._inputs = tuple(_spec(n) for n in self._session.get_inputs())

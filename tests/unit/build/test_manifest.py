@@ -64,6 +64,13 @@ def test_missing_unlisted_and_escaping_files_are_refused(version):
         verify_manifest(version)
 
 
+def test_a_partial_copy_verifies_only_what_it_needs(version):
+    (version / "model.onnx").unlink()  # e.g. a GPU host that got the tokenizer and the torch weights only
+    assert verify_manifest(version, required=("tokenizer.json",), only_required=True)["precision"] == "int8"
+    with pytest.raises(ArtifactError, match="model.onnx is listed in manifest.json but missing"):
+        verify_manifest(version, required=("tokenizer.json",))
+
+
 def test_manifests_without_sizes_still_verify_by_checksum(version):
     manifest = json.loads((version / "manifest.json").read_text())
     del manifest["sizes"]  # written before sizes were recorded
