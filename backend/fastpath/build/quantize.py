@@ -108,6 +108,29 @@ def check_tensorrt_compatible(model: onnx.ModelProto) -> int:
     return quantize_nodes
 
 
+def _quantize_static(model_path: Path, output_path: Path, calibration: Sequence[dict[str, np.ndarray]], nodes: list[str],
+                     recipe: QuantRecipe, progress: Callable[[Iterable, str], Iterable]) -> None:
+    """ONNX Runtime's static quantizer with the TensorRT-compatible options (module docstring)."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    quantize_static(
+        str(model_path), str(output_path), _Reader(progress(calibration, "calibration")),
+        quant_format=QuantFormat.QDQ, per_channel=recipe.per_channel,
+        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+        op_types_to_quantize=["MatMul"], nodes_to_quantize=nodes,
+        calibrate_method=CalibrationMethod.MinMax,
+        extra_options={
+            "ActivationSymmetric": True,
+            "WeightSymmetric": True,
+            "OpTypesToExcludeOutputQuantization": ["MatMul"],
+            # one Q/DQ pair per consumer: ONNX Runtime fuses DQ -> MatMul into MatMulIntegerToFloat only
+            # when the DQ has a single consumer (Q, K and V share their input)
+            "DedicatedQDQPair": True,
+            "QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
+        },
+    )
+
+
 def quantize_int8(fp32_path: Path, output_path: Path, calibration: Sequence[dict[str, np.ndarray]], recipe: QuantRecipe,
                   *, progress: Callable[[Iterable, str], Iterable] = lambda it, _desc: it) -> dict:
     """Write an INT8 QDQ model of ``fp32_path`` to ``output_path``.
@@ -125,7 +148,6 @@ def quantize_int8(fp32_path: Path, output_path: Path, calibration: Sequence[dict
     Raises:
         ArtifactError: the result is not TensorRT-compatible (non-zero zero points).
     """
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     fp32_path, output_path = Path(fp32_path).resolve(), Path(output_path).resolve()
@@ -144,22 +166,7 @@ def quantize_int8(fp32_path: Path, output_path: Path, calibration: Sequence[dict
             model = smooth_model(model, targets, maxima, recipe.smooth_alpha)
         smoothed = work / "smoothed.onnx"
         onnx.save(model, str(smoothed))
-        quantize_static(
-            str(smoothed), str(output_path), _Reader(progress(calibration, "calibration")),
-            quant_format=QuantFormat.QDQ, per_channel=recipe.per_channel,
-            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-            op_types_to_quantize=["MatMul"], nodes_to_quantize=quantized,
-            calibrate_method=CalibrationMethod.MinMax,
-            extra_options={
-                "ActivationSymmetric": True,
-                "WeightSymmetric": True,
-                "OpTypesToExcludeOutputQuantization": ["MatMul"],
-                # one Q/DQ pair per consumer: ONNX Runtime fuses DQ -> MatMul into MatMulIntegerToFloat only
-                # when the DQ has a single consumer (Q, K and V share their input)
-                "DedicatedQDQPair": True,
-                "QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
-            },
-        )
+        _quantize_static(smoothed, output_path, calibration, quantized, recipe, progress)
     quantize_nodes = check_tensorrt_compatible(onnx.load(str(output_path)))
     return {
         "recipe": dataclasses.asdict(recipe),
