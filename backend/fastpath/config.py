@@ -100,6 +100,7 @@ class TextEmbeddingConfig:
         runtime: engine runtime, one of ``RUNTIMES``; ``onnxruntime`` (CPU execution provider) is
             the default that runs everywhere.
         precision: ``fp32`` | ``fp16`` | ``int8`` | ``fp8``; selects the artifact of that precision.
+        device: ``cpu`` or ``cuda`` / ``cuda:N`` (torch runtime; onnxruntime runs on the CPU).
         artifact: ONNX file name inside the model version directory.
         tokenizer: tokenizer file name inside the model version directory (HF ``tokenizer.json``).
         intra_op_threads: ONNX Runtime intra-op threads; 0 lets ONNX Runtime choose (one per core).
@@ -114,6 +115,7 @@ class TextEmbeddingConfig:
 
     runtime: str = "onnxruntime"
     precision: str = "fp32"
+    device: str = "cpu"
     artifact: str = "model.onnx"
     tokenizer: str = "tokenizer.json"
     intra_op_threads: int = 0
@@ -125,6 +127,7 @@ class TextEmbeddingConfig:
     def __post_init__(self) -> None:
         _check(self.runtime in RUNTIMES, "runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
         _check(self.precision in PRECISIONS, "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
+        _check(self.device == "cpu" or self.device.startswith("cuda"), "device", self.device, "cpu, cuda or cuda:N")
         _check(self.intra_op_threads >= 0, "intra_op_threads", self.intra_op_threads, ">= 0")
         _check(2 <= self.max_seq_length <= 512, "max_seq_length", self.max_seq_length, "2..512 (BERT positions)")
         _check(self.max_text_bytes > 0, "max_text_bytes", self.max_text_bytes, "> 0")

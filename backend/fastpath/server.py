@@ -38,9 +38,14 @@ class ServerError(FastPathError, RuntimeError):
 
 
 def triton_dist_dir() -> Path:
-    """``pytriton/tritonserver`` inside the installed nvidia-pytriton wheel."""
+    """``pytriton/tritonserver`` inside the installed nvidia-pytriton wheel, or ``$FASTPATH_TRITON_DIR``
+    (a directory with the same layout: ``bin/``, ``backends/``, ``caches/``, ``python_backend_stubs/``,
+    and ``nvidia_pytriton.libs`` two levels up), e.g. an unpacked copy on a GPU machine."""
     import importlib.util
 
+    explicit = os.environ.get("FASTPATH_TRITON_DIR")
+    if explicit:
+        return Path(explicit)
     spec = importlib.util.find_spec("pytriton")
     if spec is None or spec.origin is None:
         raise ServerError("the nvidia-pytriton wheel is not installed; run 'make serve' or pip install nvidia-pytriton==0.7.0")

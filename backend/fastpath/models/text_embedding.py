@@ -74,6 +74,20 @@ def plan_batches(lengths: Sequence[int], max_batch: int) -> list[list[int]]:
     return [order[start : start + max_batch] for start in range(0, len(order), max_batch)]
 
 
+def engine_options(config: TextEmbeddingConfig) -> dict[str, object]:
+    """Loader options for ``config.runtime`` (see the table in :mod:`fastpath.engines`).
+
+    The torch runtime captures one CUDA graph per (batch, length) bucket: batch buckets are the
+    powers of two up to ``max_batch_texts``, lengths the config's length buckets up to ``max_seq_length``.
+    """
+    if config.runtime == "torch":
+        batch_sizes = tuple(1 << i for i in range(config.max_batch_texts.bit_length()) if 1 << i <= config.max_batch_texts)
+        lengths = tuple(sorted({min(b, config.max_seq_length) for b in config.length_buckets_tokens}))
+        return {"device": config.device, "precision": config.precision, "batch_sizes": batch_sizes, "lengths": lengths,
+                "intra_op_threads": config.intra_op_threads}
+    return {"intra_op_threads": config.intra_op_threads}
+
+
 class TextEmbedder:
     """Tokenizer + engine for one model version.
 
@@ -102,7 +116,7 @@ class TextEmbedder:
         for name in (config.artifact, config.tokenizer):
             if not (directory / name).is_file():
                 raise ArtifactError(f"{directory / name} is missing; build the artifacts with 'fastpath build'")
-        engine = load_engine(config.runtime, str(directory / config.artifact), intra_op_threads=config.intra_op_threads)
+        engine = load_engine(config.runtime, str(directory / config.artifact), **engine_options(config))
         tokenizer = TextTokenizer(directory / config.tokenizer, max_seq_length=config.max_seq_length)
         return cls(engine, tokenizer, config)
 

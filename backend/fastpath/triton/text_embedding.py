@@ -30,9 +30,12 @@ Request options:
 
 from __future__ import annotations
 
+import faulthandler
 import functools
+import signal
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +135,12 @@ class TextEmbeddingModel:
         import triton_python_backend_utils as pb_utils
 
         self._pb = pb_utils
+        # Hang diagnosis: `kill -USR1 <stub pid>` prints every thread's Python stack to the stub's stderr;
+        # FASTPATH_STACK_DUMP=<file> also appends all stacks to that file every 15 s.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        if os.environ.get("FASTPATH_STACK_DUMP"):
+            self._stack_file = open(os.environ["FASTPATH_STACK_DUMP"], "a")
+            faulthandler.dump_traceback_later(15, repeat=True, file=self._stack_file)
         run_self_test(pb_utils.Tensor)
         model_config = json.loads(args["model_config"])
         self.config, self.scheduler_config = parse_sections(
