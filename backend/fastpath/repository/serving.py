@@ -62,7 +62,7 @@ class VersionedEmbedder:
                 f"{tokenizer} differs from the serving version's tokenizer; queued requests are already tokenized, "
                 "so a live swap needs the same tokenizer (load a new tokenizer through Triton's model load instead)"
             )
-        validate_text_version(embedder, self.model_dir / str(version))
+        validate_text_version(embedder, self.model_dir / str(version), checksums_verified=True)
 
     @contextlib.contextmanager
     def lease(self) -> Iterator[tuple[TextEmbedder, int]]:
