@@ -1,5 +1,5 @@
 # FastPath: two commands from a fresh clone.
-#   make serve   set up .venv, build artifacts if missing, run tritonserver with text_embedding
+#   make serve   set up .venv, build artifacts if missing (fp32 v1, INT8 v2), run tritonserver with text_embedding
 #   make test    the same set-up, then the test suite
 PYTHON ?= python3.11
 VENV := .venv
@@ -32,7 +32,7 @@ $(INT8_ARTIFACT): $(ARTIFACT)
 
 artifacts-int8: $(INT8_ARTIFACT)
 
-serve: artifacts
+serve: artifacts artifacts-int8
 	HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT) $(BIN)/fastpath serve
 
 test: artifacts artifacts-int8
