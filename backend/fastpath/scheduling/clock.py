@@ -9,6 +9,7 @@ time moves only when the test calls :meth:`FakeClock.advance`, so tests are exac
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Protocol
@@ -27,6 +28,9 @@ class Clock(Protocol):
         """
 
 
+NON_FINITE_RECHECK_S = 1.0
+
+
 class MonotonicClock:
     """``time.monotonic`` and ``Condition.wait`` with a real timeout."""
 
@@ -34,7 +38,14 @@ class MonotonicClock:
         return time.monotonic()
 
     def wait_until(self, condition: threading.Condition, deadline_s: float | None) -> None:
-        condition.wait(None if deadline_s is None else max(0.0, deadline_s - time.monotonic()))
+        if deadline_s is None:
+            condition.wait()
+        elif not math.isfinite(deadline_s):
+            # A non-finite wake time (e.g. a cost estimate that overflowed) must neither raise
+            # (Condition.wait(inf) raises OverflowError) nor spin: re-check once a second.
+            condition.wait(NON_FINITE_RECHECK_S)
+        else:
+            condition.wait(min(max(0.0, deadline_s - time.monotonic()), threading.TIMEOUT_MAX))
 
 
 class FakeClock:
