@@ -21,15 +21,12 @@ Rules, checked in this order while the engine is free:
     full      (a) a length bucket holds a full largest batch bucket: that batch runs now.
     drain     the queue is closed: run the best batch now.
     delay     (c) the oldest text has waited ``max_queue_delay_s``: the best batch runs now.
-    idle      the engine is free and waiting for more texts is not predicted to pay: with arrival
-              rate ``r`` into the candidate's buckets, filling the next batch bucket takes
-              ``need / r`` seconds of idle engine; wait only if the fuller batch's efficiency,
-              counting that idle time as cost, beats running now (by ``min_padding_gain``). Rates
-              are learned only from texts that arrive while work is pending, so a closed-loop
-              client at concurrency 1 is never kept waiting for company that cannot come. On CPU, where a call's fixed
-              overhead is small next to its per-token work, this rarely pays; on a GPU it often does.
-The anchor is the head of the queue (best priority level, then oldest) for every rule except
-``deadline``, whose anchor is the text at risk.
+    idle      the engine is free and waiting is not predicted to pay: at arrival rate ``r`` into the
+              candidate's buckets, filling the next batch bucket idles the engine ``need / r`` s; wait
+              only if the fuller batch's efficiency, that idle time counted, beats running now by
+              ``min_padding_gain``. Rates are learned only while work is pending, so a closed-loop
+              client at concurrency 1 never waits for company (rarely pays on CPU; often on a GPU).
+The anchor is the queue head (best priority level, then oldest), except for ``deadline``: the text at risk.
 """
 
 from __future__ import annotations
