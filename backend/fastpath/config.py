@@ -87,7 +87,11 @@ def triton_parameters(model_config: Mapping[str, Any] | str) -> dict[str, str]:
     return {key: str(value.get("string_value", "")) for key, value in params.items()}
 
 
-def _check(condition: bool, key: str, value: Any, expectation: str) -> None:
+def check_parameter(condition: bool, key: str, value: Any, expectation: str) -> None:
+    """Raise :class:`ConfigError` naming ``key``, ``value`` and the ``expectation`` unless ``condition``.
+
+    Shared by every FastPath config dataclass's ``__post_init__`` (text and vision models, scheduler).
+    """
     if not condition:
         raise ConfigError(f"config.pbtxt parameter {key!r} = {value!r}: expected {expectation}")
 
@@ -125,15 +129,15 @@ class TextEmbeddingConfig:
     length_buckets_tokens: tuple[int, ...] = (16, 32, 64, 128, 256)
 
     def __post_init__(self) -> None:
-        _check(self.runtime in RUNTIMES, "runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
-        _check(self.precision in PRECISIONS, "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
-        _check(self.device == "cpu" or self.device.startswith("cuda"), "device", self.device, "cpu, cuda or cuda:N")
-        _check(self.intra_op_threads >= 0, "intra_op_threads", self.intra_op_threads, ">= 0")
-        _check(2 <= self.max_seq_length <= 512, "max_seq_length", self.max_seq_length, "2..512 (BERT positions)")
-        _check(self.max_text_bytes > 0, "max_text_bytes", self.max_text_bytes, "> 0")
-        _check(self.max_batch_texts > 0, "max_batch_texts", self.max_batch_texts, "> 0")
+        check_parameter(self.runtime in RUNTIMES, "runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
+        check_parameter(self.precision in PRECISIONS, "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
+        check_parameter(self.device == "cpu" or self.device.startswith("cuda"), "device", self.device, "cpu, cuda or cuda:N")
+        check_parameter(self.intra_op_threads >= 0, "intra_op_threads", self.intra_op_threads, ">= 0")
+        check_parameter(2 <= self.max_seq_length <= 512, "max_seq_length", self.max_seq_length, "2..512 (BERT positions)")
+        check_parameter(self.max_text_bytes > 0, "max_text_bytes", self.max_text_bytes, "> 0")
+        check_parameter(self.max_batch_texts > 0, "max_batch_texts", self.max_batch_texts, "> 0")
         buckets = self.length_buckets_tokens
-        _check(
+        check_parameter(
             len(buckets) > 0 and list(buckets) == sorted(set(buckets)) and buckets[0] > 0,
             "length_buckets_tokens",
             buckets,
@@ -192,28 +196,28 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         buckets = self.batch_buckets
-        _check(
+        check_parameter(
             len(buckets) > 0 and list(buckets) == sorted(set(buckets)) and buckets[0] == 1,
             "batch_buckets",
             buckets,
             "a strictly increasing list of batch sizes starting at 1, e.g. 1,2,4,8,16,32,64",
         )
-        _check(self.max_queue_delay_us >= 0, "max_queue_delay_us", self.max_queue_delay_us, ">= 0")
-        _check(self.max_queue_texts >= buckets[-1], "max_queue_texts", self.max_queue_texts,
+        check_parameter(self.max_queue_delay_us >= 0, "max_queue_delay_us", self.max_queue_delay_us, ">= 0")
+        check_parameter(self.max_queue_texts >= buckets[-1], "max_queue_texts", self.max_queue_texts,
                f">= the largest batch bucket ({buckets[-1]})")
-        _check(self.default_timeout_us >= 0, "default_timeout_us", self.default_timeout_us, ">= 0 (0 = no timeout)")
-        _check(self.priority_levels >= 0, "priority_levels", self.priority_levels, ">= 0 (0 = priorities off)")
-        _check(
+        check_parameter(self.default_timeout_us >= 0, "default_timeout_us", self.default_timeout_us, ">= 0 (0 = no timeout)")
+        check_parameter(self.priority_levels >= 0, "priority_levels", self.priority_levels, ">= 0 (0 = priorities off)")
+        check_parameter(
             0 <= self.default_priority_level <= self.priority_levels and (self.priority_levels == 0) == (self.default_priority_level == 0),
             "default_priority_level",
             self.default_priority_level,
             f"1..priority_levels ({self.priority_levels}), or 0 when priority_levels is 0",
         )
-        _check(0.0 < self.cost_ewma_alpha <= 1.0, "cost_ewma_alpha", self.cost_ewma_alpha, "in (0, 1]")
-        _check(self.min_padding_gain >= 1.0, "min_padding_gain", self.min_padding_gain, ">= 1.0")
-        _check(self.deadline_margin_us >= 0, "deadline_margin_us", self.deadline_margin_us, ">= 0")
-        _check(self.stage_lead_us >= 0, "stage_lead_us", self.stage_lead_us, ">= 0")
-        _check(self.drain_timeout_s > 0, "drain_timeout_s", self.drain_timeout_s, "> 0")
+        check_parameter(0.0 < self.cost_ewma_alpha <= 1.0, "cost_ewma_alpha", self.cost_ewma_alpha, "in (0, 1]")
+        check_parameter(self.min_padding_gain >= 1.0, "min_padding_gain", self.min_padding_gain, ">= 1.0")
+        check_parameter(self.deadline_margin_us >= 0, "deadline_margin_us", self.deadline_margin_us, ">= 0")
+        check_parameter(self.stage_lead_us >= 0, "stage_lead_us", self.stage_lead_us, ">= 0")
+        check_parameter(self.drain_timeout_s > 0, "drain_timeout_s", self.drain_timeout_s, "> 0")
 
 
 def parse_sections(parameters: Mapping[str, str], *classes: type) -> tuple[Any, ...]:

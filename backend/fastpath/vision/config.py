@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fastpath.config import PRECISIONS, RUNTIMES, _check
+from fastpath.config import PRECISIONS, RUNTIMES, check_parameter
 
 NETWORK_STRIDE_PX = 32  # DB's backbone downsamples by 32: each resized side is a multiple of this
 
@@ -58,21 +58,21 @@ class TextDetectionConfig:
     min_box_side_px: int = 3
 
     def __post_init__(self) -> None:
-        _check(self.runtime in RUNTIMES, "runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
-        _check(self.precision in PRECISIONS, "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
-        _check(self.intra_op_threads >= 0, "intra_op_threads", self.intra_op_threads, ">= 0")
-        _check(
+        check_parameter(self.runtime in RUNTIMES, "runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
+        check_parameter(self.precision in PRECISIONS, "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
+        check_parameter(self.intra_op_threads >= 0, "intra_op_threads", self.intra_op_threads, ">= 0")
+        check_parameter(
             self.limit_side_len_px >= NETWORK_STRIDE_PX and self.limit_side_len_px % NETWORK_STRIDE_PX == 0,
             "limit_side_len_px",
             self.limit_side_len_px,
             f"a multiple of {NETWORK_STRIDE_PX}, at least {NETWORK_STRIDE_PX}",
         )
-        _check(self.max_image_pixels > 0, "max_image_pixels", self.max_image_pixels, "> 0")
-        _check(self.max_request_pixels > 0, "max_request_pixels", self.max_request_pixels, "> 0")
-        _check(self.max_images_per_request > 0, "max_images_per_request", self.max_images_per_request, "> 0")
-        _check(self.max_batch_images > 0, "max_batch_images", self.max_batch_images, "> 0")
-        _check(0.0 < self.binary_threshold < 1.0, "binary_threshold", self.binary_threshold, "in (0, 1)")
-        _check(0.0 <= self.box_threshold < 1.0, "box_threshold", self.box_threshold, "in [0, 1)")
-        _check(self.unclip_ratio > 0.0, "unclip_ratio", self.unclip_ratio, "> 0")
-        _check(self.max_candidates > 0, "max_candidates", self.max_candidates, "> 0")
-        _check(self.min_box_side_px >= 0, "min_box_side_px", self.min_box_side_px, ">= 0")
+        check_parameter(self.max_image_pixels > 0, "max_image_pixels", self.max_image_pixels, "> 0")
+        check_parameter(self.max_request_pixels > 0, "max_request_pixels", self.max_request_pixels, "> 0")
+        check_parameter(self.max_images_per_request > 0, "max_images_per_request", self.max_images_per_request, "> 0")
+        check_parameter(self.max_batch_images > 0, "max_batch_images", self.max_batch_images, "> 0")
+        check_parameter(0.0 < self.binary_threshold < 1.0, "binary_threshold", self.binary_threshold, "in (0, 1)")
+        check_parameter(0.0 <= self.box_threshold < 1.0, "box_threshold", self.box_threshold, "in [0, 1)")
+        check_parameter(self.unclip_ratio > 0.0, "unclip_ratio", self.unclip_ratio, "> 0")
+        check_parameter(self.max_candidates > 0, "max_candidates", self.max_candidates, "> 0")
+        check_parameter(self.min_box_side_px >= 0, "min_box_side_px", self.min_box_side_px, ">= 0")
