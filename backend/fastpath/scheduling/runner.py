@@ -237,7 +237,22 @@ class BatchRunner:
         return prepared
 
     def _prepare(self, decision: Any) -> tuple[Batch, Any] | None:
-        """Outside the lock: answer expired texts, drop cancelled ones, stage the batch."""
+        """Outside the lock: answer expired texts, drop cancelled ones, stage the batch. Never raises.
+
+        Both callers mark the batch as being staged (``self._staging``) before calling and clear
+        that mark after; an exception escaping here would skip the clear and wedge the stager and
+        the engine thread forever (each waits for the other's staging to end). So any unexpected
+        error (a metrics hook, a cancellation probe, a response send) fails that batch's texts
+        with the error, like an engine error, and the pipeline goes on.
+        """
+        try:
+            return self._prepare_unsafe(decision)
+        except Exception as exc:
+            LOG.exception("preparing a batch failed; its texts are answered with the error")
+            self._fail_items(list(decision.expired) + list(decision.batch.items if decision.batch else ()), exc, None)
+            return None
+
+    def _prepare_unsafe(self, decision: Any) -> tuple[Batch, Any] | None:
         now = decision.batch.formed_s if decision.batch else self.clock.now()
         for item in decision.expired:
             waited_us = (now - item.arrival_s) * 1e6
@@ -294,7 +309,10 @@ class BatchRunner:
             error = exc
         seconds = self.clock.now() - start_s
         if error is None:
-            self.queue.costs.observe(batch.batch_size, batch.length, seconds)
+            try:
+                self.queue.costs.observe(batch.batch_size, batch.length, seconds)
+            except Exception:  # a bad measurement must not leave the batch marked running forever
+                LOG.exception("recording the cost of a [%d x %d] batch failed", batch.batch_size, batch.length)
         done = _Completion(batch, outputs, error, seconds)
         with self._cond:
             self._running = None
@@ -323,17 +341,22 @@ class BatchRunner:
     def _complete(self, done: _Completion) -> None:
         """Deliver one finished batch (the caller put it in ``self._finishing``), then take it out."""
         error = done.error
-        self.observer.batch_done(done.batch, done.seconds, error)
-        if error is None:
+        try:
             try:
-                self.handler.finish(done.batch, done.outputs)
-            except Exception as exc:
-                error = exc
-        if error is not None:
-            self._fail_batch(done.batch, error)
-        with self._cond:
-            self._finishing.remove(done.batch)
-            self._cond.notify_all()
+                self.observer.batch_done(done.batch, done.seconds, error)
+            except Exception:  # metrics must never cost an answer
+                LOG.exception("the scheduler observer failed on batch_done")
+            if error is None:
+                try:
+                    self.handler.finish(done.batch, done.outputs)
+                except Exception as exc:
+                    error = exc
+            if error is not None:
+                self._fail_batch(done.batch, error)
+        finally:
+            with self._cond:
+                self._finishing.remove(done.batch)
+                self._cond.notify_all()
 
     def _fail_batch(self, batch: Batch, error: BaseException) -> None:
         LOG.error("a batch of %d texts [%d x %d] failed: %s", len(batch.items), batch.batch_size, batch.length, error)

@@ -210,3 +210,43 @@ def test_queue_delay_is_measured_on_the_injected_clock(clock, handler, answers):
     answers.wait_for(1)
     runner.close()
     assert recorder.delays == [pytest.approx(0.25)]
+
+
+class _Exploding(Recorder):
+    """An observer whose hooks raise, as a broken metrics backend would."""
+
+    def __init__(self, where):
+        super().__init__()
+        self.where = where
+
+    def dispatched(self, batch, queue_delays_s):
+        if self.where == "dispatched":
+            raise RuntimeError("metrics backend is down (dispatched)")
+
+    def batch_done(self, batch, seconds, error):
+        if self.where == "batch_done":
+            raise RuntimeError("metrics backend is down (batch_done)")
+
+
+@pytest.mark.parametrize("where", ["dispatched", "batch_done"])
+def test_a_failing_hook_costs_no_answer_and_never_wedges_the_pipeline(clock, handler, answers, where):
+    """A hook that raises while a batch is staged or delivered must not leave the runner waiting
+    forever (the stager and engine thread each wait for the other's staging to end)."""
+    runner = BatchRunner(make_queue(CPU, max_queue_delay_s=0.0, max_texts=256), handler, clock=clock,
+                         observer=_Exploding(where), stage_lead_s=1e-3).start()
+    try:
+        first = request(answers, [10], label="first")
+        runner.submit(first)
+        answers.wait_for(1)
+        results, error = answers.of(first[0].ticket)
+        if where == "dispatched":  # the batch fails with the hook's error, answered once
+            assert results is None and "metrics backend is down" in str(error)
+        else:  # delivery goes on: the rows arrive
+            assert (results, error) == ([20], None)
+        second = request(answers, [12, 30], label="second")
+        runner.submit(second)
+        answers.wait_for(2)
+        assert answers.count(second[0].ticket) == 1
+    finally:
+        runner.close(drain_timeout_s=5)
+    assert runner._idle()
