@@ -1,7 +1,8 @@
 """FastPath's batch scheduler: length-bucketed, cost-based batching with an injected clock.
 
 Pure Python and testable without Triton (tests use :class:`FakeClock`). The policy core is
-:class:`BatchQueue`; :class:`BatchRunner` drives it with a stage / engine / completion pipeline.
+:class:`BatchQueue` (:class:`ShapeBatchQueue` for exact-shape buckets, e.g. images);
+:class:`BatchRunner` drives it with a stage / engine / completion pipeline.
 Design and measurements: docs/design/scheduler.md, docs/benchmarks/scheduler_cpu.md.
 """
 
@@ -9,6 +10,7 @@ from fastpath.scheduling.clock import Clock, FakeClock, MonotonicClock
 from fastpath.scheduling.costs import CostModel
 from fastpath.scheduling.queue import Batch, BatchQueue, Decision
 from fastpath.scheduling.runner import BatchHandler, BatchRunner, SchedulerObserver
+from fastpath.scheduling.shapes import ShapeBatchQueue
 from fastpath.scheduling.tickets import QueueTimeoutError, RequestCancelledError, Ticket, WorkItem
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "QueueTimeoutError",
     "RequestCancelledError",
     "SchedulerObserver",
+    "ShapeBatchQueue",
     "Ticket",
     "WorkItem",
 ]

@@ -192,6 +192,10 @@ class BatchQueue:
         """Index of the length bucket a text of ``tokens`` tokens joins."""
         return min(bisect.bisect_left(self.length_buckets, tokens), len(self.length_buckets) - 1)
 
+    def bucket_of(self, item: WorkItem) -> int:
+        """Index of the bucket ``item`` joins: by token count here (``ShapeBatchQueue``: by exact shape)."""
+        return self.group_of(item.tokens)
+
     def submit(self, items: Sequence[WorkItem], now: float, *, engine_busy: bool = False) -> None:
         """Accept all ``items`` (one request's texts) or none.
 
@@ -219,7 +223,7 @@ class BatchQueue:
         for item in items:
             item.seq = self._seq
             self._seq += 1
-            group = self.group_of(item.tokens)
+            group = self.bucket_of(item)
             bisect.insort(self._groups[group], item, key=_key)
             per_group[group] = per_group.get(group, 0) + 1
         for group, texts in per_group.items():
@@ -282,7 +286,7 @@ class BatchQueue:
 
     def _risk_s(self, item: WorkItem) -> float:
         """Latest clock time ``item``'s batch can start and still end ``deadline_margin_s`` before its deadline."""
-        group = self.group_of(item.tokens)
+        group = self.bucket_of(item)
         size = self.snap_up(min(len(self._groups[group]), self.max_batch))
         return item.deadline_s - self.costs.estimate(size, self.length_buckets[group]) - self.deadline_margin_s
 
@@ -368,7 +372,7 @@ class BatchQueue:
         batch, or padding 5 texts up to 8 rows, wins only where the per-call overhead it saves is
         larger than the padding it adds, by at least ``min_padding_gain``.
         """
-        home = self.group_of(anchor.tokens)
+        home = self.bucket_of(anchor)
         useful = self._useful_by_group()
         counts = [len(group) for group in self._groups]
         count_prefix, useful_prefix = [0], [0.0]
@@ -394,7 +398,7 @@ class BatchQueue:
         for g in range(candidate.lo, candidate.hi + 1):
             self._groups[g] = [item for item in self._groups[g] if id(item) not in taken]
         self._count -= len(chosen)
-        top = max(self.group_of(item.tokens) for item in chosen)
+        top = max(self.bucket_of(item) for item in chosen)
         length = max(self.length_buckets[top], max(item.tokens for item in chosen))
         size = max(candidate.size, len(chosen))
         return Batch(tuple(chosen), size, length, rule, now, self.costs.estimate(size, length))

@@ -108,7 +108,7 @@ class Ticket:
 
 @dataclasses.dataclass(eq=False)
 class WorkItem:
-    """One text waiting in the scheduler.
+    """One text (or image) waiting in the scheduler.
 
     Attributes:
         ticket: the request this text belongs to.
@@ -119,6 +119,8 @@ class WorkItem:
         arrival_s: clock time the request was accepted.
         deadline_s: clock time the request times out in the queue (arrival + Triton timeout),
             or None for no timeout.
+        shape: exact bucket key for :class:`~fastpath.scheduling.shapes.ShapeBatchQueue` (e.g. an
+            image's resized (height, width) in pixels); None for length-bucketed texts.
     """
 
     ticket: Ticket
@@ -129,3 +131,4 @@ class WorkItem:
     arrival_s: float = 0.0
     deadline_s: float | None = None
     seq: int = -1  # queue order, assigned on submit
+    shape: tuple[int, ...] | None = None

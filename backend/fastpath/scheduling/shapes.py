@@ -1,0 +1,111 @@
+"""Exact-shape buckets: a :class:`~fastpath.scheduling.queue.BatchQueue` whose buckets are shapes.
+
+For inputs that cannot be padded to a common size without changing results (an image detector's
+DB post-processing depends on the exact resized size), a batch may only hold items of one shape.
+:class:`ShapeBatchQueue` keeps every :class:`BatchQueue` rule (expire, deadline, full, drain,
+delay, idle; cut down to a batch bucket or pad up with filler rows, decided by the cost model) but
+
+* an item's bucket is its ``WorkItem.shape`` (e.g. an image's resized (height, width)); buckets are
+  created as shapes arrive, and idle ones are forgotten once more than ``max_idle_shapes`` exist;
+* buckets are never merged: a batch holds one shape, so no padding across shapes;
+* the bucket's cost length is the item's ``tokens`` (its size in the cost model's units, e.g. the
+  number of 32x32 pixel cells), the same for every item of one shape.
+
+Filler rows (``Batch.batch_size > len(items)``) are the handler's business: it must fill them with
+something that leaves the real rows' results unchanged (text_detection: copies of a real image).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fastpath.scheduling.costs import CostModel
+from fastpath.scheduling.queue import BatchQueue, _Candidate, _Rate
+from fastpath.scheduling.tickets import WorkItem
+
+Shape = tuple[int, ...]
+
+
+class ShapeBatchQueue(BatchQueue):
+    """A :class:`BatchQueue` with one bucket per distinct exact shape; batches never mix shapes.
+
+    Args:
+        batch_buckets: strictly increasing batch sizes starting at 1 (e.g. 1, 2, 4, 8).
+        costs: the shared cost model; cells are (batch size, ``tokens`` of the shape).
+        max_queue_delay_s: rule (c), seconds.
+        max_items: queue bound in items (UnavailableError beyond it).
+        deadline_margin_s: rule (b) slack, seconds.
+        min_padding_gain: filler rows or waiting must promise this factor more efficiency.
+        max_idle_shapes: when a new shape arrives and this many buckets exist, empty buckets
+            (and their arrival rates) are dropped, so the per-decision scan stays short.
+
+    Raises:
+        ValueError: bad batch buckets (see :class:`BatchQueue`), or ``max_idle_shapes`` < 1.
+    """
+
+    def __init__(self, *, batch_buckets: Sequence[int], costs: CostModel, max_queue_delay_s: float, max_items: int,
+                 deadline_margin_s: float = 0.0, min_padding_gain: float = 1.1, max_idle_shapes: int = 64) -> None:
+        super().__init__(batch_buckets=batch_buckets, length_buckets=(1,), costs=costs, max_queue_delay_s=max_queue_delay_s,
+                         max_texts=max_items, deadline_margin_s=deadline_margin_s, min_padding_gain=min_padding_gain)
+        if max_idle_shapes < 1:
+            raise ValueError(f"max_idle_shapes must be >= 1, got {max_idle_shapes}")
+        self.max_idle_shapes = max_idle_shapes
+        self.length_buckets: list[int] = []  # type: ignore[assignment]  # cost length per bucket, grows
+        self._groups, self._rates = [], []
+        self._shapes: list[Shape] = []
+        self._index: dict[Shape, int] = {}
+
+    @property
+    def shapes(self) -> tuple[Shape, ...]:
+        """The shapes that have a bucket now, in bucket order."""
+        return tuple(self._shapes)
+
+    def queued(self, shape: Shape) -> int:
+        """Items of ``shape`` waiting now."""
+        index = self._index.get(tuple(shape))
+        return 0 if index is None else len(self._groups[index])
+
+    def group_of(self, tokens: int) -> int:
+        raise TypeError("ShapeBatchQueue buckets are keyed by WorkItem.shape, not by token count; use bucket_of(item)")
+
+    def bucket_of(self, item: WorkItem) -> int:
+        """Index of the bucket of ``item.shape`` (the shape must have been submitted)."""
+        return self._index[item.shape]
+
+    def submit(self, items: Sequence[WorkItem], now: float, *, engine_busy: bool = False) -> None:
+        """Accept all ``items`` or none (see :meth:`BatchQueue.submit`); each needs a ``shape``.
+
+        Raises:
+            ValueError: an item has no shape, ``tokens`` < 1, or other ``tokens`` than earlier items
+                of its shape (a programming error, not bad input).
+            UnavailableError: closed, or over ``max_items`` (retryable).
+        """
+        for item in items:
+            if item.shape is None or item.tokens < 1:
+                raise ValueError(f"ShapeBatchQueue items need a shape and tokens >= 1, got shape={item.shape} tokens={item.tokens}")
+            item.shape = tuple(item.shape)
+            index = self._index.get(item.shape)
+            if index is None:
+                self._add_bucket(item.shape, item.tokens)
+            elif self.length_buckets[index] != item.tokens:
+                raise ValueError(f"shape {item.shape} has cost length {self.length_buckets[index]}, got an item with "
+                                 f"tokens={item.tokens}; every item of one shape must have the same tokens")
+        super().submit(items, now, engine_busy=engine_busy)
+
+    def _add_bucket(self, shape: Shape, tokens: int) -> None:
+        if len(self._shapes) >= self.max_idle_shapes:
+            keep = [index for index, group in enumerate(self._groups) if group]
+            self._groups = [self._groups[i] for i in keep]
+            self._rates = [self._rates[i] for i in keep]
+            self.length_buckets = [self.length_buckets[i] for i in keep]
+            self._shapes = [self._shapes[i] for i in keep]
+            self._index = {shape_: i for i, shape_ in enumerate(self._shapes)}
+        self._index[shape] = len(self._shapes)
+        self._shapes.append(shape)
+        self._groups.append([])
+        self._rates.append(_Rate())
+        self.length_buckets.append(tokens)
+
+    def _best(self, anchor: WorkItem) -> _Candidate:
+        """The anchor's own shape only: cut down to a batch bucket or pad up with filler rows."""
+        return self._single(self.bucket_of(anchor))
