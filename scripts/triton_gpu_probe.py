@@ -146,7 +146,26 @@ def main() -> int:
             except Exception as exc:
                 return False, time.perf_counter() - start, str(exc)[:200]
 
+        def main_with(texts, outputs=None):
+            tensor = grpcclient.InferInput("TEXT", [len(texts), 1], "BYTES")
+            tensor.set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=np.object_))
+            wanted = [grpcclient.InferRequestedOutput(name) for name in outputs] if outputs else None
+            start = time.perf_counter()
+            try:
+                main_client.infer("text_embedding", [tensor], outputs=wanted, client_timeout=10)
+                return True, time.perf_counter() - start, ""
+            except Exception as exc:
+                return False, time.perf_counter() - start, str(exc)[:200]
+
         step("main client x5", [main_one() for _ in range(5)])
+        step("requested output EMBEDDING x5", [main_with([TEXT], ["EMBEDDING"]) for _ in range(5)])
+        step("main client x5 (2)", [main_one() for _ in range(5)])
+        from fastpath.corpus import pydoc_sentences
+
+        sample = pydoc_sentences()[:61] + ["", "hello world", "word " * 400]
+        step("64 mixed texts", [main_with(sample)])
+        step("main client x5 (3)", [main_one() for _ in range(5)])
+        step("100 sequential real texts", [main_with([t]) for t in pydoc_sentences()[:100]])
         step("new client, main thread", [one_request(url)])
         box: list = []
         worker = threading.Thread(target=lambda: box.append(one_request(url)))
