@@ -5,12 +5,20 @@ name to its sha256 and ``sizes`` to its length in bytes. :func:`verify_manifest`
 directory whose files are missing, truncated or grown (size first, so a half-copied file is named as
 such), or differ from their recorded checksums; a manifest that names a path outside its directory
 is refused too.
+
+A :class:`ChecksumCache` lets a long-running process (a serving instance taking live swaps) hash each
+published file once: a digest is reused only while the file keeps its identity and metadata
+(device, inode, size, mtime and ctime in ns). Any change through the filesystem moves ctime, which
+user space cannot set back, so a rewritten, replaced or re-linked file is hashed again; corruption
+below the filesystem (a failing disk) after the first check is not seen until the process restarts.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +35,47 @@ def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
         while chunk := handle.read(chunk_bytes):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class ChecksumCache:
+    """sha256 of files, each computed once per file identity (thread-safe).
+
+    Args:
+        max_entries: digests kept; the oldest is dropped beyond this (a file then is hashed again).
+    """
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self._digests: dict[tuple[int, ...], str] = {}
+        self._lock = threading.Lock()
+        self._max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def _identity(path: Path) -> tuple[int, ...]:
+        info = os.stat(path)  # follows symlinks: a linked file shares its target's entry
+        return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+    def sha256(self, path: Path) -> str:
+        """Hex sha256 of ``path``, from the cache while its identity is unchanged.
+
+        Raises:
+            OSError: the file cannot be read.
+        """
+        before = self._identity(path)
+        with self._lock:
+            digest = self._digests.get(before)
+            if digest is not None:
+                self.hits += 1
+                return digest
+            self.misses += 1
+        digest = sha256_file(path)
+        if self._identity(path) == before:  # not changed while it was read: safe to remember
+            with self._lock:
+                self._digests[before] = digest
+                while len(self._digests) > self._max_entries:
+                    del self._digests[next(iter(self._digests))]
+        return digest
 
 
 def write_manifest(directory: Path, files: Iterable[str], metadata: Mapping[str, Any]) -> Path:
@@ -59,7 +108,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise ArtifactError(f"{path} is not valid JSON ({exc}); rebuild with 'fastpath build'") from None
 
 
-def verify_manifest(directory: Path, *, required: Iterable[str] = (), only_required: bool = False) -> dict[str, Any]:
+def verify_manifest(directory: Path, *, required: Iterable[str] = (), only_required: bool = False,
+                    checksums: ChecksumCache | None = None) -> dict[str, Any]:
     """Check every file listed in the manifest exists, has its recorded size and matches its sha256.
 
     Args:
@@ -68,6 +118,8 @@ def verify_manifest(directory: Path, *, required: Iterable[str] = (), only_requi
             (an unlisted file is unverified and refused).
         only_required: check just the ``required`` files (e.g. a GPU host that received the torch
             runtime's files of a version but not its 90 MB ``model.onnx``).
+        checksums: reuse digests of files hashed before and unchanged since (see :class:`ChecksumCache`);
+            None hashes every file.
 
     Returns:
         The manifest.
@@ -100,7 +152,7 @@ def verify_manifest(directory: Path, *, required: Iterable[str] = (), only_requi
                 f"{path} is {size} bytes; {MANIFEST_NAME} says {sizes[name]}: the file is {state} "
                 "(an interrupted copy or a change after the build); rebuild with 'fastpath build'"
             )
-        actual = sha256_file(path)
+        actual = checksums.sha256(path) if checksums is not None else sha256_file(path)
         if actual != expected:
             raise ArtifactError(
                 f"{path} fails its checksum: sha256 {actual[:16]}..., manifest says {expected[:16]}...; "

@@ -1,8 +1,10 @@
 """The serving instance's side of the control plane: a thread that applies posted commands.
 
 Commands (``desired.json``): ``swap`` to ``version``; ``rollback`` to the version served before the
-last flip. Each instance reports ``{"generation", "ok", "error", **slots.status()}`` after applying a
-command, and rewrites the same status every HEARTBEAT_S so the admin model knows it is alive.
+last flip. Each instance reports ``{"generation", "ok", "error", "seconds", "pickup_s",
+**slots.status(), **details()}`` after applying a command (``pickup_s``: wall-clock seconds from the
+admin posting the command to this instance reading it), and rewrites the same status every
+HEARTBEAT_S so the admin model knows it is alive.
 """
 
 from __future__ import annotations
@@ -28,13 +30,17 @@ class SwapAgent:
         slots: the instance's engine slots.
         load: version -> engine (see :meth:`EngineSlots.swap`).
         validate: (engine, version) -> None, raising on failure.
-        poll_s: seconds between ``stat`` calls on desired.json.
+        poll_s: seconds between ``stat`` calls on desired.json (one ``stat`` of one small file:
+            at 5 ms, 200 system calls a second, and a command waits 2.5 ms on average to be seen).
+        details: extra fields for the status report (e.g. the last swap's stage timings).
     """
 
     def __init__(self, plane: ControlPlane, instance: str, slots: EngineSlots, load: Callable[[int], Any],
-                 validate: Callable[[Any, int], None], *, poll_s: float = 0.02) -> None:
+                 validate: Callable[[Any, int], None], *, poll_s: float = 0.005,
+                 details: Callable[[], dict[str, Any]] | None = None) -> None:
         self.plane, self.instance, self.slots = plane, instance, slots
         self._load, self._validate, self._poll_s = load, validate, poll_s
+        self._details = details
         desired = plane.desired() or {}
         self.generation = int(desired.get("generation", 0))  # commands posted before this instance started are history
         self._seen_mtime_ns = plane.desired_mtime_ns()
@@ -48,7 +54,8 @@ class SwapAgent:
         return self
 
     def _report(self) -> None:
-        self.plane.report(self.instance, {"generation": self.generation, **self._last, **self.slots.status().as_dict()})
+        details = self._details() if self._details is not None else {}
+        self.plane.report(self.instance, {"generation": self.generation, **self._last, **self.slots.status().as_dict(), **details})
 
     def poll_once(self) -> bool:
         """Apply a newly posted command, if any. Returns True when one was applied."""
@@ -64,6 +71,7 @@ class SwapAgent:
 
     def _apply(self, desired: dict[str, Any]) -> None:
         command = desired.get("command")
+        pickup_s = round(max(0.0, time.time() - float(desired.get("posted_at", time.time()))), 4)
         try:
             if command == "swap":
                 version = int(desired["version"])
@@ -77,10 +85,10 @@ class SwapAgent:
                 seconds = 0.0
             else:
                 seconds = self.slots.swap(version, self._load, self._validate)
-            self._last = {"ok": True, "error": None, "seconds": seconds}
+            self._last = {"ok": True, "error": None, "seconds": seconds, "pickup_s": pickup_s}
             LOG.info("%s: %s to version %s done in %.3f s", self.instance, command, version, seconds)
         except Exception as exc:  # reported to the caller through the status file
-            self._last = {"ok": False, "error": str(exc)}
+            self._last = {"ok": False, "error": str(exc), "pickup_s": pickup_s}
             LOG.warning("%s: %s refused: %s", self.instance, command, exc)
         self.generation = int(desired["generation"])
         self._report()

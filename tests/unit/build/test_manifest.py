@@ -100,3 +100,46 @@ def test_a_truncated_copy_of_the_real_artifact_is_refused(tmp_path):
         out.write(handle.read(1 << 20))  # an interrupted copy
     with pytest.raises(ArtifactError, match="model.onnx is 1048576 bytes; manifest.json says .*truncated"):
         verify_manifest(tmp_path)
+
+
+def test_checksum_cache_hashes_an_unchanged_file_once(version):
+    from fastpath.build.manifest import ChecksumCache, sha256_file
+
+    cache = ChecksumCache()
+    first = verify_manifest(version, checksums=cache)
+    assert verify_manifest(version, checksums=cache) == first
+    assert (cache.misses, cache.hits) == (2, 2)
+    assert cache.sha256(version / "model.onnx") == sha256_file(version / "model.onnx")
+
+
+def test_checksum_cache_sees_a_same_size_rewrite_with_the_old_mtime(version):
+    """A rewrite in place that restores size and mtime still moves ctime: hashed again, refused."""
+    import os
+
+    from fastpath.build.manifest import ChecksumCache
+
+    cache = ChecksumCache()
+    verify_manifest(version, checksums=cache)
+    path = version / "model.onnx"
+    before = path.stat()
+    data = bytearray(path.read_bytes())
+    data[5] ^= 0xFF
+    with open(path, "r+b") as handle:  # same inode, same size
+        handle.write(bytes(data))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_mtime_ns == before.st_mtime_ns and path.stat().st_ino == before.st_ino
+    with pytest.raises(ArtifactError, match="model.onnx fails its checksum"):
+        verify_manifest(version, checksums=cache)
+
+
+def test_checksum_cache_keeps_at_most_max_entries(tmp_path):
+    from fastpath.build.manifest import ChecksumCache
+
+    cache = ChecksumCache(max_entries=2)
+    for index in range(3):
+        (tmp_path / f"f{index}").write_bytes(bytes([index]) * 10)
+        cache.sha256(tmp_path / f"f{index}")
+    cache.sha256(tmp_path / "f0")  # dropped as the oldest: hashed again
+    assert (cache.misses, cache.hits) == (4, 0)
+    cache.sha256(tmp_path / "f2")
+    assert cache.hits == 1

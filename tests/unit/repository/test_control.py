@@ -104,3 +104,19 @@ def test_concurrent_swaps_are_serialized_per_instance(setup):
     for thread in threads:
         thread.join(10)
     assert len(results) == 3 and slots.active_version in (1, 2)
+
+
+def test_status_reports_pickup_and_the_instance_details(tmp_path):
+    (tmp_path / "repo" / "m" / "2").mkdir(parents=True)
+    (tmp_path / "repo" / "m" / "config.pbtxt").write_text('name: "m"')
+    slots = EngineSlots(1, Engine(1))
+    agent = SwapAgent(ControlPlane(tmp_path / "state", "m"), "m_0", slots, Engine, _refuse_3, poll_s=0.002,
+                      details=lambda: {"last_swap_stages_s": {"session_s": 0.25}}).start()
+    try:
+        reply = AdminService(tmp_path / "repo", tmp_path / "state", "k", timeout_s=10).handle(
+            {"command": "swap", "model": "m", "version": 2, "key": "k"})
+    finally:
+        agent.stop()
+    status = reply["instances"]["m_0"]
+    assert 0 <= status["pickup_s"] < 5 and status["seconds"] >= 0
+    assert status["last_swap_stages_s"] == {"session_s": 0.25}
