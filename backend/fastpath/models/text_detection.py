@@ -22,7 +22,7 @@ import numpy as np
 
 from fastpath.engines import Engine, load_engine
 from fastpath.errors import ArtifactError, EngineError
-from fastpath.vision.config import TextDetectionConfig
+from fastpath.vision.config import NETWORK_STRIDE_PX, TextDetectionConfig
 from fastpath.vision.db_postprocess import boxes_from_probability_map
 from fastpath.vision.preprocess import normalize_into, resize_image, resized_shape
 
@@ -58,6 +58,11 @@ class PreparedImage:
         """Resized (height, width): images with equal keys can share an engine batch."""
         return self.resized.shape[0], self.resized.shape[1]
 
+    @property
+    def cells(self) -> int:
+        """Resized size in 32x32 cells (the network's stride): the scheduler's cost length of this shape."""
+        return (self.resized.shape[0] // NETWORK_STRIDE_PX) * (self.resized.shape[1] // NETWORK_STRIDE_PX)
+
 
 def plan_batches(shapes: Sequence[tuple[int, int]], max_batch: int) -> list[list[int]]:
     """Group image indices by resized shape, in first-seen order, cut into runs of at most ``max_batch``.
@@ -69,6 +74,18 @@ def plan_batches(shapes: Sequence[tuple[int, int]], max_batch: int) -> list[list
     for index, shape in enumerate(shapes):
         groups.setdefault(tuple(shape), []).append(index)
     return [group[start : start + max_batch] for group in groups.values() for start in range(0, len(group), max_batch)]
+
+
+def batch_shape(batch: Sequence[PreparedImage]) -> tuple[int, int]:
+    """The one resized (h, w) of a batch.
+
+    Raises:
+        EngineError: the batch is empty or mixes shapes (never padded: DB results would change).
+    """
+    shapes = {item.shape_hw for item in batch}
+    if len(shapes) != 1:
+        raise EngineError(f"a detection batch must have one resized shape; got {sorted(shapes)}")
+    return shapes.pop()
 
 
 def concatenate(detections: Sequence[Detection]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -153,7 +170,7 @@ class TextDetector:
         return PreparedImage(resize_image(image, shape), (height, width))
 
     def run_batch(self, batch: Sequence[PreparedImage]) -> np.ndarray:
-        """One engine call for images of one resized shape.
+        """One engine call for images of one resized shape, its input in a fresh numpy buffer.
 
         Returns:
             float32 [B, h, w] probability maps.
@@ -161,13 +178,40 @@ class TextDetector:
         Raises:
             EngineError: the batch mixes shapes, or the engine failed or returned the wrong shape.
         """
-        shapes = {item.shape_hw for item in batch}
-        if len(shapes) != 1:
-            raise EngineError(f"a detection batch must have one resized shape; got {sorted(shapes)}")
-        (height, width), count = shapes.pop(), len(batch)
-        feed = np.empty((count, 3, height, width), dtype=np.float32)
+        height, width = batch_shape(batch)
+        feed = self.fill(batch, np.empty((len(batch), 3, height, width), dtype=np.float32))
+        return self.infer(feed)
+
+    def fill(self, batch: Sequence[PreparedImage], out: np.ndarray) -> np.ndarray:
+        """Write the normalized images into ``out``, the engine input (e.g. a staging-pool block).
+
+        Args:
+            batch: images of one resized shape (h, w).
+            out: float32 [B, 3, h, w] with B >= len(batch); rows from len(batch) on are filler:
+                copies of row 0, which leave every real row's map unchanged (tested).
+
+        Returns:
+            ``out``.
+
+        Raises:
+            EngineError: the batch is empty, mixes shapes, or ``out`` has another shape or dtype.
+        """
+        height, width = batch_shape(batch)
+        if out.dtype != np.float32 or out.ndim != 4 or out.shape[1:] != (3, height, width) or out.shape[0] < len(batch):
+            raise EngineError(f"a detection feed for {len(batch)} images of {height}x{width} must be float32 "
+                              f"[>={len(batch)}, 3, {height}, {width}]; got {out.dtype}{list(out.shape)}")
         for row, item in enumerate(batch):
-            normalize_into(item.resized, feed[row])
+            normalize_into(item.resized, out[row])
+        out[len(batch):] = out[0]
+        return out
+
+    def infer(self, feed: np.ndarray) -> np.ndarray:
+        """The engine call: float32 [B, 3, h, w] -> probability maps float32 [B, h, w] (a new array).
+
+        Raises:
+            EngineError: the engine failed or returned another shape than [B, 1, h, w].
+        """
+        count, _, height, width = feed.shape
         output = self.engine.infer({self._input_name: feed})[self._output_name]
         if output.shape != (count, 1, height, width):
             raise EngineError(f"engine returned {self._output_name} of shape {list(output.shape)}; expected {[count, 1, height, width]}")

@@ -10,32 +10,56 @@ request shapes). A request carries exactly one of the two inputs:
     BOX_COUNTS   TYPE_INT32  [N]           boxes per image: image i owns rows sum(BOX_COUNTS[:i]) ... + BOX_COUNTS[i].
 
 An image without text gives BOX_COUNTS 0 and, for a one-image request, BOXES [0, 4, 2] and
-SCORES [0] (../shared/cases K05). A bad request (not an image, zero-sized, above a pixel limit)
-gets its own 400; the other requests of the call are detected together, batched by resized shape.
+SCORES [0] (../shared/cases K05).
+
+``execute`` decodes, validates and resizes each request's images in Triton's thread (a bad
+request gets its own 400 at once), hands one work item per image to FastPath's scheduler
+(:class:`~fastpath.scheduling.ShapeBatchQueue`: batches of one resized shape, sizes snapped to
+``batch_buckets``) and returns ``None``. The scheduler's threads stage each batch into the host
+staging pool, run the engine, post-process, and answer each request through its response sender
+once its last image is done. A full queue is 503 / UNAVAILABLE; an engine error fails only the
+requests of that batch; ``finalize`` drains. Request options ``timeout`` and ``fastpath_priority``
+as for ``text_embedding`` (:mod:`fastpath.triton.scheduled`). Design: docs/design/text_detection.md.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fastpath.config import parse_parameters, triton_parameters
-from fastpath.errors import InvalidInputError
-from fastpath.models.text_detection import TextDetector, concatenate
+from fastpath.config import parse_sections, triton_parameters
+from fastpath.errors import ConfigError, InvalidInputError
+from fastpath.memory import PoolConfig, create_host_pool
+from fastpath.models.detection_batches import DetectionBatchHandler, check_staging_fits, warm_up
+from fastpath.models.text_detection import PreparedImage, TextDetector, concatenate
+from fastpath.scheduling import BatchRunner, CostModel, ShapeBatchQueue, Ticket, WorkItem
 from fastpath.triton.io import error_response, read_input
+from fastpath.triton.scheduled import priority_level, request_timeout_s, scheduler_metrics, send_final
 from fastpath.triton.selftest import run_self_test
-from fastpath.vision.config import TextDetectionConfig
+from fastpath.vision.config import DetectionSchedulerConfig, TextDetectionConfig
 from fastpath.vision.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
+
+LOG = logging.getLogger(__name__)
+MODEL_NAME = "text_detection"
+
+
+def staging_pool_config(config: TextDetectionConfig) -> PoolConfig:
+    """Host staging pool limits: ``staging_capacity_bytes``, its largest power of two as the largest block."""
+    capacity = config.staging_capacity_bytes
+    return PoolConfig(capacity_bytes=capacity, max_block_bytes=1 << (capacity.bit_length() - 1),
+                      wait_timeout_s=config.staging_wait_timeout_s)
 
 
 class TextDetectionModel:
     """The python-backend model class; ``model.py`` re-exports it as ``TritonPythonModel``."""
 
     def initialize(self, args: dict[str, str]) -> None:
-        """Parse the config, self-test the stub, load and check the engine.
+        """Parse the config, self-test the stub, load and check the engine, start the scheduler.
 
         Raises:
             ConfigError, SelfTestError, ArtifactError, EngineError: the model refuses to load,
@@ -46,10 +70,40 @@ class TextDetectionModel:
         self._pb = pb_utils
         run_self_test(pb_utils.Tensor)
         model_config = json.loads(args["model_config"])
-        self.config = parse_parameters(TextDetectionConfig, triton_parameters(model_config))
-        version_dir = Path(args["model_repository"]) / args["model_version"]
-        self.detector = TextDetector.from_directory(version_dir, self.config)
+        self.config, self.scheduler_config = parse_sections(triton_parameters(model_config), TextDetectionConfig,
+                                                            DetectionSchedulerConfig)
+        sched = self.scheduler_config
+        if sched.batch_buckets[-1] > self.config.max_batch_images:
+            raise ConfigError(f"config.pbtxt parameter 'batch_buckets' = {sched.batch_buckets}: its largest bucket exceeds "
+                              f"max_batch_images={self.config.max_batch_images}; drop the larger buckets or raise max_batch_images")
+        if self.config.max_images_per_request > sched.max_queue_texts:
+            raise ConfigError(f"config.pbtxt parameter 'max_queue_texts' = {sched.max_queue_texts} (queued images) is below "
+                              f"max_images_per_request={self.config.max_images_per_request}: the largest request could never be "
+                              "queued; raise max_queue_texts")
         self.model_version = args["model_version"]
+        self.detector = TextDetector.from_directory(Path(args["model_repository"]) / self.model_version, self.config)
+        self.pool = create_host_pool(staging_pool_config(self.config), name="staging")
+        check_staging_fits(self.pool, sched.batch_buckets[-1], self.config.limit_side_len_px)
+        self.pool_metrics = self._pool_metrics(args)
+        self.handler = DetectionBatchHandler(self.detector, self.pool, on_batch=getattr(self.pool_metrics, "update", None))
+        queue = ShapeBatchQueue(batch_buckets=sched.batch_buckets, costs=CostModel(sched.cost_ewma_alpha),
+                                max_queue_delay_s=sched.max_queue_delay_us * 1e-6, max_items=sched.max_queue_texts,
+                                deadline_margin_s=sched.deadline_margin_us * 1e-6, min_padding_gain=sched.min_padding_gain)
+        self.metrics = scheduler_metrics(pb_utils, args, sched, MODEL_NAME)
+        self.runner = BatchRunner(queue, self.handler, observer=self.metrics, stage_lead_s=sched.stage_lead_us * 1e-6,
+                                  check_cancellation=sched.check_cancellation, name=args.get("model_name", MODEL_NAME))
+        if sched.warmup:
+            warm_up(self.handler, queue.costs, self.runner.clock, sched.batch_buckets)
+        self.runner.start()
+
+    def _pool_metrics(self, args: dict[str, str]) -> Any:
+        from fastpath.triton.pool_metrics import PoolMetrics
+
+        try:
+            return PoolMetrics(self._pb, model=args.get("model_name", MODEL_NAME), pools=[self.pool])
+        except Exception as exc:  # metrics disabled on the server: serve anyway
+            LOG.warning("FastPath pool metrics are off: %s", exc)
+            return None
 
     def _read_images(self, request: Any) -> list[np.ndarray]:
         present = [name for name in (ARRAY_INPUT, BYTES_INPUT) if self._pb.get_input_tensor_by_name(request, name) is not None]
@@ -64,38 +118,60 @@ class TextDetectionModel:
             return images_from_array(values, **limits)
         return images_from_bytes(values, **limits)
 
-    def _response(self, detections: list[Any]) -> Any:
-        boxes, scores, counts = concatenate(detections)
-        pb = self._pb
-        return pb.InferenceResponse(output_tensors=[pb.Tensor("BOXES", boxes), pb.Tensor("SCORES", scores),
-                                                    pb.Tensor("BOX_COUNTS", counts)])
+    def _prepare(self, image: np.ndarray) -> PreparedImage:
+        """Resize for the network; an image kept at its size is copied out of the request's tensor memory,
+        which the queue must not hold on to after ``execute`` returns."""
+        prepared = self.detector.prepare(image)
+        if prepared.resized is image and image.base is not None:
+            prepared = PreparedImage(np.array(image, copy=True), prepared.source_hw)
+        return prepared
 
-    def execute(self, requests: list[Any]) -> list[Any]:
-        """Answer each request with its boxes or its own error; one detection pass for all of them."""
-        pb = self._pb
-        responses: list[Any] = [None] * len(requests)
-        accepted: list[tuple[int, list[np.ndarray]]] = []
-        for index, request in enumerate(requests):
+    def execute(self, requests: list[Any]) -> None:
+        """Decode, validate and resize each request's images, queue them, return at once; answers follow."""
+        pb, sched = self._pb, self.scheduler_config
+        for request in requests:
+            sender = request.get_response_sender()
             try:
-                accepted.append((index, self._read_images(request)))
+                prepared = [self._prepare(image) for image in self._read_images(request)]
+                level, timeout_s = priority_level(request, sched), request_timeout_s(request, sched)
             except Exception as exc:  # a bad request fails alone
-                responses[index] = error_response(pb, exc)
-        if not accepted:
-            return responses
-        try:
-            detections = self.detector.detect([image for _, images in accepted for image in images])
-        except Exception as exc:
-            for index, _ in accepted:
-                responses[index] = error_response(pb, exc)
-            return responses
-        start = 0
-        for index, images in accepted:
-            responses[index] = self._response(detections[start : start + len(images)])
-            start += len(images)
-        return responses
+                send_final(pb, sender, error_response(pb, exc))
+                continue
+            ticket = Ticket(len(prepared), functools.partial(self._answer, sender), is_cancelled=request.is_cancelled,
+                            label=request.request_id() or "request")
+            items = [WorkItem(ticket, row, image.cells, image, level, shape=image.shape_hw)
+                     for row, image in enumerate(prepared)]
+            try:
+                self.runner.submit(items, timeout_s=timeout_s)
+            except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
+                send_final(pb, sender, error_response(pb, exc))
+        return None
+
+    def _answer(self, sender: Any, ticket: Ticket, detections: list[Any] | None, error: BaseException | None) -> None:
+        """The ticket's single answer: the request's detections as one ragged result, or its error."""
+        pb = self._pb
+        if error is not None:
+            send_final(pb, sender, error_response(pb, error))
+            return
+        boxes, scores, counts = concatenate(detections)
+        send_final(pb, sender, pb.InferenceResponse(output_tensors=[
+            pb.Tensor("BOXES", boxes), pb.Tensor("SCORES", scores), pb.Tensor("BOX_COUNTS", counts)]))
 
     def finalize(self) -> None:
-        """Release the engine."""
+        """Drain the scheduler (every accepted request gets its response), then release leases, pool and engine."""
+        runner = getattr(self, "runner", None)
+        if runner is not None:
+            runner.close(self.scheduler_config.drain_timeout_s)
+        handler = getattr(self, "handler", None)
+        if handler is not None and handler.close():
+            LOG.warning("released staging leases of batches that never ran (drain timed out)")
+        for name in ("metrics", "pool_metrics"):
+            closer = getattr(getattr(self, name, None), "close", None)
+            if closer is not None:
+                closer()
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.close()
         detector = getattr(self, "detector", None)
         if detector is not None:
             detector.close()

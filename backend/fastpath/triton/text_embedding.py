@@ -42,17 +42,17 @@ from typing import Any
 import numpy as np
 
 from fastpath.config import SchedulerConfig, TextEmbeddingConfig, parse_sections, triton_parameters
-from fastpath.errors import ConfigError, EngineError, InvalidInputError
+from fastpath.errors import ConfigError, EngineError
 from fastpath.models.text_embedding import EMBEDDING_DIM
 from fastpath.repository.serving import VersionedEmbedder
-from fastpath.scheduling import Batch, BatchQueue, BatchRunner, CostModel, SchedulerObserver, Ticket, WorkItem
+from fastpath.scheduling import Batch, BatchQueue, BatchRunner, CostModel, Ticket, WorkItem
 from fastpath.text import decode_texts
 from fastpath.triton.io import error_response, read_input
+from fastpath.triton.scheduled import priority_level, request_timeout_s, scheduler_metrics, send_final
 from fastpath.triton.selftest import run_self_test
 
 LOG = logging.getLogger(__name__)
 INPUT_NAME = "TEXT"
-PRIORITY_PARAMETER = "fastpath_priority"
 
 
 def scheduler_length_buckets(buckets: tuple[int, ...], max_seq_length: int) -> tuple[int, ...]:
@@ -167,39 +167,12 @@ class TextEmbeddingModel:
             deadline_margin_s=sched.deadline_margin_us * 1e-6,
             min_padding_gain=sched.min_padding_gain,
         )
-        self.metrics = self._make_metrics(args, sched)
+        self.metrics = scheduler_metrics(self._pb, args, sched, "text_embedding")
         self.runner = BatchRunner(queue, self.handler, observer=self.metrics, stage_lead_s=sched.stage_lead_us * 1e-6,
                                   check_cancellation=sched.check_cancellation, name=args.get("model_name", "fastpath"))
         if sched.warmup:
             warm_up(self.handler, queue, self.runner.clock)
         self.runner.start()
-
-    def _make_metrics(self, args: dict[str, str], sched: SchedulerConfig) -> SchedulerObserver:
-        from fastpath.triton.metrics import SchedulerMetrics
-
-        try:
-            return SchedulerMetrics(self._pb, model=args.get("model_name", "text_embedding"),
-                                    version=args["model_version"], batch_buckets=sched.batch_buckets)
-        except Exception as exc:  # metrics disabled on the server (--allow-metrics=false): serve anyway
-            LOG.warning("FastPath scheduler metrics are off: %s", exc)
-            return SchedulerObserver()
-
-    def _priority_level(self, request: Any) -> int:
-        """Triton priority semantics from the ``fastpath_priority`` request parameter."""
-        levels, default = self.scheduler_config.priority_levels, self.scheduler_config.default_priority_level
-        raw = json.loads(request.parameters() or "{}").get(PRIORITY_PARAMETER)
-        if raw is None or levels == 0:
-            return default
-        if isinstance(raw, bool) or not isinstance(raw, int):
-            raise InvalidInputError(
-                f"request parameter {PRIORITY_PARAMETER} = {raw!r}: expected an integer priority level "
-                f"(1 = highest .. {levels}; 0 = default level {default})"
-            )
-        return raw if 1 <= raw <= levels else default
-
-    def _timeout_s(self, request: Any) -> float | None:
-        timeout_us = request.timeout() or self.scheduler_config.default_timeout_us
-        return timeout_us * 1e-6 if timeout_us else None
 
     def execute(self, requests: list[Any]) -> None:
         """Validate and tokenize each request, queue its texts, return at once; responses follow from the scheduler."""
@@ -210,7 +183,8 @@ class TextEmbeddingModel:
             try:
                 texts = decode_texts(read_input(pb, request, INPUT_NAME), tensor=INPUT_NAME,
                                      max_text_bytes=self.config.max_text_bytes)
-                accepted.append((request, sender, texts, self._priority_level(request), self._timeout_s(request)))
+                accepted.append((request, sender, texts, priority_level(request, self.scheduler_config),
+                                 request_timeout_s(request, self.scheduler_config)))
             except Exception as exc:  # a bad request fails alone
                 self._send(sender, error_response(pb, exc))
         if not accepted:
@@ -252,10 +226,7 @@ class TextEmbeddingModel:
         ]))
 
     def _send(self, sender: Any, response: Any) -> None:
-        try:
-            sender.send(response, flags=self._pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        except Exception:  # the client is gone or the request was already answered: nothing else to do
-            LOG.exception("sending a response failed")
+        send_final(self._pb, sender, response)
 
     def finalize(self) -> None:
         """Drain the scheduler (every accepted request gets its response), then release the engine."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fastpath.config import PRECISIONS, RUNTIMES, check_parameter
+from fastpath.config import PRECISIONS, RUNTIMES, SchedulerConfig, check_parameter
 
 NETWORK_STRIDE_PX = 32  # DB's backbone downsamples by 32: each resized side is a multiple of this
 
@@ -39,6 +39,12 @@ class TextDetectionConfig:
         use_dilation: dilate the binary map with a 2x2 kernel before finding contours.
         min_box_side_px: boxes whose width or height in the input image is at most this many
             pixels are dropped (rapidocr ``filter_tag_det_res``).
+        staging_capacity_bytes: bytes of the host staging pool (``fastpath.memory``; page-locked
+            when CUDA is present) that batch inputs are written into. The largest batch,
+            ``batch_buckets[-1]`` images of ``limit_side_len_px``^2 as float32 (8 x 11 MB = 88 MB,
+            a 128 MiB block), must fit; two such blocks let batch N+1 be staged while N runs.
+        staging_wait_timeout_s: how long staging waits for a free block before the batch fails
+            with UNAVAILABLE (503, retryable).
     """
 
     runtime: str = "onnxruntime"
@@ -56,6 +62,8 @@ class TextDetectionConfig:
     max_candidates: int = 1000
     use_dilation: bool = True
     min_box_side_px: int = 3
+    staging_capacity_bytes: int = 512 << 20
+    staging_wait_timeout_s: float = 1.0
 
     def __post_init__(self) -> None:
         check_parameter(self.runtime in RUNTIMES, "runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
@@ -76,3 +84,22 @@ class TextDetectionConfig:
         check_parameter(self.unclip_ratio > 0.0, "unclip_ratio", self.unclip_ratio, "> 0")
         check_parameter(self.max_candidates > 0, "max_candidates", self.max_candidates, "> 0")
         check_parameter(self.min_box_side_px >= 0, "min_box_side_px", self.min_box_side_px, ">= 0")
+        check_parameter(self.staging_capacity_bytes >= 4096, "staging_capacity_bytes", self.staging_capacity_bytes,
+                        ">= 4096 (one page); the default is 536870912 (512 MiB)")
+        check_parameter(self.staging_wait_timeout_s >= 0, "staging_wait_timeout_s", self.staging_wait_timeout_s, ">= 0 seconds")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DetectionSchedulerConfig(SchedulerConfig):
+    """:class:`~fastpath.config.SchedulerConfig` with defaults for images (``text_detection``).
+
+    Same keys and meaning, with images in place of texts: a batch holds images of one resized
+    shape (never padded across shapes), ``max_queue_texts`` counts queued images, and
+    ``batch_buckets`` are the engine's batch sizes in images. Defaults: batches of 1, 2, 4 or 8
+    images (8 x 960x960 is 88 MB of float32 input), at most 64 queued images (each holds its resized
+    uint8 copy, at most 2.7 MB), and no wait for company beyond 2 ms (a CPU detector call costs
+    tens to hundreds of milliseconds, so waiting rarely pays).
+    """
+
+    batch_buckets: tuple[int, ...] = (1, 2, 4, 8)
+    max_queue_texts: int = 64

@@ -2,9 +2,9 @@ import re
 
 import pytest
 
-from fastpath.config import parse_parameters
+from fastpath.config import parse_parameters, parse_sections
 from fastpath.errors import ConfigError
-from fastpath.vision.config import TextDetectionConfig
+from fastpath.vision.config import DetectionSchedulerConfig, TextDetectionConfig
 from tests.conftest import MODEL_REPOSITORY
 
 
@@ -46,5 +46,16 @@ def test_shipped_config_pbtxt_parses():
     text = (MODEL_REPOSITORY / "text_detection" / "config.pbtxt").read_text()
     params = dict(re.findall(r'key: "(\w+)" value: \{ string_value: "([^"]*)" \}', text))
     assert params, "no parameters found in config.pbtxt"
-    config = parse_parameters(TextDetectionConfig, params)
+    config, sched = parse_sections(params, TextDetectionConfig, DetectionSchedulerConfig)
     assert config.max_images_per_request == 16
+    assert config.staging_capacity_bytes == 512 << 20
+    assert (sched.batch_buckets, sched.max_queue_texts, sched.max_queue_delay_us) == ((1, 2, 4, 8), 64, 2000)
+
+
+def test_detection_scheduler_defaults_are_sized_for_images():
+    sched = parse_parameters(DetectionSchedulerConfig, {})
+    assert (sched.batch_buckets, sched.max_queue_texts, sched.warmup) == ((1, 2, 4, 8), 64, True)
+    with pytest.raises(ConfigError, match="'max_queue_texts' = 4: expected >= the largest batch bucket"):
+        parse_parameters(DetectionSchedulerConfig, {"max_queue_texts": "4"})
+    with pytest.raises(ConfigError, match="'staging_capacity_bytes' = 100: expected >= 4096"):
+        parse_parameters(TextDetectionConfig, {"staging_capacity_bytes": "100"})

@@ -1,0 +1,154 @@
+"""text_detection through FastPath's scheduler under a real tritonserver (issue 7).
+
+Concurrent requests of real photos (scikit-image's wheel), several of one resized shape and several
+of others, are batched across requests by resized shape and staged in the host staging pool; each
+served result must equal the same image sent alone, byte for byte. A bad request sent among them
+fails alone with a 400 naming the tensor. Metrics show cross-request batches (more images than
+engine calls) and every staging lease returned. Unload answers every request in flight once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import threading
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from fastpath.build.detection import build_text_detection, text_detection_present
+from tests.conftest import MODEL_REPOSITORY, start_server
+from tests.e2e.test_scheduler import _metric_sum, _metrics
+from tests.e2e.test_text_detection import BAD_STATUS, MODEL, _split, detect_array, detect_bytes
+from tests.unit.vision.reference import png_bytes, skimage_path, skimage_rgb
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not text_detection_present(MODEL_REPOSITORY):
+        build_text_detection(MODEL_REPOSITORY)
+    server = start_server(tmp_path_factory.mktemp("triton_detection_scheduler"), models=(MODEL,))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _photos() -> dict[str, np.ndarray]:
+    """uint8 RGB photos and their resized shapes: three share 192x384, three 512x512; the others differ."""
+    page = skimage_rgb("page.png")  # 191x384 -> 192x384
+    return {
+        "page": page,
+        "page_flipped": np.ascontiguousarray(page[::-1, ::-1]),  # 192x384
+        "page_x2": skimage_rgb("page.png", 2.0),  # 382x768 -> 384x768
+        "text_x2": skimage_rgb("text.png", 2.0),  # 344x896 -> 352x896
+        "coffee": skimage_rgb("coffee.png"),  # 400x600 -> 384x608
+        "astronaut": skimage_rgb("astronaut.png"),  # 512x512
+        "camera": skimage_rgb("camera.png"),  # 512x512
+        "white": np.full((512, 512, 3), 255, np.uint8),  # 512x512, no text
+    }
+
+
+def _send(server, job):
+    """job: (kind, payload, protocol) -> ("ok", (boxes, scores, counts)) or ("error", exception)."""
+    kind, payload, protocol = job
+    try:
+        if kind == "array":
+            return "ok", detect_array(server, protocol, payload[None])
+        return "ok", detect_bytes(server, protocol, payload)
+    except InferenceServerException as exc:
+        return "error", exc
+
+
+def test_concurrent_requests_are_batched_by_shape_and_equal_each_image_alone(server):
+    photos = _photos()
+    alone = {name: detect_array(server, "grpc", image[None]) for name, image in photos.items()}
+    before = _metrics(server)
+    jobs = [("array", photos[name], "grpc" if i % 2 else "http") for i, name in enumerate(photos)]
+    jobs.insert(4, ("bytes", [png_bytes(photos["page"]), b"GIF89a not a png"], "http"))  # bad: fails alone
+    multi = ["coffee", "page", "astronaut", "page_x2"]  # one request, four images of four shapes
+    jobs.insert(2, ("bytes", [png_bytes(photos[name]) for name in multi], "grpc"))
+    jobs += [("array", photos[name], "grpc") for name in ("page", "astronaut", "camera", "white")]
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        results = list(pool.map(lambda job: _send(server, job), jobs))
+
+    bad = [outcome for (kind, payload, _), outcome in zip(jobs, results) if kind == "bytes" and len(payload) == 2]
+    ((status, error),) = bad
+    assert status == "error" and error.status() in BAD_STATUS
+    assert "IMAGE_BYTES element 1" in error.message() and "is not a PNG or JPEG file" in error.message()
+    for (kind, payload, _), (status, result) in zip(jobs, results):
+        if kind == "bytes":
+            if len(payload) == 2:
+                continue
+            assert status == "ok", result
+            for name, (boxes, scores) in zip(multi, _split(*result)):
+                np.testing.assert_array_equal(boxes, alone[name][0], err_msg=name)
+                np.testing.assert_array_equal(scores, alone[name][1], err_msg=name)
+            continue
+        assert status == "ok", result
+        (name,) = [n for n, image in photos.items() if image is payload]
+        for served, expected in zip(result, alone[name]):
+            np.testing.assert_array_equal(served, expected, err_msg=name)
+    assert alone["page"][2].tolist() == [5] and alone["white"][2].tolist() == [0]
+
+    after, labels = _metrics(server), {"model": MODEL, "version": "1"}
+    calls = _metric_sum(after, "fastpath_batch_size_count", **labels) - _metric_sum(before, "fastpath_batch_size_count", **labels)
+    images = _metric_sum(after, "fastpath_batch_size_sum", **labels) - _metric_sum(before, "fastpath_batch_size_sum", **labels)
+    assert images == len(photos) + len(multi) + 4  # the bad request never reached the queue
+    assert calls < images, f"{images} images in {calls} engine calls: no request was batched with another"
+
+
+def test_staging_pool_metrics_are_published_and_every_lease_returned(server):
+    detect_bytes(server, "http", [skimage_path("page.png").read_bytes()])
+    text, labels = _metrics(server), {"model": MODEL, "pool": "staging"}
+    assert _metric_sum(text, "fastpath_pool_leases_total", **labels) >= 1
+    assert _metric_sum(text, "fastpath_pool_outstanding_leases", **labels) == 0
+    assert _metric_sum(text, "fastpath_pool_capacity_bytes", **labels) == 512 << 20
+    assert re.search(r'fastpath_pool_pinned\{[^}]*allocator="(page-aligned|cuda-pinned)"[^}]*pool="staging"', text)
+
+
+def test_unload_answers_every_request_in_flight_once(server):
+    """Clients keep sending while the model unloads: each request gets exactly one answer (its boxes, or
+    not-found / unavailable once the model is gone); none hangs. Then the model loads again."""
+    page = skimage_rgb("page.png")[None]
+    expected = detect_array(server, "grpc", page)[0]
+    outcomes: list[str] = []
+    done = threading.Condition()
+
+    def client_loop():
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        tensor = grpcclient.InferInput("IMAGE", list(page.shape), "UINT8")
+        tensor.set_data_from_numpy(page)
+        while True:
+            try:
+                boxes = client.infer(MODEL, [tensor], client_timeout=120).as_numpy("BOXES")
+                outcome = "ok" if np.array_equal(boxes, expected) else "wrong boxes"
+            except InferenceServerException as exc:
+                outcome = exc.message()
+            with done:
+                outcomes.append(outcome)
+                done.notify_all()
+            if outcome != "ok":
+                return
+
+    threads = [threading.Thread(target=client_loop) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    with done:
+        assert done.wait_for(lambda: outcomes.count("ok") >= 6, timeout=120)
+    admin = httpclient.InferenceServerClient(server.http_url)
+    admin.unload_model(MODEL)
+    for thread in threads:
+        thread.join(150)
+    assert not any(thread.is_alive() for thread in threads), "a request never got its answer"
+    unexpected = [o for o in outcomes if o != "ok" and not re.search(r"unknown model|not found|unavailable|shutting down|unload", o, re.I)]
+    assert not unexpected, unexpected
+    admin.load_model(MODEL)
+    assert server.is_ready(models=[MODEL])
+    np.testing.assert_array_equal(detect_array(server, "http", page)[0], expected)
+    assert "Stub process" not in server.log_path.read_text()
