@@ -7,8 +7,14 @@ CPU machine as a smoke test (``--device cpu``). Steps:
   2. tritonserver from the nvidia-pytriton wheel (``FASTPATH_TRITON_DIR``) with this interpreter
      first on PATH (numpy 1.x for the stub);
   3. numerics: served embeddings vs the engine in-process (cosine), K02 neighbour independence;
-  4. load: a multi-process gRPC asyncio load generator (one text per request, real sentences) at
-     each concurrency, and bulk requests of 32 texts; req/s, p50, p99; Triton's server-side split.
+  4. load: a multi-process gRPC load generator (one text per request, real sentences) at each
+     concurrency, and bulk requests of 32 texts; req/s, p50, p99; Triton's server-side split.
+     With ``--models`` the same server also serves, side by side in the same run:
+       text_embedding_tb  FastPath with ``dynamic_batching { max_queue_delay_microseconds: 0 }``: Triton
+                          hands ``execute()`` every request queued meanwhile (one stub round trip for
+                          many requests); FastPath's scheduler still forms the engine batches;
+       naive_embedding    the issue's "one CUDA graph replay per request" baseline (benchmarks/models);
+       stack_pad_embedding the issue's "Triton dynamic batcher (200 us) + stacking + graph buckets" baseline.
 Writes JSON to --out.
 """
 
@@ -39,7 +45,7 @@ def make_repository(root: Path, version_dir: Path, *, device: str, precision: st
     for name in ("model.fp16.safetensors", "tokenizer.json", "manifest.json", "golden.npz"):
         if (version_dir / name).exists():
             (model / "1" / name).symlink_to((version_dir / name).resolve())
-    shutil.copy(ROOT / "model_repository" / "text_embedding" / "1" / "model.py", model / "1" / "model.py")
+    (model / "1" / "model.py").write_text(_pin_backend((ROOT / "model_repository" / "text_embedding" / "1" / "model.py").read_text()))
     config = (ROOT / "model_repository" / "text_embedding" / "config.pbtxt").read_text()
     config = config.replace("count: 1", f"count: {instances}")
     lines = [line for line in config.splitlines() if not line.startswith("parameters {")]
@@ -51,7 +57,37 @@ def make_repository(root: Path, version_dir: Path, *, device: str, precision: st
     return repository
 
 
-def _worker(url: str, texts: list[str], concurrency: int, duration_s: float, bulk: int, queue) -> None:
+def _pin_backend(code: str) -> str:
+    """Make a model.py import ``fastpath`` from this tree's backend/ (not whatever the interpreter has installed)."""
+    return f"import sys\nsys.path.insert(0, {str(ROOT / 'backend')!r})\n" + code
+
+
+def add_variants(repository: Path, version_dir: Path, names: list[str], *, device: str, precision: str, instances: int) -> None:
+    """Add the side-by-side models ``names`` (see the module docstring) to ``repository``."""
+    base = repository / "text_embedding"
+    engine = {"runtime": "torch", "precision": precision, "device": device, "artifact": "model.fp16.safetensors",
+              "max_seq_length": "256", "length_buckets_tokens": "16,32,64,128,256"}
+    for name in names:
+        target = repository / name
+        if name == "text_embedding_tb":
+            shutil.copytree(base, target, symlinks=True)
+            config = (base / "config.pbtxt").read_text().replace('name: "text_embedding"', f'name: "{name}"')
+            (target / "config.pbtxt").write_text(config + "dynamic_batching { max_queue_delay_microseconds: 0 }\n")
+            continue
+        source = ROOT / "benchmarks" / "models" / name
+        (target / "1").mkdir(parents=True)
+        for item in ("model.fp16.safetensors", "tokenizer.json"):
+            (target / "1" / item).symlink_to((version_dir / item).resolve())
+        code = (source / "1" / "model.py").read_text().replace(
+            "Path(__file__).resolve().parents[2]", repr(str(ROOT / "benchmarks" / "models")))
+        (target / "1" / "model.py").write_text(_pin_backend(code))
+        config = (source / "config.pbtxt").read_text().replace("count: 1", f"count: {instances}")
+        config = config.replace("max_queue_delay_microseconds: 2000", "max_queue_delay_microseconds: 200")
+        config += "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in engine.items())
+        (target / "config.pbtxt").write_text(config)
+
+
+def _worker(url: str, model: str, texts: list[str], concurrency: int, duration_s: float, bulk: int, queue) -> None:
     """One load process: ``concurrency`` threads, each with its own synchronous gRPC client.
 
     (tritonclient.grpc.aio requests hung in spawned processes on the device machine's grpcio; the
@@ -78,7 +114,7 @@ def _worker(url: str, texts: list[str], concurrency: int, duration_s: float, bul
             tensor.set_data_from_numpy(np.array([[t.encode()] for t in batch], dtype=np.object_))
             start = time.perf_counter()
             try:
-                client.infer("text_embedding", [tensor], outputs=output, client_timeout=20.0)
+                client.infer(model, [tensor], outputs=output, client_timeout=20.0)
                 local.append(time.perf_counter() - start)
             except Exception as exc:
                 with lock:
@@ -97,11 +133,12 @@ def _worker(url: str, texts: list[str], concurrency: int, duration_s: float, bul
     queue.put((latencies, errors[0]))
 
 
-def load(url: str, texts: list[str], concurrency: int, duration_s: float, bulk: int = 1, processes: int = 8) -> dict:
+def load(url: str, texts: list[str], concurrency: int, duration_s: float, bulk: int = 1, processes: int = 8,
+         model: str = "text_embedding") -> dict:
     processes = max(1, min(processes, concurrency))
     shares = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
     queue = mp.get_context("spawn").Queue()
-    workers = [mp.get_context("spawn").Process(target=_worker, args=(url, texts[i::processes], share, duration_s, bulk, queue))
+    workers = [mp.get_context("spawn").Process(target=_worker, args=(url, model, texts[i::processes], share, duration_s, bulk, queue))
                for i, share in enumerate(shares)]
     for worker in workers:
         worker.start()
@@ -115,7 +152,7 @@ def load(url: str, texts: list[str], concurrency: int, duration_s: float, bulk: 
         worker.join(30)
     latencies = np.array([x for lat, _ in results for x in lat])
     errors = sum(e for _, e in results)
-    return {"concurrency": concurrency, "bulk": bulk, "requests": int(latencies.size), "errors": errors,
+    return {"model": model, "concurrency": concurrency, "bulk": bulk, "requests": int(latencies.size), "errors": errors,
             "req_per_s": round(latencies.size / duration_s, 1), "texts_per_s": round(latencies.size * bulk / duration_s, 1),
             "p50_ms": round(float(np.percentile(latencies, 50)) * 1e3, 3) if latencies.size else None,
             "p99_ms": round(float(np.percentile(latencies, 99)) * 1e3, 3) if latencies.size else None}
@@ -131,6 +168,8 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,32,128,256")
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--models", default="text_embedding",
+                        help="comma list: text_embedding, text_embedding_tb, naive_embedding, stack_pad_embedding")
     parser.add_argument("--out", type=Path, default=Path("triton_gpu.json"))
     args = parser.parse_args()
     from fastpath.corpus import pydoc_sentences
@@ -141,9 +180,13 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="triton-gpu-"))
     repository = make_repository(root, args.version_dir, device=args.device, precision=args.precision,
                                  instances=args.instances, delay_us=args.delay_us)
+    models = args.models.split(",")
+    add_variants(repository, args.version_dir, [m for m in models if m != "text_embedding"], device=args.device,
+                 precision=args.precision, instances=args.instances)
     http_port, grpc_port, metrics_port = free_ports(3)
     server = TritonServer(ServerOptions(model_repository=repository, http_port=http_port, grpc_port=grpc_port,
-                                        metrics_port=metrics_port, host="127.0.0.1", exit_timeout_s=5),
+                                        metrics_port=metrics_port, host="127.0.0.1", exit_timeout_s=5,
+                                        models=tuple(dict.fromkeys(["text_embedding", "fastpath_admin"] + models))),
                           log_path=root / "tritonserver.log")
     report: dict = {"command": " ".join(sys.argv), "device": args.device, "precision": args.precision,
                     "instances": args.instances, "delay_us": args.delay_us}
@@ -178,11 +221,12 @@ def main() -> int:
         report["sequential_p50_ms"] = round(float(np.median(sequential)) * 1e3, 3)
         print("sequential one-text p50 ms", report["sequential_p50_ms"], flush=True)
         rows = []
-        for concurrency in [int(c) for c in args.concurrency.split(",")]:
-            rows.append(load(server.grpc_url, texts, concurrency, args.duration_s, processes=args.processes))
+        for model in models:
+            for concurrency in [int(c) for c in args.concurrency.split(",")]:
+                rows.append(load(server.grpc_url, texts, concurrency, args.duration_s, processes=args.processes, model=model))
+                print(rows[-1], flush=True)
+            rows.append(load(server.grpc_url, texts, 32, args.duration_s, bulk=32, processes=args.processes, model=model))
             print(rows[-1], flush=True)
-        rows.append(load(server.grpc_url, texts, 32, args.duration_s, bulk=32, processes=args.processes))
-        print(rows[-1], flush=True)
         if any(r["errors"] for r in rows):  # a hang: dump the stubs' Python stacks into Triton's log
             import signal
             import subprocess
@@ -194,15 +238,25 @@ def main() -> int:
             dump = Path(os.environ.get("FASTPATH_STACK_DUMP", "/nonexistent"))
             report["stacks"] = dump.read_text().splitlines()[-300:] if dump.exists() else []
         report["load"] = rows
-        stats = client.get_inference_statistics("text_embedding", as_json=True)
-        report["triton_statistics"] = stats["model_stats"][0]["inference_stats"]
+        report["triton_statistics"] = {}
+        for model in models:
+            stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+            report["triton_statistics"][model] = {"inference": stats["inference_stats"], "executions": stats.get("execution_count"),
+                                                  "inferences": stats.get("inference_count")}
     finally:
         server.stop()
         report["log_tail"] = (root / "tritonserver.log").read_text()[-3000:]
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{'conc':>5}{'bulk':>5}{'req/s':>10}{'texts/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'err':>5}")
+    print(f"{'model':<22}{'conc':>5}{'bulk':>5}{'req/s':>10}{'texts/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'err':>5}")
     for r in report["load"]:
-        print(f"{r['concurrency']:>5}{r['bulk']:>5}{r['req_per_s']:>10}{r['texts_per_s']:>10}{r['p50_ms']!s:>9}{r['p99_ms']!s:>9}{r['errors']:>5}")
+        print(f"{r['model']:<22}{r['concurrency']:>5}{r['bulk']:>5}{r['req_per_s']:>10}{r['texts_per_s']:>10}"
+              f"{r['p50_ms']!s:>9}{r['p99_ms']!s:>9}{r['errors']:>5}")
+    for model, stats in report.get("triton_statistics", {}).items():
+        inference = stats["inference"]
+        count = max(1, int(inference["success"].get("count", 0)))
+        split = {key: round(int(inference[key].get("ns", 0)) / count / 1e3, 1) for key in ("queue", "compute_input", "compute_infer", "compute_output")}
+        print(f"{model:<22} server-side us per request {split}; texts per execute "
+              f"{int(stats['inferences'] or 0) / max(1, int(stats['executions'] or 0)):.2f}")
     return 0
 
 
