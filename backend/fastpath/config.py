@@ -145,6 +145,9 @@ class TextEmbeddingConfig:
         )
 
 
+RESPONSE_MODES = ("sender", "return")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
     """Parameters of FastPath's batch scheduler (``fastpath.scheduling``), from ``config.pbtxt``.
@@ -178,6 +181,14 @@ class SchedulerConfig:
             is answered UNAVAILABLE.
         warmup: run a few batch shapes at load to warm the engine and seed the cost model.
         check_cancellation: skip (and answer CANCELLED) texts whose request was cancelled.
+        response_mode: how answers reach Triton. ``sender`` (default): ``execute()`` returns at once
+            and each request is answered through its response sender as soon as its rows are
+            ready, so one instance batches across ``execute()`` calls. ``return``: ``execute()``
+            waits for all of its requests and returns their responses as its list, one stub round
+            trip per call; pair it with ``dynamic_batching { max_queue_delay_microseconds: 0 }`` so
+            Triton hands each call every request queued meanwhile, and several instances. Each
+            response sent through a sender is its own synchronous stub-to-server round trip; on
+            the H200 that capped ``sender`` at ~1.4k requests/s per instance (docs/benchmarks/triton_gpu.md).
     """
 
     batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -193,9 +204,12 @@ class SchedulerConfig:
     drain_timeout_s: float = 30.0
     warmup: bool = True
     check_cancellation: bool = True
+    response_mode: str = "sender"
 
     def __post_init__(self) -> None:
         buckets = self.batch_buckets
+        check_parameter(self.response_mode in RESPONSE_MODES, "response_mode", self.response_mode,
+                        f"one of {', '.join(RESPONSE_MODES)}")
         check_parameter(
             len(buckets) > 0 and list(buckets) == sorted(set(buckets)) and buckets[0] == 1,
             "batch_buckets",

@@ -85,16 +85,12 @@ def test_scheduler_metrics_are_published(triton_server, sentences):
     assert 'fastpath_rejected_texts_total{model="text_embedding",reason="timeout",version="1"}' in text
 
 
-@pytest.fixture(scope="module")
-def small_queue_server(tmp_path_factory):
-    """text_embedding with a 4-text queue and 4-row batches, so a burst overflows it."""
-    root = tmp_path_factory.mktemp("small_queue")
+def _variant_server(tmp_path_factory, label, edit):
+    """Fixture body: a server whose text_embedding config is the shipped one passed through ``edit``."""
+    root = tmp_path_factory.mktemp(label)
     version = root / "repository" / MODEL / "1"
     version.mkdir(parents=True)
-    config = (MODEL_REPOSITORY / MODEL / "config.pbtxt").read_text()
-    config = re.sub(r'(key: "batch_buckets" value: \{ string_value: )"[^"]*"', r'\1"1,2,4"', config)
-    config = re.sub(r'(key: "max_queue_texts" value: \{ string_value: )"[^"]*"', r'\1"4"', config)
-    (version.parent / "config.pbtxt").write_text(config)
+    (version.parent / "config.pbtxt").write_text(edit((MODEL_REPOSITORY / MODEL / "config.pbtxt").read_text()))
     for name in ("model.py", "model.onnx", "tokenizer.json"):
         (version / name).symlink_to(MODEL_REPOSITORY / MODEL / "1" / name)
     server = start_server(root, models=(MODEL,), repository=root / "repository")
@@ -103,6 +99,16 @@ def small_queue_server(tmp_path_factory):
     finally:
         server.stop()
         shutil.rmtree(root / "repository", ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def small_queue_server(tmp_path_factory):
+    """text_embedding with a 4-text queue and 4-row batches, so a burst overflows it."""
+    def edit(config):
+        config = re.sub(r'(key: "batch_buckets" value: \{ string_value: )"[^"]*"', r'\1"1,2,4"', config)
+        return re.sub(r'(key: "max_queue_texts" value: \{ string_value: )"[^"]*"', r'\1"4"', config)
+
+    yield from _variant_server(tmp_path_factory, "small_queue", edit)
 
 
 def _burst(server, count, texts_per_request, protocol="grpc"):
@@ -182,3 +188,66 @@ def test_unload_drains_every_accepted_request(small_queue_server):
     assert not admin.is_model_ready(MODEL)
     admin.load_model(MODEL)
     assert small_queue_server.is_ready(models=[MODEL])
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_only_the_requested_outputs_come_back(triton_server, protocol):
+    """A client asking for EMBEDDING alone gets it alone, equal to the full response's EMBEDDING.
+
+    On Triton 2.51 an answer sent through a response sender that also carried outputs the client had
+    not requested killed the stub on the H200 (docs/benchmarks/triton_gpu.md); FastPath sends only the
+    requested ones."""
+    module = grpcclient if protocol == "grpc" else httpclient
+    client = (grpcclient.InferenceServerClient(triton_server.grpc_url) if protocol == "grpc"
+              else httpclient.InferenceServerClient(triton_server.http_url))
+    texts = ["only the embedding, please", "and a second text"]
+    full = client.infer(MODEL, _inputs(module, texts))
+    for _ in range(3):
+        result = client.infer(MODEL, _inputs(module, texts), outputs=[module.InferRequestedOutput("EMBEDDING")])
+        np.testing.assert_allclose(result.as_numpy("EMBEDDING"), full.as_numpy("EMBEDDING"), atol=1e-6)
+        assert result.as_numpy("TOKEN_COUNT") is None and result.as_numpy("MODEL_VERSION") is None
+    both = client.infer(MODEL, _inputs(module, texts), outputs=[module.InferRequestedOutput("TOKEN_COUNT"),
+                                                                 module.InferRequestedOutput("MODEL_VERSION")])
+    assert both.as_numpy("EMBEDDING") is None
+    np.testing.assert_array_equal(both.as_numpy("TOKEN_COUNT"), full.as_numpy("TOKEN_COUNT"))
+    assert both.as_numpy("MODEL_VERSION").ravel().tolist() == [1, 1]
+    assert triton_server.is_ready(models=[MODEL])
+
+
+@pytest.fixture(scope="module")
+def return_mode_server(tmp_path_factory):
+    """text_embedding with response_mode=return and Triton's dynamic batcher handing execute() every queued request."""
+    yield from _variant_server(tmp_path_factory, "return_mode", lambda config: config + (
+        'parameters { key: "response_mode" value: { string_value: "return" } }\n'
+        "dynamic_batching { max_queue_delay_microseconds: 0 }\n"))
+
+
+def test_return_mode_answers_each_request_once_with_its_own_rows(return_mode_server, triton_server, sentences):
+    """response_mode=return: concurrent mixed requests (and bad ones among them) each get their own
+    answer, equal to what the default mode gives the same text alone (K02); bad ones fail alone."""
+    texts = ["hello world", "", " ".join(["inference"] * 360)] + sentences[:: max(1, len(sentences) // 30)][:30]
+    alone = np.stack([_embed(triton_server, [text])[0] for text in texts])
+
+    def send(index):
+        client = grpcclient.InferenceServerClient(return_mode_server.grpc_url)
+        if index % 7 == 3:  # a bad request: FP32 where TEXT must be BYTES
+            bad = grpcclient.InferInput("TEXT", [1, 1], "FP32")
+            bad.set_data_from_numpy(np.zeros((1, 1), dtype=np.float32))
+            try:
+                client.infer(MODEL, [bad])
+            except InferenceServerException as exc:
+                return "bad", exc.status(), exc.message()
+            return "bad", "answered", ""
+        i = index % len(texts)
+        outputs = [grpcclient.InferRequestedOutput("EMBEDDING")] if index % 2 else None
+        return "good", i, client.infer(MODEL, _inputs(grpcclient, [texts[i]]), outputs=outputs).as_numpy("EMBEDDING")[0]
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(send, range(90)))
+    good = [(i, row) for kind, i, row in results if kind == "good"]
+    bad = [(status, message) for kind, status, message in results if kind == "bad"]
+    assert len(good) + len(bad) == 90 and len(bad) == 13
+    for i, row in good:
+        np.testing.assert_allclose(row, alone[i], atol=1e-5)
+    assert all(status == "StatusCode.INVALID_ARGUMENT" and "TEXT" in message for status, message in bad)
+    assert return_mode_server.is_ready(models=[MODEL])

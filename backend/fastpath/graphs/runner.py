@@ -21,6 +21,7 @@ stream has finished with them.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import threading
 from collections import Counter
@@ -242,8 +243,17 @@ class GraphRunner:
         return outputs[0] if len(outputs) == 1 else np.concatenate(outputs)
 
     def close(self) -> None:
-        """Release graphs, pool and buffers (idempotent)."""
+        """Release graphs, pool and buffers now, while the CUDA context is alive (idempotent).
+
+        Left to the interpreter's exit, their destructors ran in its last garbage collection after
+        the CUDA runtime had begun to shut down, and the Triton stub died with a segmentation fault
+        at unload (H200 probe run 3, docs/benchmarks/triton_gpu.md); so collect here and wait for the GPU.
+        """
         with self._lock:
             self._graphs.clear()
             self._pool = None
             self.buffers = None
+        gc.collect()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()

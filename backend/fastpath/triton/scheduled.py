@@ -1,14 +1,21 @@
-"""What the scheduled python-backend models share: request options, final sends, scheduler metrics.
+"""What the scheduled python-backend models share: request options, answers, scheduler metrics.
 
-``text_embedding`` and ``text_detection`` both return ``None`` from ``execute()`` and answer each
-request later from the scheduler's threads through its response sender (verified on Triton 2.51,
-docs/design/scheduler.md).
+``text_embedding`` and ``text_detection`` queue each ``execute()`` call's requests in the scheduler
+and answer them from its threads (:class:`Replies`): through each request's response sender with
+``execute()`` already returned (``response_mode=sender``, verified on Triton 2.51), or collected and
+returned as ``execute()``'s list (``response_mode=return``); docs/design/scheduler.md.
+
+Responses carry only the outputs the client requested (:func:`select_outputs`). On Triton 2.51 a
+response sent through a response sender after ``execute()`` returned that also carries outputs the
+client did not request killed the stub (probe runs 2 and 3 on the H200, docs/benchmarks/triton_gpu.md).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 from fastpath.config import SchedulerConfig
@@ -65,3 +72,58 @@ def scheduler_metrics(pb_utils: Any, args: dict[str, str], sched: SchedulerConfi
     except Exception as exc:  # metrics disabled on the server (--allow-metrics=false): serve anyway
         LOG.warning("FastPath scheduler metrics are off: %s", exc)
         return SchedulerObserver()
+
+
+def requested_outputs(request: Any) -> frozenset[str]:
+    """Names of the outputs the client asked for; empty means all (Triton's default)."""
+    return frozenset(request.requested_output_names())
+
+
+def select_outputs(pb_utils: Any, tensors: Sequence[Any], wanted: frozenset[str]) -> Any:
+    """An ``InferenceResponse`` holding the ``tensors`` (``pb_utils.Tensor``) in ``wanted``; all if it is empty."""
+    return pb_utils.InferenceResponse(output_tensors=[t for t in tensors if not wanted or t.name() in wanted])
+
+
+class Replies:
+    """Where the answers of one ``execute()`` call go; every request gets exactly one.
+
+    Args:
+        pb_utils: ``triton_python_backend_utils``.
+        requests: the call's requests, in order.
+        mode: ``sender``: :meth:`answer` sends through the request's response sender at once and
+            :meth:`result` returns None; ``return``: :meth:`answer` stores the response and
+            :meth:`result` blocks until every request has one, then returns them in order.
+
+    Raises:
+        ValueError: an unknown ``mode``.
+    """
+
+    def __init__(self, pb_utils: Any, requests: Sequence[Any], mode: str) -> None:
+        if mode not in ("sender", "return"):
+            raise ValueError(f"response mode {mode!r}: expected 'sender' or 'return'")
+        self._pb = pb_utils
+        self._mode = mode
+        self._senders = [r.get_response_sender() for r in requests] if mode == "sender" else []
+        self._responses: list[Any] = [None] * len(requests)
+        self._missing = len(requests)
+        self._done = threading.Condition()
+
+    def answer(self, index: int, response: Any) -> None:
+        """Request ``index``'s only response (``sender``: sent now; a send failure is logged)."""
+        if self._mode == "sender":
+            send_final(self._pb, self._senders[index], response)
+            return
+        with self._done:
+            if self._responses[index] is None:
+                self._responses[index] = response
+                self._missing -= 1
+                if not self._missing:
+                    self._done.notify_all()
+
+    def result(self) -> list[Any] | None:
+        """What ``execute()`` returns: None (``sender``) or every response in request order (``return``)."""
+        if self._mode == "sender":
+            return None
+        with self._done:
+            self._done.wait_for(lambda: not self._missing)
+            return list(self._responses)

@@ -48,7 +48,8 @@ from fastpath.repository.serving import VersionedEmbedder
 from fastpath.scheduling import Batch, BatchQueue, BatchRunner, CostModel, Ticket, WorkItem
 from fastpath.text import decode_texts
 from fastpath.triton.io import error_response, read_input
-from fastpath.triton.scheduled import priority_level, request_timeout_s, scheduler_metrics, send_final
+from fastpath.triton.scheduled import (Replies, priority_level, request_timeout_s, requested_outputs, scheduler_metrics,
+                                      select_outputs)
 from fastpath.triton.selftest import run_self_test
 
 LOG = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ class TextEmbeddingModel:
         # Hang diagnosis: `kill -USR1 <stub pid>` prints every thread's Python stack to the stub's stderr;
         # FASTPATH_STACK_DUMP=<file> also appends all stacks to that file every 15 s.
         faulthandler.register(signal.SIGUSR1, all_threads=True)
+        faulthandler.enable(all_threads=True)  # a crash prints every thread's stack into Triton's log
         if os.environ.get("FASTPATH_STACK_DUMP"):
             self._stack_file = open(os.environ["FASTPATH_STACK_DUMP"], "a")
             faulthandler.dump_traceback_later(15, repeat=True, file=self._stack_file)
@@ -174,59 +176,56 @@ class TextEmbeddingModel:
             warm_up(self.handler, queue, self.runner.clock)
         self.runner.start()
 
-    def execute(self, requests: list[Any]) -> None:
-        """Validate and tokenize each request, queue its texts, return at once; responses follow from the scheduler."""
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        """Validate and tokenize each request and queue its texts; see ``response_mode`` for how answers return.
+
+        Returns:
+            None (``response_mode=sender``: each request is answered through its response sender),
+            or one response per request, in order (``response_mode=return``).
+        """
         pb = self._pb
+        replies = Replies(pb, requests, self.scheduler_config.response_mode)
         accepted = []
-        for request in requests:
-            sender = request.get_response_sender()
+        for index, request in enumerate(requests):
             try:
                 texts = decode_texts(read_input(pb, request, INPUT_NAME), tensor=INPUT_NAME,
                                      max_text_bytes=self.config.max_text_bytes)
-                accepted.append((request, sender, texts, priority_level(request, self.scheduler_config),
+                accepted.append((index, request, texts, priority_level(request, self.scheduler_config),
                                  request_timeout_s(request, self.scheduler_config)))
             except Exception as exc:  # a bad request fails alone
-                self._send(sender, error_response(pb, exc))
-        if not accepted:
-            return None
+                replies.answer(index, error_response(pb, exc))
         try:
-            encodings = self.embedder.tokenizer.encode([text for entry in accepted for text in entry[2]])
+            encodings = self.embedder.tokenizer.encode([text for entry in accepted for text in entry[2]]) if accepted else []
         except Exception as exc:
-            for _, sender, *_ in accepted:
-                self._send(sender, error_response(pb, exc))
-            return None
+            for index, *_ in accepted:
+                replies.answer(index, error_response(pb, exc))
+            accepted = []
         start = 0
-        for request, sender, texts, level, timeout_s in accepted:
-            ticket = Ticket(len(texts), functools.partial(self._answer, sender), is_cancelled=request.is_cancelled,
-                            label=request.request_id() or "request")
+        for index, request, texts, level, timeout_s in accepted:
+            answer = functools.partial(self._answer, replies, index, requested_outputs(request))
+            ticket = Ticket(len(texts), answer, is_cancelled=request.is_cancelled, label=request.request_id() or "request")
             items = [WorkItem(ticket, row, len(encodings[start + row].ids), encodings[start + row], level)
                      for row in range(len(texts))]
             start += len(texts)
             try:
                 self.runner.submit(items, timeout_s=timeout_s)
             except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
-                self._send(sender, error_response(pb, exc))
-        return None
+                replies.answer(index, error_response(pb, exc))
+        return replies.result()
 
-    def _answer(self, sender: Any, ticket: Ticket, rows: list[Any] | None, error: BaseException | None) -> None:
-        """The ticket's single answer: stack its rows into the three outputs, or send its error."""
+    def _answer(self, replies: Replies, index: int, wanted: frozenset[str], ticket: Ticket,
+                rows: list[Any] | None, error: BaseException | None) -> None:
+        """The ticket's single answer: its rows stacked into the requested outputs, or its error."""
         pb = self._pb
         if error is not None:
-            self._send(sender, error_response(pb, error))
+            replies.answer(index, error_response(pb, error))
             return
-        embeddings = np.stack([row[0] for row in rows]).astype(np.float32, copy=False)
-        token_counts = np.array([[row[1]] for row in rows], dtype=np.int32)
-        truncated = np.array([[row[2]] for row in rows], dtype=np.bool_)
-        versions = np.array([[row[3]] for row in rows], dtype=np.int32)
-        self._send(sender, pb.InferenceResponse(output_tensors=[
-            pb.Tensor("EMBEDDING", embeddings),
-            pb.Tensor("TOKEN_COUNT", token_counts),
-            pb.Tensor("TRUNCATED", truncated),
-            pb.Tensor("MODEL_VERSION", versions),
-        ]))
-
-    def _send(self, sender: Any, response: Any) -> None:
-        send_final(self._pb, sender, response)
+        replies.answer(index, select_outputs(pb, [
+            pb.Tensor("EMBEDDING", np.stack([row[0] for row in rows]).astype(np.float32, copy=False)),
+            pb.Tensor("TOKEN_COUNT", np.array([[row[1]] for row in rows], dtype=np.int32)),
+            pb.Tensor("TRUNCATED", np.array([[row[2]] for row in rows], dtype=np.bool_)),
+            pb.Tensor("MODEL_VERSION", np.array([[row[3]] for row in rows], dtype=np.int32)),
+        ], wanted))
 
     def finalize(self) -> None:
         """Drain the scheduler (every accepted request gets its response), then release the engine."""
