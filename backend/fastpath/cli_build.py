@@ -8,7 +8,10 @@
 Layout (docs/design/engines.md): ``text_embedding/1`` holds ``model.onnx`` (fp32),
 ``model.fp16.safetensors`` (torch runtime), ``tokenizer.json``, ``golden.npz`` and ``manifest.json``;
 ``text_embedding/2`` holds ``model.onnx`` (INT8 QDQ), ``tokenizer.json``, ``golden.npz``,
-``model.py`` and ``manifest.json``. A failed build publishes nothing and exits 1 with the reason.
+``model.py`` and ``manifest.json``. Both also hold ``model.external.onnx`` + ``.data``: the same
+model with its weights in ONNX external data, which ONNX Runtime loads 3x faster for live swaps
+(:mod:`fastpath.build.external_data`; made from the verified ``model.onnx``, added by ``--if-missing``
+to versions built before it). A failed build publishes nothing and exits 1 with the reason.
 """
 
 from __future__ import annotations
@@ -72,6 +75,27 @@ def verify_repository(repository: Path) -> int:
     return failures
 
 
+def _add_external_data(version_dir: Path) -> None:
+    """List the external-data copy of ``model.onnx`` that swaps load 3x faster (fastpath.build.external_data)."""
+    from fastpath.build.external_data import GRAPH_NAME, add_external_data_copy
+
+    if add_external_data_copy(version_dir):
+        LOG.info("wrote %s (model.onnx with its weights in external data, for fast loads)", version_dir / GRAPH_NAME)
+
+
+def _int8_current(int8_dir: Path, fp32_dir: Path) -> bool:
+    """True when version 2 verifies and was quantized from version 1's current model.onnx."""
+    from fastpath.build.manifest import read_manifest
+
+    if not _complete(int8_dir, INT8_REQUIRED):
+        return False
+    built_from = read_manifest(int8_dir).get("source", {}).get("model.onnx_sha256")
+    if built_from == read_manifest(fp32_dir)["files"]["model.onnx"]:
+        return True
+    LOG.warning("rebuilding %s: it was quantized from another fp32 model.onnx", int8_dir)
+    return False
+
+
 def _build_text_embedding(args: argparse.Namespace) -> None:
     from fastpath.build.export import export_text_embedding
 
@@ -83,22 +107,20 @@ def _build_text_embedding(args: argparse.Namespace) -> None:
         LOG.info("exporting all-MiniLM-L6-v2 (fp32 ONNX + fp16 torch weights) into %s", fp32_dir)
         path = export_text_embedding(fp32_dir)
         LOG.info("wrote %s (%.1f MB)", path, path.stat().st_size / 1e6)
+    _add_external_data(fp32_dir)
     if not args.int8:
         return
     from fastpath.build.int8 import build_int8_version
-    from fastpath.build.manifest import read_manifest
 
     int8_dir = model_dir / "2"
-    if args.if_missing and _complete(int8_dir, INT8_REQUIRED):
-        built_from = read_manifest(int8_dir).get("source", {}).get("model.onnx_sha256")
-        if built_from == read_manifest(fp32_dir)["files"]["model.onnx"]:
-            LOG.info("text_embedding version 2 (int8) present and verified in %s", int8_dir)
-            return
-        LOG.warning("rebuilding %s: it was quantized from another fp32 model.onnx", int8_dir)
-    LOG.info("quantizing version 1 to INT8 QDQ into %s", int8_dir)
-    published = build_int8_version(model_dir, calibration_texts=args.calibration_texts,
-                                   validation_texts=args.validation_texts, evaluation_texts=args.evaluation_texts)
-    LOG.info("wrote %s (%.1f MB)", published / "model.onnx", (published / "model.onnx").stat().st_size / 1e6)
+    if args.if_missing and _int8_current(int8_dir, fp32_dir):
+        LOG.info("text_embedding version 2 (int8) present and verified in %s", int8_dir)
+    else:
+        LOG.info("quantizing version 1 to INT8 QDQ into %s", int8_dir)
+        published = build_int8_version(model_dir, calibration_texts=args.calibration_texts,
+                                       validation_texts=args.validation_texts, evaluation_texts=args.evaluation_texts)
+        LOG.info("wrote %s (%.1f MB)", published / "model.onnx", (published / "model.onnx").stat().st_size / 1e6)
+    _add_external_data(int8_dir)
 
 
 def cmd_build(args: argparse.Namespace) -> int:

@@ -89,7 +89,9 @@ def write_manifest(directory: Path, files: Iterable[str], metadata: Mapping[str,
     manifest["files"] = {name: sha256_file(directory / name) for name in names}
     manifest["sizes"] = {name: (directory / name).stat().st_size for name in names}
     path = directory / MANIFEST_NAME
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    temporary = directory / f".{MANIFEST_NAME}.{os.getpid()}.tmp"
+    temporary.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    os.replace(temporary, path)  # a reader sees the old manifest or the new one, never half of one
     return path
 
 

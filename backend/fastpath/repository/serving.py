@@ -15,7 +15,6 @@ from typing import Any
 
 from fastpath.build.manifest import ChecksumCache, verify_manifest
 from fastpath.config import TextEmbeddingConfig
-from fastpath.errors import ArtifactError
 from fastpath.models.text_embedding import TextEmbedder
 from fastpath.repository.agent import SwapAgent
 from fastpath.repository.control import ControlPlane, state_dir
@@ -95,16 +94,11 @@ class VersionedEmbedder:
 
     def _load(self, version: int) -> TextEmbedder:
         self.stages_s = {}
-        return load_text_version(self.model_dir, version, self.config, checksums=self.checksums, timings=self.stages_s)
+        return load_text_version(self.model_dir, version, self.config, checksums=self.checksums, timings=self.stages_s,
+                                 serving_tokenizer=(self.initial.tokenizer, self._tokenizer_sha256))
 
     def _validate(self, embedder: TextEmbedder, version: int) -> None:
         started = time.perf_counter()
-        tokenizer = self.model_dir / str(version) / self.config.tokenizer
-        if self.checksums.sha256(tokenizer) != self._tokenizer_sha256:
-            raise ArtifactError(
-                f"{tokenizer} differs from the serving version's tokenizer; queued requests are already tokenized, "
-                "so a live swap needs the same tokenizer (load a new tokenizer through Triton's model load instead)"
-            )
         validate_text_version(embedder, self.model_dir / str(version), checksums_verified=True)
         self.stages_s["golden_s"] = time.perf_counter() - started
 

@@ -79,8 +79,8 @@ def test_manifests_without_sizes_still_verify_by_checksum(version):
 
 
 @pytest.mark.parametrize(("version_number", "files"), [
-    (1, {"model.onnx", "model.fp16.safetensors", "tokenizer.json", "golden.npz"}),
-    (2, {"model.onnx", "tokenizer.json", "golden.npz", "model.py"}),
+    (1, {"model.onnx", "model.external.onnx", "model.external.onnx.data", "model.fp16.safetensors", "tokenizer.json", "golden.npz"}),
+    (2, {"model.onnx", "model.external.onnx", "model.external.onnx.data", "tokenizer.json", "golden.npz", "model.py"}),
 ])
 def test_the_built_versions_verify(version_number, files):
     directory = MODEL_REPOSITORY / "text_embedding" / str(version_number)
@@ -94,7 +94,7 @@ def test_the_built_versions_verify(version_number, files):
 
 def test_a_truncated_copy_of_the_real_artifact_is_refused(tmp_path):
     source = MODEL_REPOSITORY / "text_embedding" / "1"
-    for name in ("manifest.json", "tokenizer.json", "golden.npz", "model.fp16.safetensors"):
+    for name in ("manifest.json", "tokenizer.json", "golden.npz", "model.fp16.safetensors", "model.external.onnx", "model.external.onnx.data"):
         shutil.copyfile(source / name, tmp_path / name)
     with open(source / "model.onnx", "rb") as handle, open(tmp_path / "model.onnx", "wb") as out:
         out.write(handle.read(1 << 20))  # an interrupted copy

@@ -3,9 +3,11 @@
 from unittest import mock
 
 import numpy as np
+import pytest
 
-from fastpath.build.manifest import ChecksumCache
+from fastpath.build.manifest import ChecksumCache, read_manifest
 from fastpath.config import TextEmbeddingConfig
+from fastpath.errors import ArtifactError
 from fastpath.repository.golden import GOLDEN_TEXTS, embed_by_length, load_text_version, validate_text_version
 
 from tests.conftest import MODEL_REPOSITORY
@@ -42,3 +44,16 @@ def test_golden_texts_run_per_length_bucket_with_the_same_results():
         assert got.shape == (len(texts), 384) and cosine.min() > 0.99999
     finally:
         embedder.close()
+
+
+def test_swaps_load_the_external_data_copy_and_share_the_serving_tokenizer():
+    serving = load_text_version(MODEL_DIR, 1, TextEmbeddingConfig())
+    sha256 = read_manifest(MODEL_DIR / "1")["files"]["tokenizer.json"]
+    try:
+        standby = load_text_version(MODEL_DIR, 2, TextEmbeddingConfig(), serving_tokenizer=(serving.tokenizer, sha256))
+        assert standby.config.artifact == "model.external.onnx" and standby.tokenizer is serving.tokenizer
+        standby.close()
+        with pytest.raises(ArtifactError, match="differs from the serving version's tokenizer"):
+            load_text_version(MODEL_DIR, 2, TextEmbeddingConfig(), serving_tokenizer=(serving.tokenizer, "0" * 64))
+    finally:
+        serving.close()
