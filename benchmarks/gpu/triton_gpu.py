@@ -11,8 +11,10 @@ CPU machine as a smoke test (``--device cpu``). Steps:
      concurrency, and bulk requests of 32 texts; req/s, p50, p99; Triton's server-side split.
      With ``--models`` the same server also serves, side by side in the same run:
        text_embedding_tb  FastPath with ``dynamic_batching { max_queue_delay_microseconds: 0 }``: Triton
-                          hands ``execute()`` every request queued meanwhile (one stub round trip for
-                          many requests); FastPath's scheduler still forms the engine batches;
+                          hands ``execute()`` every request queued meanwhile; answers still go one by
+                          one through response senders;
+       text_embedding_rt  the same with ``response_mode=return``: ``execute()`` returns its requests'
+                          responses, one stub round trip per call (docs/design/scheduler.md);
        naive_embedding    the issue's "one CUDA graph replay per request" baseline (benchmarks/models);
        stack_pad_embedding the issue's "Triton dynamic batcher (200 us) + stacking + graph buckets" baseline.
 Writes JSON to --out.
@@ -69,9 +71,11 @@ def add_variants(repository: Path, version_dir: Path, names: list[str], *, devic
               "max_seq_length": "256", "length_buckets_tokens": "16,32,64,128,256"}
     for name in names:
         target = repository / name
-        if name == "text_embedding_tb":
+        if name in ("text_embedding_tb", "text_embedding_rt"):
             shutil.copytree(base, target, symlinks=True)
             config = (base / "config.pbtxt").read_text().replace('name: "text_embedding"', f'name: "{name}"')
+            if name == "text_embedding_rt":
+                config += 'parameters { key: "response_mode" value: { string_value: "return" } }\n'
             (target / "config.pbtxt").write_text(config + "dynamic_batching { max_queue_delay_microseconds: 0 }\n")
             continue
         source = ROOT / "benchmarks" / "models" / name
@@ -169,7 +173,7 @@ def main() -> int:
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--models", default="text_embedding",
-                        help="comma list: text_embedding, text_embedding_tb, naive_embedding, stack_pad_embedding")
+                        help="comma list: text_embedding, text_embedding_tb, text_embedding_rt, naive_embedding, stack_pad_embedding")
     parser.add_argument("--out", type=Path, default=Path("triton_gpu.json"))
     args = parser.parse_args()
     from fastpath.corpus import pydoc_sentences

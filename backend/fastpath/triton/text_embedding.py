@@ -164,7 +164,9 @@ class TextEmbeddingModel:
             batch_buckets=sched.batch_buckets,
             length_buckets=scheduler_length_buckets(self.config.length_buckets_tokens, self.config.max_seq_length),
             costs=CostModel(sched.cost_ewma_alpha),
-            max_queue_delay_s=sched.max_queue_delay_us * 1e-6,
+            # return mode: no text joins until execute() returns, so waiting for company only idles the
+            # engine; Triton's dynamic_batching delay does the waiting instead.
+            max_queue_delay_s=0.0 if sched.response_mode == "return" else sched.max_queue_delay_us * 1e-6,
             max_texts=sched.max_queue_texts,
             deadline_margin_s=sched.deadline_margin_us * 1e-6,
             min_padding_gain=sched.min_padding_gain,
