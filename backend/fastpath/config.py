@@ -184,9 +184,10 @@ class SchedulerConfig:
         response_mode: how answers reach Triton. ``sender`` (default): ``execute()`` returns at once
             and each request is answered through its response sender as soon as its rows are
             ready, so one instance batches across ``execute()`` calls. ``return``: ``execute()``
-            waits for all of its requests and returns their responses as its list, one stub round
-            trip per call; pair it with ``dynamic_batching { max_queue_delay_microseconds: 0 }`` so
-            Triton hands each call every request queued meanwhile, and several instances. Each
+            runs its requests' batches itself (same batch rules, no waiting for company, no
+            scheduler threads) and returns their responses as its list, one stub round trip per
+            call; pair it with ``dynamic_batching { max_queue_delay_microseconds: N }`` so Triton
+            hands each call every request queued meanwhile, and several instances. Each
             response sent through a sender is its own synchronous stub-to-server round trip; on
             the H200 that capped ``sender`` at ~1.4k requests/s per instance (docs/benchmarks/triton_gpu.md).
     """

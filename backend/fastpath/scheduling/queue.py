@@ -242,8 +242,12 @@ class BatchQueue:
         self._count = 0
         return items
 
-    def next_batch(self, now: float) -> Decision:
-        """Decide, for a free engine, what runs now; see the module docstring for the rules."""
+    def next_batch(self, now: float, *, flush: bool = False) -> Decision:
+        """Decide, for a free engine, what runs now; see the module docstring for the rules.
+
+        ``flush``: no more texts will come before this batch runs, so the best batch runs now
+        (rule ``drain``) instead of waiting for company.
+        """
         expired = self._expire(now)
         if not self._count:
             return Decision(None, expired, None)
@@ -254,7 +258,7 @@ class BatchQueue:
             return Decision(self._form(self._single(full), self._groups[full][0], "full", now), expired)
         head = self._head()
         best = self._best(head)
-        if self._closed:
+        if self._closed or flush:
             return Decision(self._form(best, head, "drain", now), expired)
         oldest_s = min(item.arrival_s for group in self._groups for item in group)
         if now - oldest_s >= self.max_queue_delay_s:

@@ -140,6 +140,32 @@ class BatchRunner:
                 raise
             self._cond.notify_all()
 
+    def drain_inline(self) -> None:
+        """Run every queued text to completion on the calling thread (``response_mode=return``).
+
+        The queue's rules form the batches, flushed (no company can come); staging, engine and
+        delivery run here in turn, with no thread hand-offs (on a GPU they cost more than the
+        engine). Every ticket of the queued texts is answered before this returns.
+
+        Raises:
+            RuntimeError: the runner's threads are running (they own the queue then).
+        """
+        if self._started:
+            raise RuntimeError("drain_inline() is for a runner whose threads were never started")
+        while True:
+            with self._cond:
+                if not len(self.queue):
+                    return
+                decision = self.queue.next_batch(self.clock.now(), flush=True)
+            prepared = self._prepare(decision)
+            if prepared is None:
+                continue
+            batch, staged = prepared
+            done = self._run(batch, staged, self.clock.now())
+            with self._cond:
+                self._finishing.append(batch)
+            self._complete(done)
+
     # -- shutdown ---------------------------------------------------------------------------------
 
     def _idle(self) -> bool:
@@ -302,18 +328,7 @@ class BatchRunner:
             start_s = self.clock.now()
             self._running, self._busy_until_s = batch, start_s + batch.predicted_s
             self._cond.notify_all()
-        outputs, error = None, None
-        try:
-            outputs = self.handler.run(staged)
-        except Exception as exc:  # only this batch fails
-            error = exc
-        seconds = self.clock.now() - start_s
-        if error is None:
-            try:
-                self.queue.costs.observe(batch.batch_size, batch.length, seconds)
-            except Exception:  # a bad measurement must not leave the batch marked running forever
-                LOG.exception("recording the cost of a [%d x %d] batch failed", batch.batch_size, batch.length)
-        done = _Completion(batch, outputs, error, seconds)
+        done = self._run(batch, staged, start_s)
         with self._cond:
             self._running = None
             # Nothing else in flight (low load): deliver here and save the hand-off to the completion thread.
@@ -326,6 +341,21 @@ class BatchRunner:
         if inline:
             self._complete(done)
         return True
+
+    def _run(self, batch: Batch, staged: Any, start_s: float) -> _Completion:
+        """Run the engine on one staged batch and feed its time to the cost model. Never raises."""
+        outputs, error = None, None
+        try:
+            outputs = self.handler.run(staged)
+        except Exception as exc:  # only this batch fails
+            error = exc
+        seconds = self.clock.now() - start_s
+        if error is None:
+            try:
+                self.queue.costs.observe(batch.batch_size, batch.length, seconds)
+            except Exception:  # a bad measurement must not leave the batch marked running forever
+                LOG.exception("recording the cost of a [%d x %d] batch failed", batch.batch_size, batch.length)
+        return _Completion(batch, outputs, error, seconds)
 
     def _completion_step(self) -> bool:
         with self._cond:

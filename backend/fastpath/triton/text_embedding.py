@@ -164,9 +164,7 @@ class TextEmbeddingModel:
             batch_buckets=sched.batch_buckets,
             length_buckets=scheduler_length_buckets(self.config.length_buckets_tokens, self.config.max_seq_length),
             costs=CostModel(sched.cost_ewma_alpha),
-            # return mode: no text joins until execute() returns, so waiting for company only idles the
-            # engine; Triton's dynamic_batching delay does the waiting instead.
-            max_queue_delay_s=0.0 if sched.response_mode == "return" else sched.max_queue_delay_us * 1e-6,
+            max_queue_delay_s=sched.max_queue_delay_us * 1e-6,
             max_texts=sched.max_queue_texts,
             deadline_margin_s=sched.deadline_margin_us * 1e-6,
             min_padding_gain=sched.min_padding_gain,
@@ -176,7 +174,8 @@ class TextEmbeddingModel:
                                   check_cancellation=sched.check_cancellation, name=args.get("model_name", "fastpath"))
         if sched.warmup:
             warm_up(self.handler, queue, self.runner.clock)
-        self.runner.start()
+        if sched.response_mode == "sender":  # return mode runs each execute()'s batches inline instead
+            self.runner.start()
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         """Validate and tokenize each request and queue its texts; see ``response_mode`` for how answers return.
@@ -213,6 +212,8 @@ class TextEmbeddingModel:
                 self.runner.submit(items, timeout_s=timeout_s)
             except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
                 replies.answer(index, error_response(pb, exc))
+        if self.scheduler_config.response_mode == "return":
+            self.runner.drain_inline()  # this call's batches, run here; every ticket answered
         return replies.result()
 
     def _answer(self, replies: Replies, index: int, wanted: frozenset[str], ticket: Ticket,

@@ -250,3 +250,24 @@ def test_a_failing_hook_costs_no_answer_and_never_wedges_the_pipeline(clock, han
     finally:
         runner.close(drain_timeout_s=5)
     assert runner._idle()
+
+
+def test_drain_inline_runs_every_queued_text_on_the_calling_thread(clock, handler, answers):
+    """response_mode=return: no runner threads; the caller runs the queue's batches and every ticket is answered."""
+    runner = BatchRunner(make_queue(CPU, max_queue_delay_s=1.0, max_texts=256), handler, clock=clock, observer=Recorder())
+    requests = [request(answers, tokens, label=str(i)) for i, tokens in enumerate([[10], [12, 200], [30, 31, 60], [250]])]
+    for items in requests:
+        runner.submit(items)
+    caller = threading.current_thread()
+    ran_on = []
+    run = handler.run
+    handler.run = lambda batch: (ran_on.append(threading.current_thread()), run(batch))[1]
+    runner.drain_inline()
+    assert len(answers.calls) == len(requests) and ran_on and set(ran_on) == {caller}
+    for items in requests:
+        assert answers.of(items[0].ticket) == ([item.tokens * 2 for item in items], None)
+    assert len(runner.queue) == 0 and runner._idle()
+    assert {batch.rule for batch in handler.ran} == {"drain"}  # max_queue_delay 1 s never waited for
+    with pytest.raises(RuntimeError, match="never started"):
+        runner.start().drain_inline()
+    runner.close(drain_timeout_s=1)
