@@ -242,6 +242,15 @@ def main() -> int:
             dump = Path(os.environ.get("FASTPATH_STACK_DUMP", "/nonexistent"))
             report["stacks"] = dump.read_text().splitlines()[-300:] if dump.exists() else []
         report["load"] = rows
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as reply:
+            metrics_text = reply.read().decode()
+        report["fastpath_metrics"] = {model: {name: sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines()
+                                                      if line.startswith(name + "{") and f'model="{model}"' in line)
+                                              for name in ("fastpath_batch_size_count", "fastpath_padded_tokens_total",
+                                                           "fastpath_real_tokens_total", "nv_inference_exec_count")}
+                                      for model in models}
         report["triton_statistics"] = {}
         for model in models:
             stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
@@ -255,6 +264,10 @@ def main() -> int:
     for r in report["load"]:
         print(f"{r['model']:<22}{r['concurrency']:>5}{r['bulk']:>5}{r['req_per_s']:>10}{r['texts_per_s']:>10}"
               f"{r['p50_ms']!s:>9}{r['p99_ms']!s:>9}{r['errors']:>5}")
+    for model, values in report.get("fastpath_metrics", {}).items():
+        if values["fastpath_batch_size_count"]:
+            print(f"{model:<22} engine batches per execute {values['fastpath_batch_size_count'] / max(1.0, values['nv_inference_exec_count']):.2f}, "
+                  f"padded/real tokens {values['fastpath_padded_tokens_total'] / max(1.0, values['fastpath_real_tokens_total']):.2f}")
     for model, stats in report.get("triton_statistics", {}).items():
         inference = stats["inference"]
         count = max(1, int(inference["success"].get("count", 0)))

@@ -201,10 +201,14 @@ class TextEmbeddingModel:
             for index, *_ in accepted:
                 replies.answer(index, error_response(pb, exc))
             accepted = []
+        # Each is_cancelled() is a stub-to-server round trip. In return mode every text runs within
+        # this call (microseconds to milliseconds), so the probe would cost more than it could save.
+        probe_cancel = self.scheduler_config.response_mode == "sender"
         start = 0
         for index, request, texts, level, timeout_s in accepted:
             answer = functools.partial(self._answer, replies, index, requested_outputs(request))
-            ticket = Ticket(len(texts), answer, is_cancelled=request.is_cancelled, label=request.request_id() or "request")
+            ticket = Ticket(len(texts), answer, is_cancelled=request.is_cancelled if probe_cancel else None,
+                            label=request.request_id() or "request")
             items = [WorkItem(ticket, row, len(encodings[start + row].ids), encodings[start + row], level)
                      for row in range(len(texts))]
             start += len(texts)
