@@ -174,6 +174,8 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--models", default="text_embedding",
                         help="comma list: text_embedding, text_embedding_tb, text_embedding_rt, naive_embedding, stack_pad_embedding")
+    parser.add_argument("--no-metrics", action="store_true",
+                        help="tritonserver --allow-metrics=false: no custom-metric IPC from the stubs (each update is a round trip)")
     parser.add_argument("--out", type=Path, default=Path("triton_gpu.json"))
     args = parser.parse_args()
     from fastpath.corpus import pydoc_sentences
@@ -190,6 +192,7 @@ def main() -> int:
     http_port, grpc_port, metrics_port = free_ports(3)
     server = TritonServer(ServerOptions(model_repository=repository, http_port=http_port, grpc_port=grpc_port,
                                         metrics_port=metrics_port, host="127.0.0.1", exit_timeout_s=5,
+                                        extra_args=("--allow-metrics=false",) if args.no_metrics else (),
                                         models=tuple(dict.fromkeys(["text_embedding", "fastpath_admin"] + models))),
                           log_path=root / "tritonserver.log")
     report: dict = {"command": " ".join(sys.argv), "device": args.device, "precision": args.precision,
@@ -244,8 +247,10 @@ def main() -> int:
         report["load"] = rows
         import urllib.request
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as reply:
-            metrics_text = reply.read().decode()
+        metrics_text = ""
+        if not args.no_metrics:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as reply:
+                metrics_text = reply.read().decode()
         report["fastpath_metrics"] = {model: {name: sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines()
                                                       if line.startswith(name + "{") and f'model="{model}"' in line)
                                               for name in ("fastpath_batch_size_count", "fastpath_padded_tokens_total",

@@ -69,15 +69,19 @@ class BaselineEmbeddingModel:
         self.config = parse_parameters(TextEmbeddingConfig, triton_parameters(json.loads(args["model_config"])))
         self.embedder = TextEmbedder.from_directory(Path(args["model_repository"]) / args["model_version"], self.config)
         labels = {"model": args["model_name"]}
-        self._families = [pb.MetricFamily(name=f"bench_{kind}_tokens_total", description=f"{kind} tokens",
-                                          kind=pb.MetricFamily.COUNTER) for kind in ("padded", "real")]
-        self.padded_tokens, self.real_tokens = (family.Metric(labels=labels) for family in self._families)
+        try:
+            self._families = [pb.MetricFamily(name=f"bench_{kind}_tokens_total", description=f"{kind} tokens",
+                                              kind=pb.MetricFamily.COUNTER) for kind in ("padded", "real")]
+            self.padded_tokens, self.real_tokens = (family.Metric(labels=labels) for family in self._families)
+        except Exception:  # the server runs with --allow-metrics=false
+            self._families, self.padded_tokens, self.real_tokens = [], None, None
 
     def _run(self, encodings: list[Any]) -> np.ndarray:
         """One engine call, padded to the longest text: float32 [len(encodings), 384]."""
         length = max(len(e.ids) for e in encodings)
-        self.padded_tokens.increment(float(length * len(encodings)))
-        self.real_tokens.increment(float(sum(len(e.ids) for e in encodings)))
+        if self.padded_tokens is not None:
+            self.padded_tokens.increment(float(length * len(encodings)))
+            self.real_tokens.increment(float(sum(len(e.ids) for e in encodings)))
         if self.mode == "echo":
             return np.zeros((len(encodings), EMBEDDING_DIM), dtype=np.float32)
         feeds = self.embedder.tokenizer.pad(encodings, length).feeds()
