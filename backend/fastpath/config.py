@@ -190,6 +190,9 @@ class SchedulerConfig:
             hands each call every request queued meanwhile, and several instances. Each
             response sent through a sender is its own synchronous stub-to-server round trip; on
             the H200 that capped ``sender`` at ~1.4k requests/s per instance (docs/benchmarks/triton_gpu.md).
+        metrics: publish the scheduler's custom metrics. Each update is a stub-to-server round trip
+            (several per batch, one per text for the queue delay); on the H200 at ~12k requests/s
+            turning them off bought 18% throughput (runs 11 and 12, docs/benchmarks/triton_gpu.md).
     """
 
     batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -206,6 +209,7 @@ class SchedulerConfig:
     warmup: bool = True
     check_cancellation: bool = True
     response_mode: str = "sender"
+    metrics: bool = True
 
     def __post_init__(self) -> None:
         buckets = self.batch_buckets

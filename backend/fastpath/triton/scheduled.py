@@ -63,9 +63,11 @@ def send_final(pb_utils: Any, sender: Any, response: Any) -> None:
 
 
 def scheduler_metrics(pb_utils: Any, args: dict[str, str], sched: SchedulerConfig, default_model: str) -> SchedulerObserver:
-    """Scheduler metrics on Triton's metrics port, or a no-op observer when the server has metrics off."""
+    """Scheduler metrics on Triton's metrics port; a no-op observer when the server has metrics off or ``sched.metrics`` is false."""
     from fastpath.triton.metrics import SchedulerMetrics
 
+    if not sched.metrics:
+        return SchedulerObserver()
     try:
         return SchedulerMetrics(pb_utils, model=args.get("model_name", default_model),
                                 version=args["model_version"], batch_buckets=sched.batch_buckets)

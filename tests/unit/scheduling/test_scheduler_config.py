@@ -53,3 +53,16 @@ def test_priority_levels_need_a_default_level_in_range():
     assert (config.priority_levels, config.default_priority_level) == (3, 2)
     with pytest.raises(ConfigError, match="default_priority_level"):
         parse_parameters(SchedulerConfig, {"priority_levels": "3"})
+
+
+def test_metrics_false_gives_an_observer_that_publishes_nothing():
+    """metrics=false: no MetricFamily is created (pb_utils is never touched), the scheduler gets a no-op observer."""
+    from fastpath.scheduling import SchedulerObserver
+    from fastpath.triton.scheduled import scheduler_metrics
+
+    _, sched = parse_sections({"metrics": "false", "response_mode": "return"}, TextEmbeddingConfig, SchedulerConfig)
+    assert sched.metrics is False and sched.response_mode == "return"
+    observer = scheduler_metrics(None, {"model_version": "1"}, sched, "text_embedding")
+    assert type(observer) is SchedulerObserver
+    with pytest.raises(ConfigError, match="'response_mode' = 'later': expected one of sender, return"):
+        parse_sections({"response_mode": "later"}, TextEmbeddingConfig, SchedulerConfig)
