@@ -152,3 +152,20 @@ def test_unload_answers_every_request_in_flight_once(server):
     assert server.is_ready(models=[MODEL])
     np.testing.assert_array_equal(detect_array(server, "http", page)[0], expected)
     assert "Stub process" not in server.log_path.read_text()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_only_the_requested_outputs_come_back(server, protocol):
+    """A client asking for BOX_COUNTS alone gets only it, equal to the full answer's (see
+    fastpath.triton.scheduled.select_outputs for why FastPath never sends unrequested outputs)."""
+    module = grpcclient if protocol == "grpc" else httpclient
+    client = (grpcclient.InferenceServerClient(server.grpc_url) if protocol == "grpc"
+              else httpclient.InferenceServerClient(server.http_url))
+    image = skimage_rgb("page.png")[None]
+    tensor = module.InferInput("IMAGE", list(image.shape), "UINT8")
+    tensor.set_data_from_numpy(np.ascontiguousarray(image))
+    full = client.infer(MODEL, [tensor])
+    only = client.infer(MODEL, [tensor], outputs=[module.InferRequestedOutput("BOX_COUNTS")])
+    assert only.as_numpy("BOXES") is None and only.as_numpy("SCORES") is None
+    np.testing.assert_array_equal(only.as_numpy("BOX_COUNTS"), full.as_numpy("BOX_COUNTS"))
+    assert int(full.as_numpy("BOX_COUNTS").sum()) > 0

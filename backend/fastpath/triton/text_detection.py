@@ -39,7 +39,8 @@ from fastpath.models.detection_batches import DetectionBatchHandler, check_stagi
 from fastpath.models.text_detection import PreparedImage, TextDetector, concatenate
 from fastpath.scheduling import BatchRunner, CostModel, ShapeBatchQueue, Ticket, WorkItem
 from fastpath.triton.io import error_response, read_input
-from fastpath.triton.scheduled import priority_level, request_timeout_s, scheduler_metrics, send_final
+from fastpath.triton.scheduled import (priority_level, request_timeout_s, requested_outputs, scheduler_metrics,
+                                      select_outputs, send_final)
 from fastpath.triton.selftest import run_self_test
 from fastpath.vision.config import DetectionSchedulerConfig, TextDetectionConfig
 from fastpath.vision.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
@@ -137,7 +138,8 @@ class TextDetectionModel:
             except Exception as exc:  # a bad request fails alone
                 send_final(pb, sender, error_response(pb, exc))
                 continue
-            ticket = Ticket(len(prepared), functools.partial(self._answer, sender), is_cancelled=request.is_cancelled,
+            answer = functools.partial(self._answer, sender, requested_outputs(request))
+            ticket = Ticket(len(prepared), answer, is_cancelled=request.is_cancelled,
                             label=request.request_id() or "request")
             items = [WorkItem(ticket, row, image.cells, image, level, shape=image.shape_hw)
                      for row, image in enumerate(prepared)]
@@ -147,15 +149,16 @@ class TextDetectionModel:
                 send_final(pb, sender, error_response(pb, exc))
         return None
 
-    def _answer(self, sender: Any, ticket: Ticket, detections: list[Any] | None, error: BaseException | None) -> None:
-        """The ticket's single answer: the request's detections as one ragged result, or its error."""
+    def _answer(self, sender: Any, wanted: frozenset[str], ticket: Ticket, detections: list[Any] | None,
+                error: BaseException | None) -> None:
+        """The ticket's single answer: the request's detections as one ragged result (requested outputs only), or its error."""
         pb = self._pb
         if error is not None:
             send_final(pb, sender, error_response(pb, error))
             return
         boxes, scores, counts = concatenate(detections)
-        send_final(pb, sender, pb.InferenceResponse(output_tensors=[
-            pb.Tensor("BOXES", boxes), pb.Tensor("SCORES", scores), pb.Tensor("BOX_COUNTS", counts)]))
+        send_final(pb, sender, select_outputs(pb, [
+            pb.Tensor("BOXES", boxes), pb.Tensor("SCORES", scores), pb.Tensor("BOX_COUNTS", counts)], wanted))
 
     def finalize(self) -> None:
         """Drain the scheduler (every accepted request gets its response), then release leases, pool and engine."""
