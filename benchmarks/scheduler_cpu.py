@@ -14,6 +14,9 @@ fixed seed), one text per request, tritonclient gRPC (asyncio) at concurrency 1,
     naive             served: python backend, one engine call per request (benchmarks/models)
     stack_pad         served: Triton dynamic batcher + stack and pad to the longest (benchmarks/models)
     fastpath          served: model_repository/text_embedding (FastPath's scheduler)
+    fastpath_return   served: the same with response_mode=return and dynamic_batching (max delay 0):
+                      execute() runs the batches of every request queued meanwhile and returns their
+                      responses (docs/design/scheduler.md)
     echo              served, no engine (concurrency 1): Triton's own per-request overhead
 
 The machine is shared and small, so load drifts during a run. Every concurrency is measured in
@@ -47,7 +50,7 @@ from scheduler_report import goals, markdown, summarize  # noqa: E402
 ARTIFACTS = REPO / "model_repository" / "text_embedding" / "1"
 BASELINES = REPO / "benchmarks" / "models"
 SERVED = {"naive": "naive_embedding", "stack_pad": "stack_pad_embedding", "fastpath": "text_embedding",
-          "echo": "echo_embedding"}
+          "fastpath_return": "text_embedding_rt", "echo": "echo_embedding"}
 RAW_TEXTS = {"raw_ideal": 256, "raw_arrival_64": 128, "raw_batch_1": 96}  # texts per raw measurement
 
 
@@ -101,6 +104,11 @@ def build_repository(root: Path) -> Path:
         (version / "model.py").symlink_to(source / "1" / "model.py")
         for artifact in ("model.onnx", "tokenizer.json"):
             (version / artifact).symlink_to(ARTIFACTS / artifact)
+    shutil.copytree(repository / "text_embedding", repository / "text_embedding_rt", symlinks=True)
+    config = (repository / "text_embedding" / "config.pbtxt").read_text().replace('name: "text_embedding"', 'name: "text_embedding_rt"')
+    (repository / "text_embedding_rt" / "config.pbtxt").write_text(
+        config + 'parameters { key: "response_mode" value: { string_value: "return" } }\n'
+        "dynamic_batching { max_queue_delay_microseconds: 0 }\n")
     return repository
 
 
@@ -203,7 +211,7 @@ def run_rounds(texts: list[str], args) -> dict:
                 rounds[str(concurrency)] = []
                 for index in range(args.rounds):
                     cells = {"raw_ideal": raw.measure("raw_ideal", ideal_sample(sorted_texts, index))}
-                    variants = ["naive", "stack_pad", "fastpath"]
+                    variants = ["naive", "stack_pad", "fastpath", "fastpath_return"]
                     if concurrency == 1:
                         cells["raw_batch_1"] = raw.measure("raw_batch_1", sample(RAW_TEXTS["raw_batch_1"]))
                         variants.append("echo")
