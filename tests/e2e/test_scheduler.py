@@ -83,6 +83,11 @@ def test_scheduler_metrics_are_published(triton_server, sentences):
     assert re.search(r'fastpath_batch_execution_us_bucket\{[^}]*batch_size="\d+"[^}]*seq_length="\d+"', text)
     assert "# TYPE fastpath_batch_size histogram" in text
     assert 'fastpath_rejected_texts_total{model="text_embedding",reason="timeout",version="1"}' in text
+    # issue 4: every batch was staged in the host staging pool, and every lease came back
+    staging = {"model": MODEL, "pool": "staging"}
+    assert _metric_sum(text, "fastpath_pool_leases_total", **staging) >= 1
+    assert _metric_sum(text, "fastpath_pool_outstanding_leases", **staging) == 0
+    assert _metric_sum(text, "fastpath_pool_capacity_bytes", **staging) > 0
 
 
 def _variant_server(tmp_path_factory, label, edit):

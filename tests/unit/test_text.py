@@ -80,3 +80,19 @@ def test_plan_batches_sorts_by_length_and_covers_every_index():
     batches = plan_batches(lengths, 3)
     assert [[lengths[i] for i in b] for b in batches] == [[5, 5, 9], [17, 30, 64], [200]]
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+
+
+def test_pad_into_given_arrays_equals_a_fresh_pad_and_overwrites_stale_data(tokenizer):
+    """pad(out=...) fills views of a staging block in place (issue 4): every element is written."""
+    encodings = tokenizer.encode(["short", "a somewhat longer sentence to pad", ""])
+    fresh = tokenizer.pad(encodings, 16)
+    block = np.full(3 * 3 * 16, 7, dtype=np.int64)  # stale data from an earlier batch
+    views = [block[k * 48 : (k + 1) * 48].reshape(3, 16) for k in range(3)]
+    from fastpath.text import EncodedBatch
+
+    filled = tokenizer.pad(encodings, 16, out=EncodedBatch(*views))
+    for name, array in fresh.feeds().items():
+        np.testing.assert_array_equal(filled.feeds()[name], array)
+        assert np.shares_memory(filled.feeds()[name], block)
+    with pytest.raises(ValueError, match=r"int64 arrays of shape \(3, 16\)"):
+        tokenizer.pad(encodings, 16, out=EncodedBatch(*[v[:, :8] for v in views]))

@@ -110,19 +110,31 @@ class TextTokenizer:
         """
         return self._tokenizer.encode_batch(list(texts), add_special_tokens=True)
 
-    def pad(self, encodings: Sequence[Encoding], length: int) -> EncodedBatch:
+    def pad(self, encodings: Sequence[Encoding], length: int, out: EncodedBatch | None = None) -> EncodedBatch:
         """Pad encodings to ``length`` tokens into int64 arrays of shape [len(encodings), length].
 
+        Args:
+            out: arrays to fill in place (each int64 [len(encodings), length], e.g. views of a
+                staging-pool block); new arrays when None. Every element is written.
+
         Raises:
-            ValueError: an encoding is longer than ``length`` (a caller bug, not user input).
+            ValueError: an encoding is longer than ``length`` (a caller bug, not user input), or
+                ``out`` has the wrong shape or dtype.
         """
         batch = len(encodings)
-        input_ids = np.full((batch, length), self.pad_id, dtype=np.int64)
-        attention_mask = np.zeros((batch, length), dtype=np.int64)
+        if out is None:
+            out = EncodedBatch(np.empty((batch, length), np.int64), np.empty((batch, length), np.int64),
+                               np.empty((batch, length), np.int64))
+        elif any(a.shape != (batch, length) or a.dtype != np.int64 for a in (out.input_ids, out.attention_mask, out.token_type_ids)):
+            raise ValueError(f"pad(out=...) needs three int64 arrays of shape ({batch}, {length})")
+        input_ids, attention_mask = out.input_ids, out.attention_mask
+        input_ids.fill(self.pad_id)
+        attention_mask.fill(0)
+        out.token_type_ids.fill(0)
         for row, encoding in enumerate(encodings):
             ids = encoding.ids
             if len(ids) > length:
                 raise ValueError(f"encoding of {len(ids)} tokens does not fit padded length {length}")
             input_ids[row, : len(ids)] = ids
             attention_mask[row, : len(ids)] = 1
-        return EncodedBatch(input_ids, attention_mask, np.zeros((batch, length), dtype=np.int64))
+        return out

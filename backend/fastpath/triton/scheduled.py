@@ -76,6 +76,20 @@ def scheduler_metrics(pb_utils: Any, args: dict[str, str], sched: SchedulerConfi
         return SchedulerObserver()
 
 
+def pool_metrics(pb_utils: Any, args: dict[str, str], pools: Sequence[Any], sched: SchedulerConfig, default_model: str) -> Any:
+    """:class:`~fastpath.triton.pool_metrics.PoolMetrics` for ``pools``; None when the server has
+    metrics off or ``sched.metrics`` is false (each update is a stub-to-server round trip)."""
+    from fastpath.triton.pool_metrics import PoolMetrics
+
+    if not sched.metrics:
+        return None
+    try:
+        return PoolMetrics(pb_utils, model=args.get("model_name", default_model), pools=list(pools))
+    except Exception as exc:  # metrics disabled on the server: serve anyway
+        LOG.warning("FastPath pool metrics are off: %s", exc)
+        return None
+
+
 def requested_outputs(request: Any) -> frozenset[str]:
     """Names of the outputs the client asked for; empty means all (Triton's default)."""
     return frozenset(request.requested_output_names())
@@ -129,3 +143,22 @@ class Replies:
         with self._done:
             self._done.wait_for(lambda: not self._missing)
             return list(self._responses)
+
+
+def close_scheduled(model: Any) -> None:
+    """Finalize a scheduled model's shared parts, whichever ``initialize`` got to: drain its
+    ``runner`` (every accepted request answered), release staging leases its ``handler`` still
+    holds, close its ``metrics``/``pool_metrics`` and its staging ``pool`` (leaks are logged)."""
+    runner = getattr(model, "runner", None)
+    if runner is not None:
+        runner.close(model.scheduler_config.drain_timeout_s)
+    handler = getattr(model, "handler", None)
+    if handler is not None and handler.close():
+        LOG.warning("released staging leases of batches that never ran (drain timed out)")
+    for name in ("metrics", "pool_metrics"):
+        closer = getattr(getattr(model, name, None), "close", None)
+        if closer is not None:
+            closer()
+    pool = getattr(model, "pool", None)
+    if pool is not None:
+        pool.close()

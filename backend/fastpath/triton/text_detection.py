@@ -39,8 +39,8 @@ from fastpath.models.detection_batches import DetectionBatchHandler, check_stagi
 from fastpath.models.text_detection import PreparedImage, TextDetector, concatenate
 from fastpath.scheduling import BatchRunner, CostModel, ShapeBatchQueue, Ticket, WorkItem
 from fastpath.triton.io import error_response, read_input
-from fastpath.triton.scheduled import (priority_level, request_timeout_s, requested_outputs, scheduler_metrics,
-                                      select_outputs, send_final)
+from fastpath.triton.scheduled import (close_scheduled, pool_metrics, priority_level, request_timeout_s,
+                                      requested_outputs, scheduler_metrics, select_outputs, send_final)
 from fastpath.triton.selftest import run_self_test
 from fastpath.vision.config import DetectionSchedulerConfig, TextDetectionConfig
 from fastpath.vision.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
@@ -85,7 +85,7 @@ class TextDetectionModel:
         self.detector = TextDetector.from_directory(Path(args["model_repository"]) / self.model_version, self.config)
         self.pool = create_host_pool(staging_pool_config(self.config), name="staging")
         check_staging_fits(self.pool, sched.batch_buckets[-1], self.config.limit_side_len_px)
-        self.pool_metrics = self._pool_metrics(args)
+        self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, MODEL_NAME)
         self.handler = DetectionBatchHandler(self.detector, self.pool, on_batch=getattr(self.pool_metrics, "update", None))
         queue = ShapeBatchQueue(batch_buckets=sched.batch_buckets, costs=CostModel(sched.cost_ewma_alpha),
                                 max_queue_delay_s=sched.max_queue_delay_us * 1e-6, max_items=sched.max_queue_texts,
@@ -96,15 +96,6 @@ class TextDetectionModel:
         if sched.warmup:
             warm_up(self.handler, queue.costs, self.runner.clock, sched.batch_buckets)
         self.runner.start()
-
-    def _pool_metrics(self, args: dict[str, str]) -> Any:
-        from fastpath.triton.pool_metrics import PoolMetrics
-
-        try:
-            return PoolMetrics(self._pb, model=args.get("model_name", MODEL_NAME), pools=[self.pool])
-        except Exception as exc:  # metrics disabled on the server: serve anyway
-            LOG.warning("FastPath pool metrics are off: %s", exc)
-            return None
 
     def _read_images(self, request: Any) -> list[np.ndarray]:
         present = [name for name in (ARRAY_INPUT, BYTES_INPUT) if self._pb.get_input_tensor_by_name(request, name) is not None]
@@ -162,19 +153,7 @@ class TextDetectionModel:
 
     def finalize(self) -> None:
         """Drain the scheduler (every accepted request gets its response), then release leases, pool and engine."""
-        runner = getattr(self, "runner", None)
-        if runner is not None:
-            runner.close(self.scheduler_config.drain_timeout_s)
-        handler = getattr(self, "handler", None)
-        if handler is not None and handler.close():
-            LOG.warning("released staging leases of batches that never ran (drain timed out)")
-        for name in ("metrics", "pool_metrics"):
-            closer = getattr(getattr(self, name, None), "close", None)
-            if closer is not None:
-                closer()
-        pool = getattr(self, "pool", None)
-        if pool is not None:
-            pool.close()
+        close_scheduled(self)
         detector = getattr(self, "detector", None)
         if detector is not None:
             detector.close()

@@ -30,12 +30,14 @@ Request options:
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import functools
-import signal
 import json
 import logging
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +45,14 @@ import numpy as np
 
 from fastpath.config import SchedulerConfig, TextEmbeddingConfig, parse_sections, triton_parameters
 from fastpath.errors import ConfigError, EngineError
+from fastpath.memory import BlockPool, Lease, PoolConfig, create_host_pool
 from fastpath.models.text_embedding import EMBEDDING_DIM
 from fastpath.repository.serving import VersionedEmbedder
 from fastpath.scheduling import Batch, BatchQueue, BatchRunner, CostModel, Ticket, WorkItem
-from fastpath.text import decode_texts
+from fastpath.text import EncodedBatch, decode_texts
 from fastpath.triton.io import error_response, read_input
-from fastpath.triton.scheduled import (Replies, priority_level, request_timeout_s, requested_outputs, scheduler_metrics,
-                                      select_outputs)
+from fastpath.triton.scheduled import (Replies, close_scheduled, pool_metrics, priority_level, request_timeout_s,
+                                      requested_outputs, scheduler_metrics, select_outputs)
 from fastpath.triton.selftest import run_self_test
 
 LOG = logging.getLogger(__name__)
@@ -65,35 +68,99 @@ def scheduler_length_buckets(buckets: tuple[int, ...], max_seq_length: int) -> t
     return tuple(sorted({min(b, max_seq_length) for b in buckets} | {max_seq_length}))
 
 
+TOKEN_INPUTS = 3  # input_ids, attention_mask, token_type_ids: int64 [rows, length] each
+
+
+def staging_pool_config(max_batch_texts: int, max_seq_length: int) -> PoolConfig:
+    """Host staging pool for text batches: blocks up to the largest batch (3 int64 [rows, length]
+    inputs), room for 4 of them (one staged, one running, slack); waits 1 s, then UNAVAILABLE."""
+    largest = TOKEN_INPUTS * max_batch_texts * max_seq_length * 8
+    block = max(4096, 1 << (largest - 1).bit_length())
+    return PoolConfig(capacity_bytes=4 * block, max_block_bytes=block)
+
+
+@dataclasses.dataclass(eq=False)
+class StagedBatch:
+    """Engine inputs of one batch, views of one staging-pool lease (released after the engine call)."""
+
+    feeds: dict[str, np.ndarray]
+    lease: Lease
+
+
 class EmbeddingBatchHandler:
     """Stages, runs and delivers one scheduler batch with the tokenizer and the active engine slot.
 
-    Filler rows (batch bucket > real texts) are ``[CLS] [SEP]``, the encoding of the empty text;
-    they never reach a response (../shared/cases K02). ``run`` leases the active slot of
+    Each batch's three inputs are padded straight into one block leased from the host staging pool
+    (page-locked when CUDA is present, so the engine's host-to-device copy is one DMA per input;
+    issue 4): that single copy is the batching. ``run`` releases the lease once the engine has
+    returned. Filler rows (batch bucket > real texts) are ``[CLS] [SEP]``, the encoding of the
+    empty text; they never reach a response (../shared/cases K02). ``run`` leases the active slot of
     :class:`~fastpath.repository.serving.VersionedEmbedder` for the batch, so a batch dispatched
     before a swap finishes on the old version and every row knows its version.
+
+    Args:
+        versions: the model's engine slots.
+        pool: host staging pool (see :func:`staging_pool_config`).
+        on_batch: called after each engine call (e.g. publish pool metrics).
     """
 
-    def __init__(self, versions: VersionedEmbedder) -> None:
+    def __init__(self, versions: VersionedEmbedder, pool: BlockPool, on_batch: Any = None) -> None:
         self.versions = versions
         self.embedder = versions.initial
+        self.pool = pool
+        self.on_batch = on_batch
         self._filler = self.embedder.tokenizer.encode([""])[0]
+        self._leases: set[Lease] = set()
+        self._lock = threading.Lock()
 
-    def stage(self, batch: Batch) -> dict[str, np.ndarray]:
-        """int64 [batch_size, length] input_ids / attention_mask / token_type_ids."""
+    def stage(self, batch: Batch) -> StagedBatch:
+        """int64 [batch_size, length] input_ids / attention_mask / token_type_ids in one pool block.
+
+        Raises:
+            UnavailableError: the pool stayed exhausted for its wait timeout (retryable).
+        """
         encodings = [item.payload for item in batch.items]
         encodings += [self._filler] * (batch.batch_size - len(encodings))
-        return self.embedder.tokenizer.pad(encodings, batch.length).feeds()
+        rows, length = batch.batch_size, batch.length
+        lease = self.pool.lease(TOKEN_INPUTS * rows * length * 8)
+        try:
+            views = [lease.view(np.int64, (rows, length), k * rows * length * 8) for k in range(TOKEN_INPUTS)]
+            feeds = self.embedder.tokenizer.pad(encodings, length, out=EncodedBatch(*views)).feeds()
+        except BaseException:
+            lease.release()
+            raise
+        with self._lock:
+            self._leases.add(lease)
+        return StagedBatch(feeds, lease)
 
-    def run(self, feeds: dict[str, np.ndarray]) -> tuple[np.ndarray, int]:
+    def run(self, staged: StagedBatch) -> tuple[np.ndarray, int]:
         """(float32 [batch_size, 384], model version); raises EngineError on a failure or a wrong shape."""
-        with self.versions.lease() as (embedder, version):
-            name = embedder.engine.outputs[0].name
-            output = embedder.engine.infer(feeds)[name]
+        feeds = staged.feeds
+        try:
+            with self.versions.lease() as (embedder, version):
+                name = embedder.engine.outputs[0].name
+                output = embedder.engine.infer(feeds)[name]
+        finally:
+            self._release(staged.lease)
+            if self.on_batch is not None:
+                self.on_batch()
         rows = feeds["input_ids"].shape[0]
         if output.shape != (rows, EMBEDDING_DIM):
             raise EngineError(f"engine returned {name} of shape {output.shape}; expected ({rows}, {EMBEDDING_DIM})")
         return output, version
+
+    def _release(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases.discard(lease)
+        lease.release()
+
+    def close(self) -> int:
+        """Release the leases of batches staged but never run (unload); returns how many."""
+        with self._lock:
+            leases, self._leases = list(self._leases), set()
+        for lease in leases:
+            lease.release()
+        return len(leases)
 
     def finish(self, batch: Batch, outputs: tuple[np.ndarray, int]) -> None:
         embeddings, version = outputs
@@ -113,12 +180,13 @@ def warm_up(handler: EmbeddingBatchHandler, queue: BatchQueue, clock: Any) -> No
     sizes = [b for b in queue.batch_buckets if b in (1, 4, 16)]
     for length in dict.fromkeys(lengths or queue.length_buckets[:1]):
         for size in sizes:
-            feeds = handler.stage(Batch((), size, length, "warmup", 0.0, 0.0))
-            handler.run(feeds)
+            shape = Batch((), size, length, "warmup", 0.0, 0.0)
+            handler.run(handler.stage(shape))
             timings = []
             for _ in range(2):
+                staged = handler.stage(shape)  # each run releases its staging lease
                 start_s = clock.now()
-                handler.run(feeds)
+                handler.run(staged)
                 timings.append(clock.now() - start_s)
             queue.costs.observe(size, length, min(timings))
 
@@ -159,7 +227,9 @@ class TextEmbeddingModel:
                                           model_name=args.get("model_name", "text_embedding"))
         self.embedder = self.versions.initial
         self.model_version = args["model_version"]
-        self.handler = EmbeddingBatchHandler(self.versions)
+        self.pool = create_host_pool(staging_pool_config(sched.batch_buckets[-1], self.config.max_seq_length), name="staging")
+        self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, "text_embedding")
+        self.handler = EmbeddingBatchHandler(self.versions, self.pool, on_batch=getattr(self.pool_metrics, "update", None))
         queue = BatchQueue(
             batch_buckets=sched.batch_buckets,
             length_buckets=scheduler_length_buckets(self.config.length_buckets_tokens, self.config.max_seq_length),
@@ -235,13 +305,8 @@ class TextEmbeddingModel:
         ], wanted))
 
     def finalize(self) -> None:
-        """Drain the scheduler (every accepted request gets its response), then release the engine."""
-        runner = getattr(self, "runner", None)
-        if runner is not None:
-            runner.close(self.scheduler_config.drain_timeout_s)
-        metrics = getattr(self, "metrics", None)
-        if metrics is not None and hasattr(metrics, "close"):
-            metrics.close()
+        """Drain the scheduler (every accepted request gets its response), then release leases, pool and engine."""
+        close_scheduled(self)
         versions = getattr(self, "versions", None)
         if versions is not None:
             versions.close()
