@@ -80,31 +80,34 @@ class ShapeBatchQueue(BatchQueue):
                 of its shape (a programming error, not bad input).
             UnavailableError: closed, or over ``max_items`` (retryable).
         """
+        new: dict[Shape, int] = {}
         for item in items:
             if item.shape is None or item.tokens < 1:
                 raise ValueError(f"ShapeBatchQueue items need a shape and tokens >= 1, got shape={item.shape} tokens={item.tokens}")
             item.shape = tuple(item.shape)
             index = self._index.get(item.shape)
-            if index is None:
-                self._add_bucket(item.shape, item.tokens)
-            elif self.length_buckets[index] != item.tokens:
-                raise ValueError(f"shape {item.shape} has cost length {self.length_buckets[index]}, got an item with "
-                                 f"tokens={item.tokens}; every item of one shape must have the same tokens")
+            known = self.length_buckets[index] if index is not None else new.setdefault(item.shape, item.tokens)
+            if known != item.tokens:
+                raise ValueError(f"shape {item.shape} has cost length {known}, got an item with tokens={item.tokens}; "
+                                 "every item of one shape must have the same tokens")
+        if new and len(self._shapes) + len(new) > self.max_idle_shapes:
+            self._forget_idle_shapes()
+        for shape, tokens in new.items():
+            self._index[shape] = len(self._shapes)
+            self._shapes.append(shape)
+            self._groups.append([])
+            self._rates.append(_Rate())
+            self.length_buckets.append(tokens)
         super().submit(items, now, engine_busy=engine_busy)
 
-    def _add_bucket(self, shape: Shape, tokens: int) -> None:
-        if len(self._shapes) >= self.max_idle_shapes:
-            keep = [index for index, group in enumerate(self._groups) if group]
-            self._groups = [self._groups[i] for i in keep]
-            self._rates = [self._rates[i] for i in keep]
-            self.length_buckets = [self.length_buckets[i] for i in keep]
-            self._shapes = [self._shapes[i] for i in keep]
-            self._index = {shape_: i for i, shape_ in enumerate(self._shapes)}
-        self._index[shape] = len(self._shapes)
-        self._shapes.append(shape)
-        self._groups.append([])
-        self._rates.append(_Rate())
-        self.length_buckets.append(tokens)
+    def _forget_idle_shapes(self) -> None:
+        """Drop every empty bucket (and its arrival rate); bucket indices are renumbered."""
+        keep = [index for index, group in enumerate(self._groups) if group]
+        self._groups = [self._groups[i] for i in keep]
+        self._rates = [self._rates[i] for i in keep]
+        self.length_buckets = [self.length_buckets[i] for i in keep]
+        self._shapes = [self._shapes[i] for i in keep]
+        self._index = {shape: i for i, shape in enumerate(self._shapes)}
 
     def _best(self, anchor: WorkItem) -> _Candidate:
         """The anchor's own shape only: cut down to a batch bucket or pad up with filler rows."""

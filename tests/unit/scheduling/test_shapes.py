@@ -106,6 +106,17 @@ def test_idle_shape_buckets_are_forgotten_beyond_max_idle_shapes(answers, clock)
     assert [b.items[0].shape for b in drain(queue, clock)] == [(64, 64), (96, 96)]
 
 
+def test_a_request_of_new_shapes_beyond_max_idle_shapes_keeps_all_its_buckets(answers, clock):
+    queue = make_queue(CPU, max_idle_shapes=2)
+    (old,) = submit(queue, clock, images(answers, (32, 32)))
+    queue.next_batch(clock.now())  # (32, 32) is now idle
+    items = submit(queue, clock, images(answers, (64, 64), (96, 96), (64, 64)))
+    assert queue.shapes == ((64, 64), (96, 96)) and old.shape not in queue.shapes
+    batches = drain(queue, clock)
+    assert sorted((b.items[0].shape, len(b.items)) for b in batches) == [((64, 64), 2), ((96, 96), 1)]
+    assert {id(item) for b in batches for item in b.items} == {id(item) for item in items}
+
+
 def test_close_drains_and_remove_all_empties_every_shape(answers, clock):
     queue = make_queue(GPU, max_queue_delay_s=1.0)
     submit(queue, clock, images(answers, (64, 64), (32, 32)), engine_busy=True)
