@@ -39,4 +39,4 @@ test: artifacts artifacts-int8
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) model_repository/*/*/*.onnx model_repository/*/*/tokenizer.json model_repository/*/*/manifest.json model_repository/*/*/*.safetensors
+	rm -rf $(VENV) model_repository/*/*/*.onnx model_repository/*/*/*.onnx.data model_repository/*/*/tokenizer.json model_repository/*/*/manifest.json model_repository/*/*/*.safetensors
