@@ -130,3 +130,17 @@ def test_fp8_linear_is_close_to_float():
     assert approx.shape == exact.shape
     relative = (approx - exact).norm() / exact.norm()
     assert relative < 0.05  # e4m3 keeps 3 mantissa bits: a few percent per product, less after summing 32
+
+
+def test_a_standby_engine_that_does_not_fit_the_device_is_refused_naming_both_figures():
+    """issue 5: a live swap needs the serving and the standby engine at once; too little free device
+    memory refuses the load (the swap) instead of swapping sequentially."""
+    from fastpath.engines.torch.engine import HEADROOM_BYTES, check_device_memory, device_bytes_needed
+
+    # all-MiniLM-L6-v2 in fp16: 22.7M parameters, largest bucket 64 x 256, hidden 384, intermediate 1536
+    needed = device_bytes_needed(22_713_216, 2, 64, 256, 384, 1536)
+    assert needed == 22_713_216 * 2 + 2 * 64 * 256 * (4 * 384 + 1536) * 2 + HEADROOM_BYTES
+    assert 700 << 20 < needed < 800 << 20
+    check_device_memory(needed, needed, "cuda:0")  # exactly enough: loads
+    with pytest.raises(EngineError, match=r"not enough free memory on cuda:0 .* about 7\d\d MiB needed .* 100 MiB free"):
+        check_device_memory(100 << 20, needed, "cuda:0")

@@ -33,6 +33,42 @@ DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_LENGTHS = (16, 32, 64, 128, 256)
 
 
+HEADROOM_BYTES = 512 << 20  # CUDA context growth, cuBLAS workspaces, the caching allocator's slack
+
+
+def device_bytes_needed(parameters: int, element_bytes: int, max_batch: int, max_length: int, hidden: int,
+                        intermediate: int) -> int:
+    """Conservative device memory, in bytes, for one engine: weights + one bucket's activations + headroom.
+
+    Weights: ``parameters * element_bytes``. Activations (shared graph pool, sized by the largest
+    bucket): the widest per-token tensors alive at once, query/key/value + attention output +
+    the feed-forward intermediate, ``max_batch * max_length * (4 * hidden + intermediate) *
+    element_bytes``, doubled for the attention scores and temporaries. Plus ``HEADROOM_BYTES``.
+    """
+    weights = parameters * element_bytes
+    activations = 2 * max_batch * max_length * (4 * hidden + intermediate) * element_bytes
+    return weights + activations + HEADROOM_BYTES
+
+
+def check_device_memory(free_bytes: int, needed_bytes: int, device: str) -> None:
+    """Refuse to load when ``device`` has less than ``needed_bytes`` free.
+
+    A live swap loads the standby engine beside the serving one; when both do not fit, FastPath
+    refuses the swap (the serving version keeps serving) rather than unloading first, which would
+    leave the model unavailable for the whole load (docs/design/hot-swap.md).
+
+    Raises:
+        EngineError: not enough free device memory, naming both figures in MiB.
+    """
+    if free_bytes < needed_bytes:
+        raise EngineError(
+            f"not enough free memory on {device} for another engine: about {needed_bytes >> 20} MiB needed "
+            f"(weights + largest bucket's activations + {HEADROOM_BYTES >> 20} MiB headroom), {free_bytes >> 20} MiB free; "
+            "a live swap needs the serving and the standby engine at once: free device memory, or unload "
+            "another model, then retry"
+        )
+
+
 class TorchEngine(Engine):
     """all-MiniLM-L6-v2 in plain PyTorch with one CUDA graph per bucket.
 
@@ -78,6 +114,12 @@ class TorchEngine(Engine):
             torch.set_num_threads(intra_op_threads)
         config, weights = load_weights(path)
         self.grid = BucketGrid(batch_sizes, lengths)
+        if target.type == "cuda":
+            free_bytes, _total = torch.cuda.mem_get_info(target)
+            element_bytes = torch.finfo(PRECISIONS[precision]).bits // 8
+            check_device_memory(free_bytes, device_bytes_needed(
+                sum(t.numel() for t in weights.values()), element_bytes, self.grid.max_batch, self.grid.max_length,
+                config.hidden_size, config.intermediate_size), str(target))
         if self.grid.max_length > config.max_position_embeddings:
             raise ConfigError(f"length bucket {self.grid.max_length} exceeds the model's {config.max_position_embeddings} positions")
         self.precision = precision
