@@ -100,7 +100,16 @@ class SchedulerMetrics(SchedulerObserver):
             metric.increment(float(texts))
 
     def close(self) -> None:
-        """Drop every metric and family (they leave the metrics endpoint)."""
+        """Drop every metric, then every family (they leave the metrics endpoint); idempotent.
+
+        Must run in ``finalize``: a ``pb_utils`` metric still alive when the stub's interpreter shuts
+        down is destroyed after the stub's link to the server is gone, and the stub died with a
+        segmentation fault at every unload (tests/e2e/test_serve_cli.py checks the log).
+        """
         with self._lock:
             self._execution.clear()
+            self._rejected = {}
+            self._batch_size = self._padding = self._padded_tokens = self._real_tokens = None
+            self._queue_delay = self._failures = None
             self._families.clear()
+            self._make = None

@@ -91,6 +91,14 @@ class PoolMetrics:
             self._last.append(dict.fromkeys(COUNTERS, 0))
         self.update()
 
+    def close(self) -> None:
+        """Drop every metric, then every family, inside ``finalize`` (see ``SchedulerMetrics.close``); idempotent."""
+        with self._lock:
+            self._metrics = []
+            self._last = []
+            self._gauges = {}
+            self._counters = {}
+
     def update(self) -> None:
         """Set every gauge and advance every counter to the pools' current statistics."""
         with self._lock:

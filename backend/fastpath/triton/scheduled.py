@@ -12,6 +12,7 @@ client did not request killed the stub (probe runs 2 and 3 on the H200, docs/ben
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import threading
@@ -159,6 +160,8 @@ def close_scheduled(model: Any) -> None:
         closer = getattr(getattr(model, name, None), "close", None)
         if closer is not None:
             closer()
+        setattr(model, name, None)
+    gc.collect()  # pb_utils metrics must die now, while the stub is still connected (see SchedulerMetrics.close)
     pool = getattr(model, "pool", None)
     if pool is not None:
         pool.close()
