@@ -96,3 +96,29 @@ def test_pad_into_given_arrays_equals_a_fresh_pad_and_overwrites_stale_data(toke
         assert np.shares_memory(filled.feeds()[name], block)
     with pytest.raises(ValueError, match=r"int64 arrays of shape \(3, 16\)"):
         tokenizer.pad(encodings, 16, out=EncodedBatch(*[v[:, :8] for v in views]))
+
+
+def test_long_texts_are_tokenized_from_a_word_prefix_with_identical_results(tokenizer):
+    """A 1 MiB text costs a prefix's tokenization, and every kind of long text encodes exactly as
+    the whole text does (ids and the truncation flag)."""
+    from tokenizers import Tokenizer
+
+    whole = Tokenizer.from_file(str(MODEL_REPOSITORY / "text_embedding" / "1" / "tokenizer.json"))
+    whole.no_padding()
+    whole.enable_truncation(max_length=256)
+    sentence = "Sentence embeddings map text to vectors; FastPath serves them through Triton. "
+    texts = [
+        sentence * 14_000,  # ~1 MiB of real words: the prefix overflows, whole text never tokenized
+        "a" + " " * 40_000 + "b c d",  # few tokens in many characters: prefix does not overflow, redo
+        "x" * 50_000,  # one giant word, no whitespace to cut at
+        "word\t" * 5_000 + "tail",  # tab-separated
+        "café naïve résumé " * 3_000,  # accents stripped per character
+        "short text",
+    ]
+    ours = tokenizer.encode(texts)
+    references = [whole.encode(text, add_special_tokens=True) for text in texts]
+    for encoding, reference in zip(ours, references):
+        assert encoding.ids == reference.ids
+        assert bool(encoding.overflowing) == bool(reference.overflowing)
+    # the 1 MiB text was tokenized from a ~16k-character prefix: a few overflow windows, not ~900
+    assert len(ours[0].overflowing) < 20 < 500 < len(references[0].overflowing)
