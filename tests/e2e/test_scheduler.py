@@ -235,9 +235,9 @@ def test_return_mode_answers_each_request_once_with_its_own_rows(return_mode_ser
 
     def send(index):
         client = grpcclient.InferenceServerClient(return_mode_server.grpc_url)
-        if index % 7 == 3:  # a bad request: FP32 where TEXT must be BYTES
-            bad = grpcclient.InferInput("TEXT", [1, 1], "FP32")
-            bad.set_data_from_numpy(np.zeros((1, 1), dtype=np.float32))
+        if index % 7 == 3:  # a bad request the model itself rejects: invalid UTF-8 in TEXT
+            bad = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
+            bad.set_data_from_numpy(np.array([[b"ok \xff\xfe"]], dtype=np.object_))
             try:
                 client.infer(MODEL, [bad])
             except InferenceServerException as exc:
@@ -254,5 +254,7 @@ def test_return_mode_answers_each_request_once_with_its_own_rows(return_mode_ser
     assert len(good) + len(bad) == 90 and len(bad) == 13
     for i, row in good:
         np.testing.assert_allclose(row, alone[i], atol=1e-5)
-    assert all(status == "StatusCode.INVALID_ARGUMENT" and "TEXT" in message for status, message in bad)
+    assert all(status == "StatusCode.INVALID_ARGUMENT" and "TEXT[0] is not valid UTF-8" in message for status, message in bad)
     assert return_mode_server.is_ready(models=[MODEL])
+    # Triton counts those 400s as successes; FastPath's own counter sees each one
+    assert _metric_sum(_metrics(return_mode_server), "fastpath_invalid_requests_total", model=MODEL) == len(bad)

@@ -61,6 +61,9 @@ class SchedulerObserver:
     def rejected(self, reason: str, texts: int) -> None:
         """Texts answered with an error before running: ``queue_full`` | ``shutdown`` | ``timeout`` | ``cancelled``."""
 
+    def invalid_request(self) -> None:
+        """A request was answered 400 for bad input before reaching the queue (the adapter calls this)."""
+
 
 @dataclasses.dataclass
 class _Completion:

@@ -65,6 +65,9 @@ class SchedulerMetrics(SchedulerObserver):
         self._queue_delay = make("fastpath_queue_delay_us", "Queue delay per text from accept to dispatch, microseconds",
                                  family.HISTOGRAM, US_BUCKETS)
         self._failures = make("fastpath_batch_failures_total", "Engine calls that failed", family.COUNTER)
+        # Triton 2.51 counts a request answered with an error through its response sender as a success
+        # (nv_inference_request_success), so bad input is visible only here.
+        self._invalid = make("fastpath_invalid_requests_total", "Requests answered 400 for bad input", family.COUNTER)
         self._rejected = {
             reason: make("fastpath_rejected_texts_total", "Texts answered with an error without running",
                          family.COUNTER, reason=reason)
@@ -99,6 +102,9 @@ class SchedulerMetrics(SchedulerObserver):
         if metric is not None:
             metric.increment(float(texts))
 
+    def invalid_request(self) -> None:
+        self._invalid.increment(1.0)
+
     def close(self) -> None:
         """Drop every metric, then every family (they leave the metrics endpoint); idempotent.
 
@@ -110,6 +116,6 @@ class SchedulerMetrics(SchedulerObserver):
             self._execution.clear()
             self._rejected = {}
             self._batch_size = self._padding = self._padded_tokens = self._real_tokens = None
-            self._queue_delay = self._failures = None
+            self._queue_delay = self._failures = self._invalid = None
             self._families.clear()
             self._make = None

@@ -127,6 +127,7 @@ class TextDetectionModel:
                 prepared = [self._prepare(image) for image in self._read_images(request)]
                 level, timeout_s = priority_level(request, sched), request_timeout_s(request, sched)
             except Exception as exc:  # a bad request fails alone
+                self.metrics.invalid_request()
                 send_final(pb, sender, error_response(pb, exc))
                 continue
             answer = functools.partial(self._answer, sender, requested_outputs(request))

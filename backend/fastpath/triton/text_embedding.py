@@ -264,6 +264,7 @@ class TextEmbeddingModel:
                 accepted.append((index, request, texts, priority_level(request, self.scheduler_config),
                                  request_timeout_s(request, self.scheduler_config)))
             except Exception as exc:  # a bad request fails alone
+                self.metrics.invalid_request()
                 replies.answer(index, error_response(pb, exc))
         try:
             encodings = self.embedder.tokenizer.encode([text for entry in accepted for text in entry[2]]) if accepted else []
