@@ -24,8 +24,14 @@ def _key() -> str | None:
     return ADMIN_KEY_FILE.read_text().strip() if ADMIN_KEY_FILE.is_file() else None
 
 
-def _urls(values: list[str] | None) -> list[str]:
-    urls = [u.strip() for value in (values or ["localhost:8000"]) for u in value.split(",") if u.strip()]
+def default_url(protocol: str) -> str:
+    """localhost with the port ``fastpath serve`` uses: HTTP_PORT (8000) for http, GRPC_PORT (8001) for grpc."""
+    name, port = ("GRPC_PORT", "8001") if protocol == "grpc" else ("HTTP_PORT", "8000")
+    return f"localhost:{os.environ.get(name) or port}"
+
+
+def _urls(values: list[str] | None, protocol: str = "http") -> list[str]:
+    urls = [u.strip() for value in (values or [default_url(protocol)]) for u in value.split(",") if u.strip()]
     return urls
 
 
@@ -33,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     from fastpath_client import Client, FastPathClientError
     from fastpath_client.fleet import rolling_swap
 
-    urls = _urls(args.url)
+    urls = _urls(args.url, args.protocol)
     key = _key()
     try:
         if args.command == "swap" and len(urls) > 1:
@@ -69,6 +75,7 @@ def register(subparsers: Any) -> None:
         parser.add_argument("model", help="model name, e.g. text_embedding")
         if command == "swap":
             parser.add_argument("version", type=int, help="version directory number in the model repository")
-        parser.add_argument("--url", action="append", help="HOST:PORT of a replica (default localhost:8000); repeat or comma-separate for a fleet")
+        parser.add_argument("--url", action="append", help="HOST:PORT of a replica (default localhost:$HTTP_PORT, or "
+                            "$GRPC_PORT with --protocol grpc, as `fastpath serve` uses; else 8000/8001); repeat or comma-separate for a fleet")
         parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
         parser.set_defaults(func=_run, command=command)

@@ -47,3 +47,16 @@ def test_triton_parameters_from_model_config_json():
     config_json = '{"name": "m", "parameters": {"runtime": {"string_value": "onnxruntime"}, "max_seq_length": {"string_value": "64"}}}'
     assert triton_parameters(config_json) == {"runtime": "onnxruntime", "max_seq_length": "64"}
     assert triton_parameters({"name": "m"}) == {}
+
+
+def test_admin_commands_default_to_the_ports_fastpath_serve_uses(monkeypatch):
+    """`fastpath status|swap|rollback` without --url reach the server `make serve HTTP_PORT=...` started."""
+    from fastpath.cli_admin import _urls
+
+    monkeypatch.delenv("HTTP_PORT", raising=False)
+    monkeypatch.delenv("GRPC_PORT", raising=False)
+    assert _urls(None) == ["localhost:8000"] and _urls(None, "grpc") == ["localhost:8001"]
+    monkeypatch.setenv("HTTP_PORT", "18510")
+    monkeypatch.setenv("GRPC_PORT", "18511")
+    assert _urls(None) == ["localhost:18510"] and _urls(None, "grpc") == ["localhost:18511"]
+    assert _urls(["a:1,b:2", "c:3"]) == ["a:1", "b:2", "c:3"]
