@@ -38,10 +38,9 @@ from collections.abc import Iterable, Sequence
 
 from fastpath.errors import UnavailableError
 from fastpath.scheduling.costs import CostModel
+from fastpath.scheduling.rates import ArrivalRate
 from fastpath.scheduling.tickets import WorkItem
 
-_RATE_ALPHA = 0.2  # EWMA weight of the newest inter-arrival gap
-_MIN_GAP_S = 1e-6  # requests arriving together count as 1 us apart
 _MIN_WAIT_S = 50e-6  # waiting less than this is not worth a wake-up
 
 
@@ -110,35 +109,6 @@ class _Candidate:
         return self.useful_s / self.cost_s if self.cost_s > 0 else 0.0
 
 
-class _Rate:
-    """Arrival rate of one length bucket, in texts per second.
-
-    EWMAs of the gap between arrivals (one arrival = one request's texts in this bucket) and of
-    the texts per arrival; a quiet spell lowers the rate at once (the current gap counts).
-    """
-
-    __slots__ = ("last_s", "gap_s", "texts")
-
-    def __init__(self) -> None:
-        self.last_s: float | None = None
-        self.gap_s: float | None = None
-        self.texts = 1.0
-
-    def arrive(self, now: float, texts: int) -> None:
-        if self.last_s is not None:
-            gap = max(now - self.last_s, _MIN_GAP_S)
-            self.gap_s = gap if self.gap_s is None else self.gap_s + _RATE_ALPHA * (gap - self.gap_s)
-            self.texts += _RATE_ALPHA * (texts - self.texts)
-        else:
-            self.texts = float(texts)
-        self.last_s = now
-
-    def per_s(self, now: float) -> float:
-        if self.gap_s is None or self.last_s is None:
-            return 0.0
-        return self.texts / max(self.gap_s, now - self.last_s)
-
-
 class BatchQueue:
     """Bounded, length-bucketed queue with cost-based batch formation. Not thread-safe: the driver
     (:class:`~fastpath.scheduling.runner.BatchRunner`) serializes calls under its lock.
@@ -176,7 +146,7 @@ class BatchQueue:
         self.deadline_margin_s = deadline_margin_s
         self.min_padding_gain = min_padding_gain
         self._groups: list[list[WorkItem]] = [[] for _ in self.length_buckets]
-        self._rates = [_Rate() for _ in self.length_buckets]
+        self._rates = [ArrivalRate() for _ in self.length_buckets]
         self._count = 0
         self._seq = 0
         self._closed = False

@@ -26,43 +26,15 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from fastpath.errors import UnavailableError
 from fastpath.scheduling.clock import Clock, MonotonicClock
+from fastpath.scheduling.hooks import BatchHandler, SchedulerObserver
 from fastpath.scheduling.queue import Batch, BatchQueue
 from fastpath.scheduling.tickets import QueueTimeoutError, RequestCancelledError, WorkItem
 
 LOG = logging.getLogger(__name__)
-
-
-class BatchHandler(Protocol):
-    """What the runner needs from a model."""
-
-    def stage(self, batch: Batch) -> Any:
-        """Build engine inputs for ``batch`` (``batch.batch_size`` rows of ``batch.length`` tokens)."""
-
-    def run(self, staged: Any) -> Any:
-        """Run the engine on staged inputs; raise on failure (only this batch fails)."""
-
-    def finish(self, batch: Batch, outputs: Any) -> None:
-        """Hand each real row's result to its ticket (``item.ticket.set_row(item.row, value)``)."""
-
-
-class SchedulerObserver:
-    """Hooks for metrics; the default does nothing. Called from the runner's threads."""
-
-    def dispatched(self, batch: Batch, queue_delays_s: Sequence[float]) -> None:
-        """A batch was formed; ``queue_delays_s`` per real text."""
-
-    def batch_done(self, batch: Batch, seconds: float, error: BaseException | None) -> None:
-        """The engine ran ``batch`` in ``seconds`` (failed with ``error`` if set)."""
-
-    def rejected(self, reason: str, texts: int) -> None:
-        """Texts answered with an error before running: ``queue_full`` | ``shutdown`` | ``timeout`` | ``cancelled``."""
-
-    def invalid_request(self) -> None:
-        """A request was answered 400 for bad input before reaching the queue (the adapter calls this)."""
 
 
 @dataclasses.dataclass

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fastpath.scheduling.costs import CostModel
-from fastpath.scheduling.queue import BatchQueue, _Candidate, _Rate
+from fastpath.scheduling.queue import BatchQueue, _Candidate
+from fastpath.scheduling.rates import ArrivalRate
 from fastpath.scheduling.tickets import WorkItem
 
 Shape = tuple[int, ...]
@@ -96,7 +97,7 @@ class ShapeBatchQueue(BatchQueue):
             self._index[shape] = len(self._shapes)
             self._shapes.append(shape)
             self._groups.append([])
-            self._rates.append(_Rate())
+            self._rates.append(ArrivalRate())
             self.length_buckets.append(tokens)
         super().submit(items, now, engine_busy=engine_busy)
 
