@@ -80,8 +80,10 @@ def probe_encoded(data: bytes, *, index: int) -> tuple[int, int]:
     except Image.DecompressionBombError as exc:
         raise InvalidInputError(f"input {BYTES_INPUT} element {index} is too large to decode: {exc}") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        # Pillow's UnidentifiedImageError text names only its internal file object ("<_io.BytesIO object at 0x...>")
+        reason = "no PNG or JPEG signature" if isinstance(exc, UnidentifiedImageError) else str(exc)
         raise InvalidInputError(f"input {BYTES_INPUT} element {index} ({len(data)} bytes, starting {data[:8]!r}) is not a "
-                                f"PNG or JPEG file: {exc}") from None
+                                f"PNG or JPEG file: {reason}") from None
     return height, width
 
 
