@@ -89,6 +89,7 @@ class PoolMetrics:
             counters = {key: family.Metric(labels=labels) for key, family in self._counters.items()}
             self._metrics.append((pool, gauges, counters))
             self._last.append(dict.fromkeys(COUNTERS, 0))
+        self._last_gauges: list[dict[str, float]] = [{} for _ in self._pools]
         self.update()
 
     def close(self) -> None:
@@ -96,17 +97,25 @@ class PoolMetrics:
         with self._lock:
             self._metrics = []
             self._last = []
+            self._last_gauges = []
             self._gauges = {}
             self._counters = {}
 
     def update(self) -> None:
-        """Set every gauge and advance every counter to the pools' current statistics."""
+        """Set every gauge and advance every counter to the pools' current statistics.
+
+        Only changed values are sent: each ``set``/``increment`` is a stub-to-server round trip,
+        and the models call this once per batch (in steady state: the lease and hit counters).
+        """
         with self._lock:
-            for (pool, gauges, counters), last in zip(self._metrics, self._last):
+            for (pool, gauges, counters), last, shown in zip(self._metrics, self._last, self._last_gauges):
                 values = pool.stats().as_dict()
                 values["pinned"] = int(bool(values["pinned"]))
                 for key, metric in gauges.items():
-                    metric.set(float(values[key]))
+                    value = float(values[key])
+                    if shown.get(key) != value:
+                        metric.set(value)
+                        shown[key] = value
                 for key, metric in counters.items():
                     delta = int(values[key]) - last[key]
                     if delta > 0:
