@@ -24,6 +24,7 @@ import numpy as np
 
 from fastpath.config import TextEmbeddingConfig, parse_parameters, triton_parameters
 from fastpath.models.text_embedding import EMBEDDING_DIM, TextEmbedder
+from fastpath.profiling import PROFILE
 from fastpath.text import decode_texts
 from fastpath.triton.io import error_response, read_input
 
@@ -66,6 +67,7 @@ class BaselineEmbeddingModel:
         import triton_python_backend_utils as pb
 
         self.pb = pb
+        self.profile_name = args.get("model_instance_name", args["model_name"])
         self.config = parse_parameters(TextEmbeddingConfig, triton_parameters(json.loads(args["model_config"])))
         self.embedder = TextEmbedder.from_directory(Path(args["model_repository"]) / args["model_version"], self.config)
         labels = {"model": args["model_name"]}
@@ -98,6 +100,7 @@ class BaselineEmbeddingModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         if self.mode == "raw":
             return [self._raw(request) for request in requests]
+        started = mark = PROFILE.start()
         responses: list[Any] = [None] * len(requests)
         batches: list[tuple[int, list[Any]]] = []
         for index, request in enumerate(requests):
@@ -107,16 +110,22 @@ class BaselineEmbeddingModel:
                 batches.append((index, self.embedder.tokenizer.encode(texts)))
             except Exception as exc:
                 responses[index] = error_response(self.pb, exc)
+        mark = PROFILE.lap("execute.decode_and_tokenize", mark, len(requests))
         if self.mode == "stack" and batches:
             stacked = [e for _, encodings in batches for e in encodings]
             embeddings = self._run(stacked)
+            mark = PROFILE.lap("scheduler.run", mark)
             start = 0
             for index, encodings in batches:
                 responses[index] = self._response(embeddings[start : start + len(encodings)], encodings)
                 start += len(encodings)
+            PROFILE.lap("respond", mark, len(batches))
         else:
             for index, encodings in batches:
                 responses[index] = self._response(self._run(encodings), encodings)
+        if PROFILE.enabled:
+            PROFILE.lap("execute.total", started, len(requests))
+            PROFILE.dump(self.profile_name, force=False)
         return responses
 
     def _raw(self, request: Any) -> Any:
@@ -130,4 +139,5 @@ class BaselineEmbeddingModel:
         ])
 
     def finalize(self) -> None:
+        PROFILE.dump(self.profile_name)
         self.embedder.close()

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastpath.errors import UnavailableError
+from fastpath.profiling import PROFILE
 from fastpath.scheduling.clock import Clock, MonotonicClock
 from fastpath.scheduling.hooks import BatchHandler, SchedulerObserver
 from fastpath.scheduling.queue import Batch, BatchQueue
@@ -131,7 +132,9 @@ class BatchRunner:
             with self._cond:
                 if not len(self.queue):
                     return
+                mark = PROFILE.start()
                 decision = self.queue.next_batch(self.clock.now(), flush=True)
+                PROFILE.lap("scheduler.plan", mark)
             prepared = self._prepare(decision)
             if prepared is None:
                 continue
@@ -198,7 +201,9 @@ class BatchRunner:
                     now = self.clock.now()
                     wake_s = self._busy_until_s - self.stage_lead_s
                     if now >= wake_s:
+                        mark = PROFILE.start()
                         decision = self.queue.next_batch(now)
+                        PROFILE.lap("scheduler.plan", mark)
                         if decision.batch is not None or decision.expired:
                             self._staging = decision.batch
                             break
@@ -221,7 +226,9 @@ class BatchRunner:
                 return False
             wake_s = None
             if self._staging is None:  # the stager is not forming one: the idle engine forms its own
+                mark = PROFILE.start()
                 decision = self.queue.next_batch(self.clock.now())
+                PROFILE.lap("scheduler.plan", mark)
                 if decision.batch is not None or decision.expired:
                     self._staging = decision.batch
                     self._cond.release()
@@ -266,7 +273,10 @@ class BatchRunner:
             return None
         self.observer.dispatched(batch, [now - item.arrival_s for item in batch.items])
         try:
-            return batch, self.handler.stage(batch)
+            mark = PROFILE.start()
+            staged = self.handler.stage(batch)
+            PROFILE.lap("scheduler.stage", mark, len(batch.items))
+            return batch, staged
         except Exception as exc:
             self._fail_batch(batch, exc)
             return None
@@ -320,10 +330,12 @@ class BatchRunner:
     def _run(self, batch: Batch, staged: Any, start_s: float) -> _Completion:
         """Run the engine on one staged batch and feed its time to the cost model. Never raises."""
         outputs, error = None, None
+        mark = PROFILE.start()
         try:
             outputs = self.handler.run(staged)
         except Exception as exc:  # only this batch fails
             error = exc
+        PROFILE.lap("scheduler.run", mark, len(batch.items))
         seconds = self.clock.now() - start_s
         if error is None:
             try:
@@ -346,6 +358,7 @@ class BatchRunner:
     def _complete(self, done: _Completion) -> None:
         """Deliver one finished batch (the caller put it in ``self._finishing``), then take it out."""
         error = done.error
+        mark = PROFILE.start()
         try:
             try:
                 self.observer.batch_done(done.batch, done.seconds, error)
@@ -362,6 +375,7 @@ class BatchRunner:
             with self._cond:
                 self._finishing.remove(done.batch)
                 self._cond.notify_all()
+            PROFILE.lap("scheduler.finish", mark, len(done.batch.items))
 
     def _fail_batch(self, batch: Batch, error: BaseException) -> None:
         LOG.error("a batch of %d texts [%d x %d] failed: %s", len(batch.items), batch.batch_size, batch.length, error)

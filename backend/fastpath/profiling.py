@@ -1,0 +1,102 @@
+"""Where the time goes: wall seconds per phase of the serving path, off unless asked for.
+
+Set ``FASTPATH_PHASE_PROFILE=<directory>`` in tritonserver's environment (the stubs inherit it) and
+every python-backend process that serves a FastPath model accumulates, per phase, the seconds spent
+and how many times the phase ran, and writes them to ``<directory>/<model instance>.json`` every
+10 s and at ``finalize``. ``benchmarks/gpu/triton_gpu.py`` reads those files to print its "where the
+time goes" table (issue 9). Phases use dotted names: ``execute.*`` (Triton's ``execute()`` thread:
+decode, tokenize, submit), ``scheduler.*`` (plan, stage, run, finish), ``respond`` (building one
+``InferenceResponse``), ``graph.*`` (host staging in the graph runner) and ``gpu.*`` (CUDA event
+times of the host-to-device copy, the graph replay and the device-to-host copy).
+
+When the variable is unset, :meth:`PhaseProfile.lap` returns at once (one attribute test), so the
+hooks stay in the hot path at no measurable cost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+ENV = "FASTPATH_PHASE_PROFILE"
+DUMP_EVERY_S = 10.0
+
+
+class PhaseProfile:
+    """Accumulated seconds and counts per phase (thread-safe).
+
+    Args:
+        directory: where :meth:`dump` writes; None disables the profile (every method is a no-op).
+    """
+
+    def __init__(self, directory: str | Path | None) -> None:
+        self.enabled = bool(directory)
+        self.directory = Path(directory) if directory else None
+        self._seconds: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._last_dump_s = time.monotonic()
+
+    def lap(self, phase: str, start_s: float, count: int = 1) -> float:
+        """Add ``perf_counter() - start_s`` seconds to ``phase``; returns the new ``perf_counter()`` (0.0 when off).
+
+        Args:
+            phase: dotted phase name, e.g. ``"execute.tokenize"``.
+            start_s: a ``time.perf_counter()`` value (the previous lap's return).
+            count: how many units (requests, texts, batches) the phase handled this time.
+        """
+        if not self.enabled:
+            return 0.0
+        now = time.perf_counter()
+        self.add(phase, now - start_s, count)
+        return now
+
+    def start(self) -> float:
+        """``time.perf_counter()`` when enabled, else 0.0 (a start value for :meth:`lap`)."""
+        return time.perf_counter() if self.enabled else 0.0
+
+    def add(self, phase: str, seconds: float, count: int = 1) -> None:
+        """Add ``seconds`` (e.g. a CUDA event interval) and ``count`` to ``phase``."""
+        if not self.enabled:
+            return
+        with self._lock:
+            self._seconds[phase] = self._seconds.get(phase, 0.0) + seconds
+            self._counts[phase] = self._counts.get(phase, 0) + count
+
+    def reset(self) -> None:
+        """Forget everything recorded so far (models call it at the end of ``initialize``: warm-up is not serving)."""
+        with self._lock:
+            self._seconds.clear()
+            self._counts.clear()
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        """``{phase: {"seconds": total wall seconds, "count": units}}``."""
+        with self._lock:
+            return {phase: {"seconds": self._seconds[phase], "count": self._counts[phase]} for phase in sorted(self._seconds)}
+
+    def dump(self, name: str, *, force: bool = True) -> Path | None:
+        """Write the snapshot to ``<directory>/<name>.json``; with ``force=False`` at most every 10 s.
+
+        Returns the path written, or None (disabled, or not yet due). Never raises: a profile must
+        not cost an answer (an unwritable directory is reported in the file name's absence only).
+        """
+        if not self.enabled or self.directory is None:
+            return None
+        now = time.monotonic()
+        if not force and now - self._last_dump_s < DUMP_EVERY_S:
+            return None
+        self._last_dump_s = now
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = self.directory / f"{name}.json"
+            path.write_text(json.dumps({"pid": os.getpid(), "phases": self.snapshot()}, indent=1) + "\n")
+            return path
+        except OSError:
+            return None
+
+
+PROFILE = PhaseProfile(os.environ.get(ENV))
+"""The process's profile (one python-backend stub serves one model instance)."""
