@@ -77,3 +77,23 @@ def test_address_check_refuses_moved_buffers(runner):
     runner.buffers._device_output = runner.buffers._device_output.clone()
     with pytest.raises(EngineError, match="'output' of bucket batch=2 length=16 moved"):
         runner.run(make_batch(rng, 2, 16))
+
+
+def test_a_pinned_pool_block_of_a_bucket_shape_is_replayed_with_one_dma_and_no_host_copy(runner):
+    """Issue 4: the scheduler's staging-pool lease (cudaHostAlloc) goes straight to the graph's device inputs."""
+    from fastpath.graphs import Bucket
+    from fastpath.memory import PoolConfig, create_host_pool
+
+    rng = np.random.default_rng(5)
+    pool = create_host_pool(PoolConfig(capacity_bytes=1 << 20, max_block_bytes=1 << 16), allocator="cuda-pinned")
+    names = ("input_ids", "attention_mask", "token_type_ids")
+    for rows, length in ((4, 16), (8, 32), (4, 16)):
+        batch = make_batch(rng, rows, length)
+        with pool.lease(3 * rows * length * 8) as lease:
+            views = [lease.view(np.int64, (rows, length), k * rows * length * 8) for k in range(3)]
+            for view, name in zip(views, names):
+                view[:] = batch[name]
+            np.testing.assert_array_equal(runner.run(dict(zip(names, views))), expected(batch))
+    pool.close()
+    assert (runner.direct_transfers, runner.staged_transfers) == (3, 0)
+    assert runner.replays[Bucket(4, 16)] == 2 and runner.replays[Bucket(8, 32)] == 1

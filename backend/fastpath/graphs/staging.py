@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -93,3 +94,24 @@ def filler_rows(batch: int, length: int, spec: PaddedInput, dtype: np.dtype = np
     rows = np.full((batch, length), spec.pad_value, dtype=dtype)
     rows[:, : len(spec.filler)] = spec.filler
     return rows
+
+
+def packed_inputs(feeds: Mapping[str, np.ndarray], inputs: tuple[PaddedInput, ...], bucket: Any) -> np.ndarray | None:
+    """The feeds as one int64 [num_inputs, b, L] array without copying, or None if they are not one block.
+
+    They are one block when every input is a C-contiguous int64 array of exactly the bucket's shape
+    ``(bucket.batch, bucket.length)`` and input ``k`` starts where input ``k - 1`` ends, in the
+    order of ``inputs`` (what :class:`~fastpath.triton.text_embedding.EmbeddingBatchHandler` leases
+    from the staging pool). The returned array is a strided view spanning the three arrays' memory,
+    which is valid because they tile it exactly; nothing is copied, and nothing writes through it.
+    """
+    arrays = [feeds.get(spec.name) for spec in inputs]
+    shape = (bucket.batch, bucket.length)
+    first = arrays[0]
+    if first is None:
+        return None
+    for index, array in enumerate(arrays):
+        if (array is None or array.shape != shape or array.dtype != np.int64 or not array.flags.c_contiguous
+                or array.ctypes.data != first.ctypes.data + index * first.nbytes):
+            return None
+    return np.lib.stride_tricks.as_strided(first, shape=(len(arrays), *shape), strides=(first.nbytes, *first.strides))

@@ -88,3 +88,44 @@ def test_graphs_need_cuda():
 def test_buckets_shorter_than_the_filler_row_are_refused():
     with pytest.raises(EngineError, match="shorter than the 2-token filler"):
         GraphRunner(masked_sum, BERT_INPUTS, BucketGrid((1,), (1, 8)), output_shape=(2,), device="cpu", use_graphs=False)
+
+
+def _one_block(batch: dict[str, np.ndarray], order=("input_ids", "attention_mask", "token_type_ids")) -> dict[str, np.ndarray]:
+    """The batch's inputs laid out back to back in one int64 [3, b, L] block (as the staging pool lease holds them)."""
+    block = np.stack([batch[name] for name in order])
+    return {name: block[index] for index, name in enumerate(order)}
+
+
+def test_a_bucket_shaped_block_goes_to_the_device_without_a_host_copy(runner):
+    from fastpath.memory import PoolConfig, create_host_pool
+
+    rng = np.random.default_rng(7)
+    batch = make_batch(rng, 4, 16)  # exactly bucket (4, 16)
+    pool = create_host_pool(PoolConfig(capacity_bytes=1 << 20, max_block_bytes=1 << 16), allocator="page-aligned")
+    with pool.lease(3 * 4 * 16 * 8) as lease:
+        views = [lease.view(np.int64, (4, 16), k * 4 * 16 * 8) for k in range(3)]
+        for view, name in zip(views, ("input_ids", "attention_mask", "token_type_ids")):
+            view[:] = batch[name]
+        feeds = dict(zip(("input_ids", "attention_mask", "token_type_ids"), views))
+        np.testing.assert_array_equal(runner.run(feeds), expected(batch))
+    pool.close()
+    assert (runner.direct_transfers, runner.staged_transfers) == (1, 0)
+    np.testing.assert_array_equal(runner.run(batch), expected(batch))  # three separate arrays: staged
+    assert (runner.direct_transfers, runner.staged_transfers) == (1, 1)
+
+
+def test_packed_inputs_only_accepts_one_exact_block_in_input_order():
+    from fastpath.graphs.staging import packed_inputs
+
+    rng = np.random.default_rng(8)
+    batch = make_batch(rng, 2, 8)
+    packed = packed_inputs(_one_block(batch), BERT_INPUTS, Bucket(2, 8))
+    assert packed.shape == (3, 2, 8)
+    np.testing.assert_array_equal(packed[1], batch["attention_mask"])
+    assert packed_inputs(_one_block(batch), BERT_INPUTS, Bucket(4, 8)) is None  # rows would need filler
+    assert packed_inputs(_one_block(batch, ("attention_mask", "input_ids", "token_type_ids")), BERT_INPUTS, Bucket(2, 8)) is None
+    assert packed_inputs(batch, BERT_INPUTS, Bucket(2, 8)) is None  # separate allocations
+    strided = {name: np.ascontiguousarray(np.stack([value, value], axis=2))[:, :, 0] for name, value in _one_block(batch).items()}
+    assert packed_inputs(strided, BERT_INPUTS, Bucket(2, 8)) is None
+    as_int32 = {name: value.astype(np.int32) for name, value in _one_block(batch).items()}
+    assert packed_inputs(as_int32, BERT_INPUTS, Bucket(2, 8)) is None
