@@ -108,6 +108,8 @@ class TextEmbeddingConfig:
         artifact: ONNX file name inside the model version directory.
         tokenizer: tokenizer file name inside the model version directory (HF ``tokenizer.json``).
         intra_op_threads: ONNX Runtime intra-op threads; 0 lets ONNX Runtime choose (one per core).
+        intra_op_spinning: ONNX Runtime's ``session.intra_op.allow_spinning``: its worker threads
+            busy-wait between operators (true, ONNX Runtime's default) or sleep (false).
         max_seq_length: truncation length in tokens, [CLS] and [SEP] included. 256 is
             all-MiniLM-L6-v2's ``max_seq_length`` (sentence_bert_config.json).
         max_text_bytes: largest accepted UTF-8 size of one text, in bytes; larger texts get a 400
@@ -115,6 +117,17 @@ class TextEmbeddingConfig:
         max_batch_texts: most texts the engine runs in one call.
         length_buckets_tokens: padded sequence lengths; a batch pads to the smallest bucket that
             holds its longest member, never beyond ``max_seq_length``.
+        cuda_sync: torch runtime on CUDA: how an instance waits for its batch. ``spin`` (busy-wait,
+            the default: faster on the H200, run 17) or ``blocking`` (the thread sleeps on a
+            ``cudaEventBlockingSync`` event, leaving its core free; for hosts short of cores).
+        tokenizer_parallelism: let HF tokenizers spread one ``execute()``'s texts over its Rayon
+            thread pool (one thread per core, in every instance's process). Off by default: each
+            Triton instance is already its own process, and the pool's threads cost CPU that the
+            engine, Triton and the other instances need. Measured on this 2-core machine, 24 texts
+            per call: parallel 34 us/text wall but 64 us/text CPU, sequential 50 us/text both. On
+            the H200 host (16 cores, 6 instances, run 17): off served 15.5k one-text requests/s at
+            c=256 against 13.7k with it on (stub CPU 295 vs 413 us/request), while bulk requests of
+            32 texts at c=32, with cores to spare, ran 35k texts/s off against 44k on.
     """
 
     runtime: str = "onnxruntime"
@@ -123,16 +136,20 @@ class TextEmbeddingConfig:
     artifact: str = "model.onnx"
     tokenizer: str = "tokenizer.json"
     intra_op_threads: int = 0
+    intra_op_spinning: bool = True
     max_seq_length: int = 256
     max_text_bytes: int = 1 << 20
     max_batch_texts: int = 64
     length_buckets_tokens: tuple[int, ...] = (16, 32, 64, 128, 256)
+    cuda_sync: str = "spin"
+    tokenizer_parallelism: bool = False
 
     def __post_init__(self) -> None:
         check_parameter(self.runtime in RUNTIMES, "runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
         check_parameter(self.precision in PRECISIONS, "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
         check_parameter(self.device == "cpu" or self.device.startswith("cuda"), "device", self.device, "cpu, cuda or cuda:N")
         check_parameter(self.intra_op_threads >= 0, "intra_op_threads", self.intra_op_threads, ">= 0")
+        check_parameter(self.cuda_sync in ("blocking", "spin"), "cuda_sync", self.cuda_sync, "blocking or spin")
         check_parameter(2 <= self.max_seq_length <= 512, "max_seq_length", self.max_seq_length, "2..512 (BERT positions)")
         check_parameter(self.max_text_bytes > 0, "max_text_bytes", self.max_text_bytes, "> 0")
         check_parameter(self.max_batch_texts > 0, "max_batch_texts", self.max_batch_texts, "> 0")
@@ -190,9 +207,13 @@ class SchedulerConfig:
             hands each call every request queued meanwhile, and several instances. Each
             response sent through a sender is its own synchronous stub-to-server round trip; on
             the H200 that capped ``sender`` at ~1.4k requests/s per instance (docs/benchmarks/triton_gpu.md).
-        metrics: publish the scheduler's custom metrics. Each update is a stub-to-server round trip
-            (several per batch, one per text for the queue delay); on the H200 at ~12k requests/s
-            turning them off bought 18% throughput (runs 11 and 12, docs/benchmarks/triton_gpu.md).
+        metrics: publish the scheduler's and the staging pool's custom metrics. Each update is a
+            stub-to-server round trip; on the H200 at ~12k requests/s, publishing them from the
+            request path cost 18% throughput (runs 11 and 12, docs/benchmarks/triton_gpu.md).
+        metrics_interval_ms: publish metrics from a background thread every this many
+            milliseconds (and at unload) instead of on the request path; the request path only
+            records into local buffers. A scrape may trail the last batches by this much. 0:
+            publish each update on the request path as it happens.
     """
 
     batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -210,9 +231,12 @@ class SchedulerConfig:
     check_cancellation: bool = True
     response_mode: str = "sender"
     metrics: bool = True
+    metrics_interval_ms: int = 500
 
     def __post_init__(self) -> None:
         buckets = self.batch_buckets
+        check_parameter(self.metrics_interval_ms >= 0, "metrics_interval_ms", self.metrics_interval_ms,
+                        ">= 0 (0 = publish on the request path)")
         check_parameter(self.response_mode in RESPONSE_MODES, "response_mode", self.response_mode,
                         f"one of {', '.join(RESPONSE_MODES)}")
         check_parameter(

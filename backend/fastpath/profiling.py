@@ -6,7 +6,9 @@ and how many times the phase ran, and writes them to ``<directory>/<model instan
 10 s and at ``finalize``. ``benchmarks/gpu/triton_gpu.py`` reads those files to print its "where the
 time goes" table (issue 9). Phases use dotted names: ``execute.*`` (Triton's ``execute()`` thread:
 decode, tokenize, submit), ``scheduler.*`` (plan, stage, run, finish), ``respond`` (building one
-``InferenceResponse``), ``graph.*`` (host staging in the graph runner) and ``gpu.*`` (CUDA event
+``InferenceResponse``), ``graph.*`` (host staging in the graph runner: ``host_stage_direct`` when
+the batch went to the device straight from the caller's block, ``host_stage_copy`` when it was
+padded into the static buffer first; ``device_and_sync``) and ``gpu.*`` (CUDA event
 times of the host-to-device copy, the graph replay and the device-to-host copy).
 
 When the variable is unset, :meth:`PhaseProfile.lap` returns at once (one attribute test), so the
@@ -19,6 +21,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ENV = "FASTPATH_PHASE_PROFILE"
@@ -39,6 +42,7 @@ class PhaseProfile:
         self._counts: dict[str, int] = {}
         self._lock = threading.Lock()
         self._last_dump_s = time.monotonic()
+        self._counters: dict[str, Callable[[], float]] = {}
 
     def lap(self, phase: str, start_s: float, count: int = 1) -> float:
         """Add ``perf_counter() - start_s`` seconds to ``phase``; returns the new ``perf_counter()`` (0.0 when off).
@@ -72,6 +76,21 @@ class PhaseProfile:
             self._seconds.clear()
             self._counts.clear()
 
+    def counter(self, name: str, read: Callable[[], float]) -> None:
+        """Report ``read()`` as counter ``name`` in every dump (e.g. allocations since warm-up); no-op when off."""
+        if self.enabled:
+            self._counters[name] = read
+
+    def counters(self) -> dict[str, float]:
+        """Each registered counter's current value (a counter that raises is left out)."""
+        values = {}
+        for name, read in list(self._counters.items()):
+            try:
+                values[name] = float(read())
+            except Exception:  # a counter must never cost an answer
+                continue
+        return values
+
     def snapshot(self) -> dict[str, dict[str, float]]:
         """``{phase: {"seconds": total wall seconds, "count": units}}``."""
         with self._lock:
@@ -92,7 +111,7 @@ class PhaseProfile:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             path = self.directory / f"{name}.json"
-            path.write_text(json.dumps({"pid": os.getpid(), "phases": self.snapshot()}, indent=1) + "\n")
+            path.write_text(json.dumps({"pid": os.getpid(), "phases": self.snapshot(), "counters": self.counters()}, indent=1) + "\n")
             return path
         except OSError:
             return None

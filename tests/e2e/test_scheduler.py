@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import re
 import shutil
+import time
 import urllib.request
 
 import numpy as np
@@ -32,7 +33,12 @@ def _embed(server, texts, **kwargs):
     return client.infer(MODEL, _inputs(grpcclient, texts), **kwargs).as_numpy("EMBEDDING")
 
 
+METRICS_SETTLE_S = 1.0  # FastPath publishes its metrics every metrics_interval_ms (500 ms by default)
+
+
 def _metrics(server) -> str:
+    """The /metrics text once FastPath's metrics flusher has published what came before this call."""
+    time.sleep(METRICS_SETTLE_S)
     with urllib.request.urlopen(f"http://127.0.0.1:{server.options.metrics_port}/metrics", timeout=10) as reply:
         return reply.read().decode()
 
@@ -76,7 +82,9 @@ def test_scheduler_metrics_are_published(triton_server, sentences):
     text = _metrics(triton_server)
     labels = {"model": MODEL, "version": "1"}
     assert _metric_sum(text, "fastpath_batch_size_count", **labels) >= 1
-    assert _metric_sum(text, "fastpath_queue_delay_us_count", **labels) >= 20
+    assert _metric_sum(text, "fastpath_queue_delay_us_count", **labels) == _metric_sum(text, "fastpath_batch_size_count", **labels)
+    assert _metric_sum(text, "fastpath_batch_size_sum", **labels) >= 20  # every text was dispatched
+    assert _metric_sum(text, "fastpath_queue_duration_us", **labels) > 0
     assert _metric_sum(text, "fastpath_batch_padding_fraction_count", **labels) >= 1
     real = _metric_sum(text, "fastpath_real_tokens_total", **labels)
     assert real > 0 and _metric_sum(text, "fastpath_padded_tokens_total", **labels) >= real

@@ -97,3 +97,17 @@ def test_a_pinned_pool_block_of_a_bucket_shape_is_replayed_with_one_dma_and_no_h
     pool.close()
     assert (runner.direct_transfers, runner.staged_transfers) == (3, 0)
     assert runner.replays[Bucket(4, 16)] == 2 and runner.replays[Bucket(8, 32)] == 1
+
+
+@pytest.mark.parametrize("sync", ["blocking", "spin"])
+def test_both_sync_modes_return_the_same_exact_rows(torch, sync):
+    from fastpath.graphs import BERT_INPUTS, BucketGrid
+    from fastpath.graphs.runner import GraphRunner
+
+    graph_runner = GraphRunner(masked_sum, BERT_INPUTS, BucketGrid((1, 4), (16,)), output_shape=(2,), device="cuda", sync=sync)
+    graph_runner.capture()
+    rng = np.random.default_rng(9)
+    for rows in (1, 3, 4):
+        batch = make_batch(rng, rows, 16)
+        np.testing.assert_array_equal(graph_runner.run(batch), expected(batch))
+    graph_runner.close()

@@ -35,6 +35,8 @@ def test_unknown_key_is_named():
         ("max_seq_length", "1024", "2..512"),
         ("length_buckets_tokens", "64,32", "strictly increasing"),
         ("precision", "int4", "one of fp32"),
+        ("cuda_sync", "poll", "blocking or spin"),
+        ("tokenizer_parallelism", "maybe", "bool"),
     ],
 )
 def test_bad_values_name_key_and_value(key, value, match):

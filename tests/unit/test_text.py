@@ -122,3 +122,16 @@ def test_long_texts_are_tokenized_from_a_word_prefix_with_identical_results(toke
         assert bool(encoding.overflowing) == bool(reference.overflowing)
     # the 1 MiB text was tokenized from a ~16k-character prefix: a few overflow windows, not ~900
     assert len(ours[0].overflowing) < 20 < 500 < len(references[0].overflowing)
+
+
+def test_tokenizer_parallelism_is_set_for_the_process_and_gives_the_same_ids(tokenizer, monkeypatch):
+    import os
+
+    from fastpath.text import set_tokenizer_parallelism
+
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    texts = ["a first sentence", "and a second, somewhat longer sentence"] * 8
+    parallel = [e.ids for e in tokenizer.encode(texts)]
+    set_tokenizer_parallelism(False)
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
+    assert [e.ids for e in tokenizer.encode(texts)] == parallel

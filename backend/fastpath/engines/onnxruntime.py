@@ -41,9 +41,13 @@ class OnnxRuntimeEngine(Engine):
 
     name = "onnxruntime"
 
-    def __init__(self, path: str, *, intra_op_threads: int = 0, providers: tuple[str | tuple[str, dict], ...] = ("CPUExecutionProvider",)) -> None:
+    def __init__(self, path: str, *, intra_op_threads: int = 0, providers: tuple[str | tuple[str, dict], ...] = ("CPUExecutionProvider",),
+                 allow_spinning: bool = True) -> None:
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
+        # ONNX Runtime's documented session option: worker threads busy-wait for the next operator
+        # ("1", its default) or sleep ("0"), which leaves the cores to Triton, clients and tokenization.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         try:
@@ -76,6 +80,7 @@ def load(
     *,
     device: str = "cpu",
     intra_op_threads: int = 0,
+    allow_spinning: bool = True,
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
     lengths: tuple[int, ...] = (16, 32, 64, 128, 256),
     check_addresses: bool = False,
@@ -87,6 +92,8 @@ def load(
         device: ``"cpu"`` (CPU execution provider) or ``"cuda"`` / ``"cuda:N"`` (CUDA execution
             provider with one CUDA graph per bucket; needs onnxruntime-gpu).
         intra_op_threads: CPU threads per operator (CPU only); 0 = one per physical core.
+        allow_spinning: CPU only: ONNX Runtime's ``session.intra_op.allow_spinning`` (worker threads
+            busy-wait between operators when True, ONNX Runtime's default).
         batch_sizes, lengths: the CUDA graph buckets (CUDA only).
         check_addresses: verify bound buffers never move between capture and replay (CUDA only).
 
@@ -95,7 +102,7 @@ def load(
         EngineError: the model does not load, or CUDA was asked for without onnxruntime-gpu.
     """
     if device == "cpu":
-        return OnnxRuntimeEngine(path, intra_op_threads=intra_op_threads)
+        return OnnxRuntimeEngine(path, intra_op_threads=intra_op_threads, allow_spinning=allow_spinning)
     if device.startswith("cuda"):
         from fastpath.engines.onnxruntime_cuda import OnnxRuntimeCudaGraphEngine
 

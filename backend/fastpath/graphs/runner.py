@@ -43,6 +43,7 @@ from fastpath.profiling import PROFILE
 LOG = logging.getLogger("fastpath.graphs")
 
 Forward = Callable[..., torch.Tensor]
+SYNC_MODES = ("blocking", "spin")
 
 
 class GraphRunner:
@@ -60,6 +61,12 @@ class GraphRunner:
             ``forward`` eagerly on the static buffers (same padding, same slicing).
         check_addresses: before each replay, verify the static buffers did not move since capture.
         warmup_iters: eager runs of each bucket before capture.
+        sync: how the host waits for a batch's result. ``spin`` (default):
+            ``cudaStreamSynchronize``'s busy-wait, lowest wake-up latency; ``blocking``: on a CUDA
+            event created with ``cudaEventBlockingSync``, so the thread sleeps until the GPU
+            signals and its core is free meanwhile. On the H200 with 6 instances at c=256,
+            blocking served 14% fewer requests/s (13.4k vs 15.5k) and was slower at c=1 (p50
+            2.73 vs 2.44 ms) without saving stub CPU (run 17, docs/benchmarks/triton_gpu.md).
 
     Attributes:
         replays: Counter of graph replays per bucket.
@@ -82,7 +89,10 @@ class GraphRunner:
         use_graphs: bool = True,
         check_addresses: bool = False,
         warmup_iters: int = 2,
+        sync: str = "spin",
     ) -> None:
+        if sync not in SYNC_MODES:
+            raise EngineError(f"sync={sync!r}: expected one of {', '.join(SYNC_MODES)}")
         self.device = torch.device(device)
         if use_graphs and self.device.type != "cuda":
             raise EngineError(f"CUDA graphs need a CUDA device; got {self.device}. Pass use_graphs=False to run eagerly")
@@ -103,6 +113,7 @@ class GraphRunner:
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._lock = threading.Lock()
         self._events = [torch.cuda.Event(enable_timing=True) for _ in range(4)] if self.device.type == "cuda" else []
+        self._done = torch.cuda.Event(blocking=True) if self.device.type == "cuda" and sync == "blocking" else None
         self.replays: Counter[Bucket] = Counter()
         self.direct_transfers = 0
         self.staged_transfers = 0
@@ -204,7 +215,7 @@ class GraphRunner:
         else:  # one DMA straight from the caller's block (the staging pool's page-locked lease)
             source_tensor = torch.from_numpy(source)
             self.direct_transfers += 1
-        mark = PROFILE.lap("graph.host_stage", mark)
+        mark = PROFILE.lap("graph.host_stage_direct" if source is not None else "graph.host_stage_copy", mark)
         graph = self._graphs.get(bucket)
         events = self._events if PROFILE.enabled and self._events else None
         with self._stream_context(), torch.inference_mode():
@@ -226,7 +237,12 @@ class GraphRunner:
             buffers.host_output(rows).copy_(buffers.device_output(bucket)[:rows], non_blocking=True)
             if events:
                 events[3].record()
-        self._synchronize()
+            if self._done is not None:
+                self._done.record()
+        if self._done is not None:
+            self._done.synchronize()  # the thread sleeps until the GPU reaches the event
+        else:
+            self._synchronize()
         if events:
             for phase, first, last in (("gpu.h2d", 0, 1), ("gpu.replay", 1, 2), ("gpu.d2h", 2, 3)):
                 PROFILE.add(phase, events[first].elapsed_time(events[last]) * 1e-3)

@@ -84,7 +84,9 @@ def engine_options(config: TextEmbeddingConfig) -> dict[str, object]:
         batch_sizes = tuple(1 << i for i in range(config.max_batch_texts.bit_length()) if 1 << i <= config.max_batch_texts)
         lengths = tuple(sorted({min(b, config.max_seq_length) for b in config.length_buckets_tokens}))
         return {"device": config.device, "precision": config.precision, "batch_sizes": batch_sizes, "lengths": lengths,
-                "intra_op_threads": config.intra_op_threads}
+                "intra_op_threads": config.intra_op_threads, "sync": config.cuda_sync}
+    if config.runtime == "onnxruntime":
+        return {"intra_op_threads": config.intra_op_threads, "allow_spinning": config.intra_op_spinning}
     return {"intra_op_threads": config.intra_op_threads}
 
 

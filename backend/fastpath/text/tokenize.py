@@ -10,6 +10,7 @@ batch. Loading the file as-is would therefore cut texts at 128 tokens and pad ev
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -95,6 +96,19 @@ def _word_prefix(text: str, limit: int) -> str | None:
         return None
     cut = max(text.rfind(space, 0, limit) for space in " \t\n\r")
     return text[:cut] if cut > 0 else None
+
+
+PARALLELISM_ENV = "TOKENIZERS_PARALLELISM"
+
+
+def set_tokenizer_parallelism(enabled: bool) -> None:
+    """Turn HF tokenizers' Rayon parallelism in ``encode_batch`` on or off for this process.
+
+    tokenizers reads ``TOKENIZERS_PARALLELISM`` on every batch call (tokenizers
+    ``utils/parallelism.rs``), so setting it here takes effect at once. A python-backend stub
+    serves one model instance, so the setting is that instance's (``tokenizer_parallelism``).
+    """
+    os.environ[PARALLELISM_ENV] = "true" if enabled else "false"
 
 
 class TextTokenizer:

@@ -10,20 +10,37 @@ Families (labels: ``model``, ``version``; execution time also ``batch_size`` and
     fastpath_batch_padding_fraction          HISTOGRAM  (padded - real tokens) / padded tokens, per call
     fastpath_padded_tokens_total             COUNTER    tokens the engine processed (filler rows included)
     fastpath_real_tokens_total               COUNTER    tokens of real texts
-    fastpath_queue_delay_us                  HISTOGRAM  accept -> dispatch, per text, microseconds
+    fastpath_queue_delay_us                  HISTOGRAM  accept -> dispatch of the oldest text of each
+                                                        engine call, microseconds
+    fastpath_queue_duration_us               COUNTER    accept -> dispatch summed over every text (like
+                                                        Triton's nv_inference_queue_duration_us); its
+                                                        rate over ``fastpath_batch_size_sum``'s is the
+                                                        mean queue delay per text
     fastpath_rejected_texts_total            COUNTER    texts answered without running, by ``reason``
                                                         (queue_full, shutdown, timeout, cancelled)
     fastpath_batch_execution_us              HISTOGRAM  engine time per call, per (batch_size, seq_length) bucket
     fastpath_batch_failures_total            COUNTER    engine calls that raised
+
+Cost. Every ``pb_utils`` metric call (``observe``, ``increment``, ``set``) is a synchronous
+stub-to-server round trip; on the H200, publishing per text and per batch from the request path cost
+18% of served throughput (docs/benchmarks/triton_gpu.md, run 12). So by default
+(``metrics_interval_ms`` > 0) the request path only records into local buffers, a few list appends
+per engine call, and :class:`MetricsFlusher` publishes them from its own thread every interval and
+at unload: counters as one increment per interval, histograms one observation per engine call. A
+scrape may trail the last batches by up to one interval. ``metrics_interval_ms = 0`` publishes on
+the request path as it happens.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastpath.scheduling import Batch, SchedulerObserver
+
+LOG = logging.getLogger(__name__)
 
 REJECT_REASONS = ("queue_full", "shutdown", "timeout", "cancelled")
 # microsecond histogram buckets: 100 us .. ~6.5 s in x4 steps
@@ -39,13 +56,20 @@ class SchedulerMetrics(SchedulerObserver):
         model: model name label.
         version: model version label.
         batch_buckets: the engine's batch sizes (histogram buckets of ``fastpath_batch_size``).
+        buffered: record into local buffers that :meth:`flush` publishes (from a
+            :class:`MetricsFlusher`); False: publish each update at once, on the caller's thread.
     """
 
-    def __init__(self, pb_utils: Any, *, model: str, version: str, batch_buckets: Sequence[int]) -> None:
+    def __init__(self, pb_utils: Any, *, model: str, version: str, batch_buckets: Sequence[int],
+                 buffered: bool = False) -> None:
         family = pb_utils.MetricFamily
         self._labels = {"model": model, "version": version}
         self._families: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self._publish_lock = threading.Lock()
+        self._buffered = buffered
+        self._counts: dict[int, list[Any]] = {}  # id(metric) -> [metric, pending increment]
+        self._observations: list[tuple[Any, float]] = []
 
         def make(name: str, description: str, kind: Any, buckets: list[float] | None = None, **labels: str) -> Any:
             if name not in self._families:
@@ -62,8 +86,10 @@ class SchedulerMetrics(SchedulerObserver):
         self._padded_tokens = make("fastpath_padded_tokens_total", "Tokens processed by the engine, padding included",
                                    family.COUNTER)
         self._real_tokens = make("fastpath_real_tokens_total", "Tokens of real texts processed by the engine", family.COUNTER)
-        self._queue_delay = make("fastpath_queue_delay_us", "Queue delay per text from accept to dispatch, microseconds",
-                                 family.HISTOGRAM, US_BUCKETS)
+        self._queue_delay = make("fastpath_queue_delay_us", "Queue delay of the oldest text of each engine call, "
+                                 "accept to dispatch, microseconds", family.HISTOGRAM, US_BUCKETS)
+        self._queue_duration = make("fastpath_queue_duration_us", "Queue delay from accept to dispatch summed over "
+                                    "every text, microseconds", family.COUNTER)
         self._failures = make("fastpath_batch_failures_total", "Engine calls that failed", family.COUNTER)
         # Triton 2.51 counts a request answered with an error through its response sender as a success
         # (nv_inference_request_success), so bad input is visible only here.
@@ -75,18 +101,53 @@ class SchedulerMetrics(SchedulerObserver):
         }
         self._execution: dict[tuple[int, int], Any] = {}
 
+    def _increment(self, metric: Any, value: float) -> None:
+        if not self._buffered:
+            metric.increment(value)
+            return
+        with self._lock:
+            pending = self._counts.get(id(metric))
+            if pending is None:
+                self._counts[id(metric)] = [metric, value]
+            else:
+                pending[1] += value
+
+    def _observe(self, metric: Any, value: float) -> None:
+        if not self._buffered:
+            metric.observe(value)
+            return
+        with self._lock:
+            self._observations.append((metric, value))
+
+    def flush(self) -> None:
+        """Publish what was recorded since the last flush (buffered mode; a no-op otherwise).
+
+        Runs on :class:`MetricsFlusher`'s thread: these are the round trips to the server.
+        """
+        with self._publish_lock:
+            with self._lock:
+                counts, self._counts = list(self._counts.values()), {}
+                observations, self._observations = self._observations, []
+            if self._make is None:  # closed
+                return
+            for metric, value in counts:
+                metric.increment(float(value))
+            for metric, value in observations:
+                metric.observe(value)
+
     def dispatched(self, batch: Batch, queue_delays_s: Sequence[float]) -> None:
-        self._batch_size.observe(float(len(batch.items)))
+        self._observe(self._batch_size, float(len(batch.items)))
         padded, real = batch.padded_tokens, batch.real_tokens
-        self._padding.observe((padded - real) / padded if padded else 0.0)
-        self._padded_tokens.increment(float(padded))
-        self._real_tokens.increment(float(real))
-        for delay_s in queue_delays_s:
-            self._queue_delay.observe(delay_s * 1e6)
+        self._observe(self._padding, (padded - real) / padded if padded else 0.0)
+        self._increment(self._padded_tokens, float(padded))
+        self._increment(self._real_tokens, float(real))
+        if queue_delays_s:
+            self._observe(self._queue_delay, max(queue_delays_s) * 1e6)
+            self._increment(self._queue_duration, sum(queue_delays_s) * 1e6)
 
     def batch_done(self, batch: Batch, seconds: float, error: BaseException | None) -> None:
         if error is not None:
-            self._failures.increment(1.0)
+            self._increment(self._failures, 1.0)
             return
         key = (batch.batch_size, batch.length)
         with self._lock:
@@ -95,15 +156,15 @@ class SchedulerMetrics(SchedulerObserver):
                 metric = self._execution[key] = self._make(
                     "fastpath_batch_execution_us", "Engine time per call by batch bucket and padded length, microseconds",
                     self._histogram, US_BUCKETS, batch_size=str(key[0]), seq_length=str(key[1]))
-        metric.observe(seconds * 1e6)
+        self._observe(metric, seconds * 1e6)
 
     def rejected(self, reason: str, texts: int) -> None:
         metric = self._rejected.get(reason)
         if metric is not None:
-            metric.increment(float(texts))
+            self._increment(metric, float(texts))
 
     def invalid_request(self) -> None:
-        self._invalid.increment(1.0)
+        self._increment(self._invalid, 1.0)
 
     def close(self) -> None:
         """Drop every metric, then every family (they leave the metrics endpoint); idempotent.
@@ -112,10 +173,50 @@ class SchedulerMetrics(SchedulerObserver):
         down is destroyed after the stub's link to the server is gone, and the stub died with a
         segmentation fault at every unload (tests/e2e/test_serve_cli.py checks the log).
         """
-        with self._lock:
+        with self._publish_lock, self._lock:
+            self._counts, self._observations = {}, []
             self._execution.clear()
             self._rejected = {}
             self._batch_size = self._padding = self._padded_tokens = self._real_tokens = None
-            self._queue_delay = self._failures = self._invalid = None
+            self._queue_delay = self._queue_duration = self._failures = self._invalid = None
             self._families.clear()
             self._make = None
+
+
+class MetricsFlusher:
+    """Runs ``flushes`` (e.g. :meth:`SchedulerMetrics.flush`, ``PoolMetrics.update``) every ``interval_s``
+    on one daemon thread, and once more at :meth:`close`; an exception in one is logged, never raised.
+
+    Args:
+        flushes: callables without arguments.
+        interval_s: seconds between runs (> 0).
+        name: thread name.
+    """
+
+    def __init__(self, flushes: Sequence[Callable[[], None]], interval_s: float, name: str = "fastpath-metrics") -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self._flushes = list(flushes)
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        for flush in self._flushes:
+            try:
+                flush()
+            except Exception:  # metrics must never take the model down
+                LOG.exception("publishing FastPath metrics failed")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._run()
+
+    def close(self) -> None:
+        """Stop the thread, then publish what is left (call before closing the metrics); idempotent."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        self._run()

@@ -70,8 +70,8 @@ def scheduler_metrics(pb_utils: Any, args: dict[str, str], sched: SchedulerConfi
     if not sched.metrics:
         return SchedulerObserver()
     try:
-        return SchedulerMetrics(pb_utils, model=args.get("model_name", default_model),
-                                version=args["model_version"], batch_buckets=sched.batch_buckets)
+        return SchedulerMetrics(pb_utils, model=args.get("model_name", default_model), version=args["model_version"],
+                                batch_buckets=sched.batch_buckets, buffered=sched.metrics_interval_ms > 0)
     except Exception as exc:  # metrics disabled on the server (--allow-metrics=false): serve anyway
         LOG.warning("FastPath scheduler metrics are off: %s", exc)
         return SchedulerObserver()
@@ -89,6 +89,22 @@ def pool_metrics(pb_utils: Any, args: dict[str, str], pools: Sequence[Any], sche
     except Exception as exc:  # metrics disabled on the server: serve anyway
         LOG.warning("FastPath pool metrics are off: %s", exc)
         return None
+
+
+def metrics_flusher(sched: SchedulerConfig, metrics: Any, pool_metrics: Any, name: str) -> Any:
+    """How a scheduled model publishes its metrics: ``(flusher, per-batch hook)``.
+
+    With ``metrics_interval_ms`` > 0 and any metrics on: a
+    :class:`~fastpath.triton.metrics.MetricsFlusher` that publishes ``metrics`` and ``pool_metrics``
+    every interval, and no per-batch hook. Otherwise: no flusher, and ``pool_metrics.update`` (or
+    None) as the hook the batch handler calls after each batch.
+    """
+    from fastpath.triton.metrics import MetricsFlusher
+
+    flushes = [f for f in (getattr(metrics, "flush", None), getattr(pool_metrics, "update", None)) if f is not None]
+    if not flushes or sched.metrics_interval_ms <= 0:
+        return None, getattr(pool_metrics, "update", None)
+    return MetricsFlusher(flushes, sched.metrics_interval_ms * 1e-3, name=f"{name}-metrics"), None
 
 
 def requested_outputs(request: Any) -> frozenset[str]:
@@ -149,13 +165,17 @@ class Replies:
 def close_scheduled(model: Any) -> None:
     """Finalize a scheduled model's shared parts, whichever ``initialize`` got to: drain its
     ``runner`` (every accepted request answered), release staging leases its ``handler`` still
-    holds, close its ``metrics``/``pool_metrics`` and its staging ``pool`` (leaks are logged)."""
+    holds, publish and close its ``metrics_flusher``, ``metrics``/``pool_metrics`` and its
+    staging ``pool`` (leaks are logged)."""
     runner = getattr(model, "runner", None)
     if runner is not None:
         runner.close(model.scheduler_config.drain_timeout_s)
     handler = getattr(model, "handler", None)
     if handler is not None and handler.close():
         LOG.warning("released staging leases of batches that never ran (drain timed out)")
+    flusher = getattr(model, "metrics_flusher", None)
+    if flusher is not None:
+        flusher.close()  # the last buffered updates go out before the metrics are dropped
     for name in ("metrics", "pool_metrics"):
         closer = getattr(getattr(model, name, None), "close", None)
         if closer is not None:

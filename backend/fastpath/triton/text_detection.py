@@ -39,7 +39,7 @@ from fastpath.models.detection_batches import DetectionBatchHandler, check_stagi
 from fastpath.models.text_detection import PreparedImage, TextDetector, concatenate
 from fastpath.scheduling import BatchRunner, CostModel, ShapeBatchQueue, Ticket, WorkItem
 from fastpath.triton.io import error_response, read_input
-from fastpath.triton.scheduled import (close_scheduled, pool_metrics, priority_level, request_timeout_s,
+from fastpath.triton.scheduled import (close_scheduled, metrics_flusher, pool_metrics, priority_level, request_timeout_s,
                                       requested_outputs, scheduler_metrics, select_outputs, send_final)
 from fastpath.triton.selftest import run_self_test
 from fastpath.vision.config import DetectionSchedulerConfig, TextDetectionConfig
@@ -86,11 +86,13 @@ class TextDetectionModel:
         self.pool = create_host_pool(staging_pool_config(self.config), name="staging")
         check_staging_fits(self.pool, sched.batch_buckets[-1], self.config.limit_side_len_px)
         self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, MODEL_NAME)
-        self.handler = DetectionBatchHandler(self.detector, self.pool, on_batch=getattr(self.pool_metrics, "update", None))
+        self.metrics = scheduler_metrics(pb_utils, args, sched, MODEL_NAME)
+        self.metrics_flusher, on_batch = metrics_flusher(sched, self.metrics, self.pool_metrics,
+                                                         args.get("model_instance_name", MODEL_NAME))
+        self.handler = DetectionBatchHandler(self.detector, self.pool, on_batch=on_batch)
         queue = ShapeBatchQueue(batch_buckets=sched.batch_buckets, costs=CostModel(sched.cost_ewma_alpha),
                                 max_queue_delay_s=sched.max_queue_delay_us * 1e-6, max_items=sched.max_queue_texts,
                                 deadline_margin_s=sched.deadline_margin_us * 1e-6, min_padding_gain=sched.min_padding_gain)
-        self.metrics = scheduler_metrics(pb_utils, args, sched, MODEL_NAME)
         self.runner = BatchRunner(queue, self.handler, observer=self.metrics, stage_lead_s=sched.stage_lead_us * 1e-6,
                                   check_cancellation=sched.check_cancellation, name=args.get("model_name", MODEL_NAME))
         if sched.warmup:

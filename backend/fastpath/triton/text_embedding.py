@@ -47,12 +47,13 @@ from fastpath.config import SchedulerConfig, TextEmbeddingConfig, parse_sections
 from fastpath.errors import ConfigError, EngineError
 from fastpath.memory import BlockPool, Lease, PoolConfig, create_host_pool
 from fastpath.models.text_embedding import EMBEDDING_DIM
+from fastpath.profiling import PROFILE
 from fastpath.repository.serving import VersionedEmbedder
 from fastpath.scheduling import Batch, BatchQueue, BatchRunner, CostModel, Ticket, WorkItem
-from fastpath.text import EncodedBatch, decode_texts
+from fastpath.text import EncodedBatch, decode_texts, set_tokenizer_parallelism
 from fastpath.triton.io import error_response, read_input
-from fastpath.triton.scheduled import (Replies, close_scheduled, pool_metrics, priority_level, request_timeout_s,
-                                      requested_outputs, scheduler_metrics, select_outputs)
+from fastpath.triton.scheduled import (Replies, close_scheduled, metrics_flusher, pool_metrics, priority_level,
+                                      request_timeout_s, requested_outputs, scheduler_metrics)
 from fastpath.triton.selftest import run_self_test
 
 LOG = logging.getLogger(__name__)
@@ -169,6 +170,34 @@ class EmbeddingBatchHandler:
             item.ticket.set_row(item.row, (embeddings[index], item.tokens, len(encoding.overflowing) > 0, version))
 
 
+OUTPUT_NAMES = ("EMBEDDING", "TOKEN_COUNT", "TRUNCATED", "MODEL_VERSION")
+
+
+def _output_array(name: str, rows: list[tuple[np.ndarray, int, bool, int]]) -> np.ndarray:
+    """Output ``name`` of a request from its rows (embedding, token count, truncated, version); see the module docstring."""
+    if name == "EMBEDDING":
+        return np.stack([row[0] for row in rows]).astype(np.float32, copy=False)
+    column, dtype = {"TOKEN_COUNT": (1, np.int32), "TRUNCATED": (2, np.bool_), "MODEL_VERSION": (3, np.int32)}[name]
+    return np.array([[row[column]] for row in rows], dtype=dtype)
+
+
+def register_allocation_counters(pool: BlockPool, engine: Any) -> None:
+    """Profile counters of allocations since now (steady state, issue 4): the staging pool's
+    allocator calls and, for the torch runtime on CUDA, the caching allocator's device allocations."""
+    base = pool.stats().allocations
+    PROFILE.counter("staging_pool.allocations", lambda: pool.stats().allocations - base)
+    PROFILE.counter("staging_pool.leases", lambda: pool.stats().leases)
+    device = getattr(getattr(engine, "runner", None), "device", None)
+    if device is not None and device.type == "cuda":
+        import torch
+
+        def allocated() -> int:
+            return int(torch.cuda.memory_stats(device).get("allocation.all.allocated", 0))
+
+        start = allocated()
+        PROFILE.counter("torch.device_allocations", lambda: allocated() - start)
+
+
 def warm_up(handler: EmbeddingBatchHandler, queue: BatchQueue, clock: Any) -> None:
     """Run a few batch shapes to warm the engine and seed the cost model.
 
@@ -217,6 +246,7 @@ class TextEmbeddingModel:
             triton_parameters(model_config), TextEmbeddingConfig, SchedulerConfig
         )
         sched = self.scheduler_config
+        set_tokenizer_parallelism(self.config.tokenizer_parallelism)
         if sched.batch_buckets[-1] > self.config.max_batch_texts:
             raise ConfigError(
                 f"config.pbtxt parameter 'batch_buckets' = {sched.batch_buckets}: its largest bucket exceeds "
@@ -227,9 +257,12 @@ class TextEmbeddingModel:
                                           model_name=args.get("model_name", "text_embedding"))
         self.embedder = self.versions.initial
         self.model_version = args["model_version"]
+        self.profile_name = args.get("model_instance_name", "text_embedding")
         self.pool = create_host_pool(staging_pool_config(sched.batch_buckets[-1], self.config.max_seq_length), name="staging")
         self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, "text_embedding")
-        self.handler = EmbeddingBatchHandler(self.versions, self.pool, on_batch=getattr(self.pool_metrics, "update", None))
+        self.metrics = scheduler_metrics(self._pb, args, sched, "text_embedding")
+        self.metrics_flusher, on_batch = metrics_flusher(sched, self.metrics, self.pool_metrics, self.profile_name)
+        self.handler = EmbeddingBatchHandler(self.versions, self.pool, on_batch=on_batch)
         queue = BatchQueue(
             batch_buckets=sched.batch_buckets,
             length_buckets=scheduler_length_buckets(self.config.length_buckets_tokens, self.config.max_seq_length),
@@ -239,13 +272,15 @@ class TextEmbeddingModel:
             deadline_margin_s=sched.deadline_margin_us * 1e-6,
             min_padding_gain=sched.min_padding_gain,
         )
-        self.metrics = scheduler_metrics(self._pb, args, sched, "text_embedding")
         self.runner = BatchRunner(queue, self.handler, observer=self.metrics, stage_lead_s=sched.stage_lead_us * 1e-6,
                                   check_cancellation=sched.check_cancellation, name=args.get("model_name", "fastpath"))
         if sched.warmup:
             warm_up(self.handler, queue, self.runner.clock)
         if sched.response_mode == "sender":  # return mode runs each execute()'s batches inline instead
             self.runner.start()
+        PROFILE.reset()  # warm-up and graph capture are not serving
+        if PROFILE.enabled:
+            register_allocation_counters(self.pool, self.embedder.engine)
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         """Validate and tokenize each request and queue its texts; see ``response_mode`` for how answers return.
@@ -255,6 +290,7 @@ class TextEmbeddingModel:
             or one response per request, in order (``response_mode=return``).
         """
         pb = self._pb
+        started = mark = PROFILE.start()
         replies = Replies(pb, requests, self.scheduler_config.response_mode)
         accepted = []
         for index, request in enumerate(requests):
@@ -266,12 +302,14 @@ class TextEmbeddingModel:
             except Exception as exc:  # a bad request fails alone
                 self.metrics.invalid_request()
                 replies.answer(index, error_response(pb, exc))
+        mark = PROFILE.lap("execute.decode", mark, len(requests))
         try:
             encodings = self.embedder.tokenizer.encode([text for entry in accepted for text in entry[2]]) if accepted else []
         except Exception as exc:
             for index, *_ in accepted:
                 replies.answer(index, error_response(pb, exc))
             accepted = []
+        mark = PROFILE.lap("execute.tokenize", mark, len(encodings))
         # Each is_cancelled() is a stub-to-server round trip. In return mode every text runs within
         # this call (microseconds to milliseconds), so the probe would cost more than it could save.
         probe_cancel = self.scheduler_config.response_mode == "sender"
@@ -287,9 +325,15 @@ class TextEmbeddingModel:
                 self.runner.submit(items, timeout_s=timeout_s)
             except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
                 replies.answer(index, error_response(pb, exc))
+        mark = PROFILE.lap("execute.submit", mark, len(accepted))
         if self.scheduler_config.response_mode == "return":
             self.runner.drain_inline()  # this call's batches, run here; every ticket answered
-        return replies.result()
+            PROFILE.lap("execute.drain_inline", mark)
+        result = replies.result()
+        if PROFILE.enabled:
+            PROFILE.lap("execute.total", started, len(requests))
+            PROFILE.dump(self.profile_name, force=False)
+        return result
 
     def _answer(self, replies: Replies, index: int, wanted: frozenset[str], ticket: Ticket,
                 rows: list[Any] | None, error: BaseException | None) -> None:
@@ -298,16 +342,17 @@ class TextEmbeddingModel:
         if error is not None:
             replies.answer(index, error_response(pb, error))
             return
-        replies.answer(index, select_outputs(pb, [
-            pb.Tensor("EMBEDDING", np.stack([row[0] for row in rows]).astype(np.float32, copy=False)),
-            pb.Tensor("TOKEN_COUNT", np.array([[row[1]] for row in rows], dtype=np.int32)),
-            pb.Tensor("TRUNCATED", np.array([[row[2]] for row in rows], dtype=np.bool_)),
-            pb.Tensor("MODEL_VERSION", np.array([[row[3]] for row in rows], dtype=np.int32)),
-        ], wanted))
+        mark = PROFILE.start()
+        # Only the requested outputs are built (each pb.Tensor is a copy into the stub's shared memory)
+        # and sent: an unrequested output sent after execute() returned killed the 2.51 stub (scheduled.py).
+        replies.answer(index, pb.InferenceResponse(output_tensors=[
+            pb.Tensor(name, _output_array(name, rows)) for name in OUTPUT_NAMES if not wanted or name in wanted]))
+        PROFILE.lap("respond", mark)
 
     def finalize(self) -> None:
         """Drain the scheduler (every accepted request gets its response), then release leases, pool and engine."""
         close_scheduled(self)
+        PROFILE.dump(getattr(self, "profile_name", "text_embedding"))
         versions = getattr(self, "versions", None)
         if versions is not None:
             versions.close()

@@ -129,3 +129,8 @@ def test_packed_inputs_only_accepts_one_exact_block_in_input_order():
     assert packed_inputs(strided, BERT_INPUTS, Bucket(2, 8)) is None
     as_int32 = {name: value.astype(np.int32) for name, value in _one_block(batch).items()}
     assert packed_inputs(as_int32, BERT_INPUTS, Bucket(2, 8)) is None
+
+
+def test_an_unknown_sync_mode_is_refused_naming_the_choices():
+    with pytest.raises(EngineError, match="sync='poll'.*blocking, spin"):
+        GraphRunner(masked_sum, BERT_INPUTS, BucketGrid((1,), (8,)), output_shape=(2,), device="cpu", use_graphs=False, sync="poll")

@@ -83,6 +83,8 @@ class TorchEngine(Engine):
         check_addresses: verify static buffers never move between capture and replay (K08).
         capture: capture at construction (otherwise call :meth:`warmup`).
         intra_op_threads: CPU threads for eager CPU runs; 0 leaves PyTorch's default.
+        sync: ``blocking`` (sleep on a blocking-sync CUDA event) or ``spin`` (busy-wait) while a
+            batch runs; see :class:`~fastpath.graphs.runner.GraphRunner`.
 
     Raises:
         ConfigError: unknown precision, or a length bucket beyond the model's positions.
@@ -104,6 +106,7 @@ class TorchEngine(Engine):
         check_addresses: bool = False,
         capture: bool = True,
         intra_op_threads: int = 0,
+        sync: str = "spin",
     ) -> None:
         if precision not in PRECISIONS:
             raise ConfigError(f"torch runtime precision {precision!r} is not one of {', '.join(PRECISIONS)}")
@@ -134,6 +137,7 @@ class TorchEngine(Engine):
             device=target,
             use_graphs=use_graphs and target.type == "cuda",
             check_addresses=check_addresses,
+            sync=sync,
         )
         self._inputs = tuple(TensorSpec(spec.name, np.dtype(np.int64), (-1, -1)) for spec in BERT_INPUTS)
         self._outputs = (TensorSpec("embedding", np.dtype(np.float32), (-1, config.hidden_size)),)
