@@ -50,7 +50,8 @@ from scheduler_report import goals, markdown, summarize  # noqa: E402
 ARTIFACTS = REPO / "model_repository" / "text_embedding" / "1"
 BASELINES = REPO / "benchmarks" / "models"
 SERVED = {"naive": "naive_embedding", "stack_pad": "stack_pad_embedding", "fastpath": "text_embedding",
-          "fastpath_return": "text_embedding_rt", "echo": "echo_embedding"}
+          "fastpath_return": "text_embedding_rt", "echo": "echo_embedding", "fastpath_nospin": "text_embedding_ns"}
+DEFAULT_VARIANTS = ("naive", "stack_pad", "fastpath", "fastpath_return")
 RAW_TEXTS = {"raw_ideal": 256, "raw_arrival_64": 128, "raw_batch_1": 96}  # texts per raw measurement
 
 
@@ -109,11 +110,17 @@ def build_repository(root: Path) -> Path:
     (repository / "text_embedding_rt" / "config.pbtxt").write_text(
         config + 'parameters { key: "response_mode" value: { string_value: "return" } }\n'
         "dynamic_batching { max_queue_delay_microseconds: 0 }\n")
+    # fastpath_nospin: FastPath with ONNX Runtime's worker threads sleeping between operators (intra_op_spinning=false)
+    shutil.copytree(repository / "text_embedding", repository / "text_embedding_ns", symlinks=True)
+    config = (repository / "text_embedding" / "config.pbtxt").read_text().replace('name: "text_embedding"', 'name: "text_embedding_ns"')
+    (repository / "text_embedding_ns" / "config.pbtxt").write_text(
+        config + 'parameters { key: "intra_op_spinning" value: { string_value: "false" } }\n')
     return repository
 
 
 def scrape_tokens(metrics_url: str) -> dict[str, float]:
     """Padded and real token counters per model from the metrics endpoint: {"model:padded": n, ...}."""
+    time.sleep(0.6)  # FastPath publishes its metrics every metrics_interval_ms (500 ms)
     with urllib.request.urlopen(metrics_url, timeout=10) as reply:
         text = reply.read().decode()
     values: dict[str, float] = {}
@@ -211,7 +218,7 @@ def run_rounds(texts: list[str], args) -> dict:
                 rounds[str(concurrency)] = []
                 for index in range(args.rounds):
                     cells = {"raw_ideal": raw.measure("raw_ideal", ideal_sample(sorted_texts, index))}
-                    variants = ["naive", "stack_pad", "fastpath", "fastpath_return"]
+                    variants = list(args.variants)
                     if concurrency == 1:
                         cells["raw_batch_1"] = raw.measure("raw_batch_1", sample(RAW_TEXTS["raw_batch_1"]))
                         variants.append("echo")
@@ -234,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), choices=sorted(set(SERVED) - {"echo"}),
+                        help="served variants per round (the goals need naive, stack_pad and fastpath)")
     parser.add_argument("--warmup-s", type=float, default=1.5)
     parser.add_argument("--duration-s", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks" / "scheduler_cpu")

@@ -74,6 +74,7 @@ def batch_stats(metrics_url: str) -> tuple[float, float]:
     """(engine calls, images) of text_detection so far, from fastpath_batch_size's count and sum."""
     import urllib.request
 
+    time.sleep(0.6)  # FastPath publishes its metrics every metrics_interval_ms (500 ms)
     with urllib.request.urlopen(metrics_url, timeout=10) as reply:
         text = reply.read().decode()
     values = {"count": 0.0, "sum": 0.0}

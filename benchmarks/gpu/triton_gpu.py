@@ -15,6 +15,9 @@ CPU machine as a smoke test (``--device cpu``). Steps:
                           one through response senders;
        text_embedding_rt  the same with ``response_mode=return``: ``execute()`` returns its requests'
                           responses, one stub round trip per call (docs/design/scheduler.md);
+       text_embedding_rt_blocking / _tokpar / _old
+                          text_embedding_rt with ``cuda_sync=blocking`` / ``tokenizer_parallelism=true``
+                          / the latter (the default before run 17), for A/B runs;
        naive_embedding    the issue's "one CUDA graph replay per request" baseline (benchmarks/models);
        stack_pad_embedding the issue's "Triton dynamic batcher (200 us) + stacking + graph buckets" baseline.
 Writes JSON to --out.
@@ -31,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,11 +75,15 @@ def add_variants(repository: Path, version_dir: Path, names: list[str], *, devic
               "max_seq_length": "256", "length_buckets_tokens": "16,32,64,128,256"}
     for name in names:
         target = repository / name
-        if name in ("text_embedding_tb", "text_embedding_rt"):
+        if name in ("text_embedding_tb", "text_embedding_rt") or name.startswith("text_embedding_rt_"):
             shutil.copytree(base, target, symlinks=True)
             config = (base / "config.pbtxt").read_text().replace('name: "text_embedding"', f'name: "{name}"')
-            if name == "text_embedding_rt":
+            if name.startswith("text_embedding_rt"):
                 config += 'parameters { key: "response_mode" value: { string_value: "return" } }\n'
+            if name.endswith("_blocking"):  # blocking-sync CUDA event instead of the default busy-wait
+                config += 'parameters { key: "cuda_sync" value: { string_value: "blocking" } }\n'
+            if name.endswith("_tokpar") or name.endswith("_old"):  # tokenizer Rayon parallelism (the default before run 17)
+                config += 'parameters { key: "tokenizer_parallelism" value: { string_value: "true" } }\n'
             (target / "config.pbtxt").write_text(config + "dynamic_batching { max_queue_delay_microseconds: 0 }\n")
             continue
         source = ROOT / "benchmarks" / "models" / name
@@ -91,34 +99,92 @@ def add_variants(repository: Path, version_dir: Path, names: list[str], *, devic
         (target / "config.pbtxt").write_text(config)
 
 
-def _worker(url: str, model: str, texts: list[str], concurrency: int, duration_s: float, bulk: int, queue) -> None:
+def raw_infer_payloads(model: str, texts: list[str], bulk: int) -> list[bytes]:
+    """Serialized ``ModelInferRequest`` s (KServe v2 gRPC, Triton's ``service.proto``) asking for
+    ``EMBEDDING`` only: payload ``j`` carries texts ``j .. j+bulk-1`` (cyclic) as one BYTES tensor
+    [bulk, 1] in ``raw_input_contents`` (each element: 4-byte little-endian length, then the bytes)."""
+    import struct
+
+    from tritonclient.grpc import service_pb2
+
+    payloads = []
+    for j in range(len(texts)):
+        request = service_pb2.ModelInferRequest(model_name=model)
+        tensor = request.inputs.add(name="TEXT", datatype="BYTES")
+        tensor.shape.extend([bulk, 1])
+        request.outputs.add(name="EMBEDDING")
+        chunk = [texts[(j + k) % len(texts)].encode() for k in range(bulk)]
+        request.raw_input_contents.append(b"".join(struct.pack("<I", len(t)) + t for t in chunk))
+        payloads.append(request.SerializeToString())
+    return payloads
+
+
+def _worker(url: str, model: str, texts: list[str], concurrency: int, duration_s: float, bulk: int, queue,
+            client_kind: str = "tritonclient") -> None:
     """One load process: ``concurrency`` threads, each with its own synchronous gRPC client.
 
-    (tritonclient.grpc.aio requests hung in spawned processes on the device machine's grpcio; the
-    synchronous client in threads works there and releases the GIL while waiting.)
+    ``client_kind``: ``tritonclient`` (``tritonclient.grpc.InferenceServerClient.infer``: builds
+    ``InferInput`` s, serializes, parses the response into numpy) or ``grpc-raw`` (a lean client
+    in the spirit of perf_analyzer, which is C++ and not installable here: pre-serialized
+    ``ModelInferRequest`` bytes sent over a plain grpcio channel, responses checked for an OK status
+    and a non-empty output, and every 64th parsed and its EMBEDDING shape checked), so the load
+    generator takes less of the host's CPU. (tritonclient.grpc.aio requests hung in spawned
+    processes on the device machine's grpcio; the synchronous clients in threads work there and
+    release the GIL while waiting.)
     """
     import threading
 
+    import grpc
     import tritonclient.grpc as grpcclient
+    from tritonclient.grpc import service_pb2
 
     latencies: list[float] = []
     errors = [0]
     lock = threading.Lock()
     deadline = time.monotonic() + duration_s
 
-    def loop(index: int) -> None:
+    payloads = raw_infer_payloads(model, texts, bulk) if client_kind == "grpc-raw" else []
+
+    def raw_client():
+        """(prepare, send, close) of the lean client: prepare picks a pre-serialized request."""
+        channel = grpc.insecure_channel(url, options=[("grpc.max_receive_message_length", 64 << 20)])
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")  # bytes in, bytes out
+        sent = [0]
+
+        def send(payload: bytes) -> None:
+            reply = call(payload, timeout=20.0)
+            sent[0] += 1
+            if sent[0] % 64 == 1:
+                response = service_pb2.ModelInferResponse.FromString(reply)
+                if list(response.outputs[0].shape) != [bulk, 384] or len(response.raw_output_contents[0]) != bulk * 384 * 4:
+                    raise RuntimeError(f"bad response: {response.outputs[0]}")
+            elif len(reply) < bulk * 384 * 4:
+                raise RuntimeError(f"short response of {len(reply)} bytes")
+
+        return (lambda j: payloads[j % len(payloads)]), send, channel.close
+
+    def tritonclient_client():
+        """(prepare, send, close) of tritonclient: prepare builds the InferInput (outside the timing)."""
         client = grpcclient.InferenceServerClient(url)
         output = [grpcclient.InferRequestedOutput("EMBEDDING")]
+
+        def prepare(j: int) -> Any:
+            tensor = grpcclient.InferInput("TEXT", [bulk, 1], "BYTES")
+            tensor.set_data_from_numpy(np.array([[texts[(j + k) % len(texts)].encode()] for k in range(bulk)], dtype=np.object_))
+            return tensor
+
+        return prepare, (lambda tensor: client.infer(model, [tensor], outputs=output, client_timeout=20.0)), client.close
+
+    def loop(index: int) -> None:
+        prepare, send, close = raw_client() if client_kind == "grpc-raw" else tritonclient_client()
         i = index
         local: list[float] = []
         while time.monotonic() < deadline:
-            batch = [texts[(i + k) % len(texts)] for k in range(bulk)]
+            request = prepare(i)
             i += concurrency * bulk
-            tensor = grpcclient.InferInput("TEXT", [bulk, 1], "BYTES")
-            tensor.set_data_from_numpy(np.array([[t.encode()] for t in batch], dtype=np.object_))
             start = time.perf_counter()
             try:
-                client.infer(model, [tensor], outputs=output, client_timeout=20.0)
+                send(request)
                 local.append(time.perf_counter() - start)
             except Exception as exc:
                 with lock:
@@ -127,36 +193,159 @@ def _worker(url: str, model: str, texts: list[str], concurrency: int, duration_s
                         print("load error:", str(exc)[:300], flush=True)
         with lock:
             latencies.extend(local)
-        client.close()
+        close()
 
     threads = [threading.Thread(target=loop, args=(i,)) for i in range(concurrency)]
+    cpu_start = time.process_time()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    queue.put((latencies, errors[0]))
+    queue.put((latencies, errors[0], time.process_time() - cpu_start))
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of process ``pid`` so far; 0.0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _stub_pids() -> dict[int, str]:
+    """pid -> model name of every python-backend stub (its command line names the model instance)."""
+    import re
+
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"triton_python_backend_stub"):
+            names = [a.decode() for a in argv if re.fullmatch(rb"[A-Za-z][\w.-]*_\d+_\d+", a)]
+            found[int(entry.name)] = re.sub(r"_\d+_\d+$", "", names[-1]) if names else "?"
+    return found
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + values[4]
+    return sum(values) - idle, sum(values)
+
+
+class CpuAccount:
+    """CPU seconds per process group over a load cell: tritonserver, each model's stubs, the load generator.
+
+    Which limit binds first (issue 9): a group whose CPU seconds per request, times the request
+    rate, reaches its cores; or the whole machine at ~100% busy.
+    """
+
+    def __init__(self, server_pid: int | None) -> None:
+        self.server_pid = server_pid
+        self.stubs = _stub_pids()
+        self.start = self._snapshot()
+
+    def _snapshot(self) -> dict:
+        return {"server": _proc_cpu_s(self.server_pid) if self.server_pid else 0.0,
+                "stubs": {pid: _proc_cpu_s(pid) for pid in self.stubs}, "machine": _machine_busy()}
+
+    def finish(self, requests: int, client_cpu_s: float, wall_s: float) -> dict:
+        end = self._snapshot()
+        per_model: dict[str, float] = {}
+        for pid, model in self.stubs.items():
+            per_model[model] = per_model.get(model, 0.0) + end["stubs"][pid] - self.start["stubs"][pid]
+        busy = (end["machine"][0] - self.start["machine"][0]) / max(1, end["machine"][1] - self.start["machine"][1])
+        n = max(1, requests)
+        server_s = end["server"] - self.start["server"]
+        stubs = {f"stubs:{m}": v for m, v in per_model.items() if v > 0.01 * wall_s}
+        return {"machine_busy_pct": round(100 * busy, 1), "cpus": os.cpu_count(),
+                "cores_used": {"tritonserver": round(server_s / wall_s, 2), "client": round(client_cpu_s / wall_s, 2),
+                               **{k: round(v / wall_s, 2) for k, v in stubs.items()}},
+                "cpu_us_per_request": {"tritonserver": round(server_s / n * 1e6, 1), "client": round(client_cpu_s / n * 1e6, 1),
+                                       **{k: round(v / n * 1e6, 1) for k, v in stubs.items()}}}
+
+
+def _py_spy() -> str | None:
+    """The py-spy binary (PATH, next to this interpreter, or a site-packages bin/ of a --target install)."""
+    candidates = [shutil.which("py-spy"), str(Path(sys.executable).parent / "py-spy")]
+    candidates += [str(Path(p) / "bin" / "py-spy") for p in sys.path if p.endswith("site-packages")]
+    return next((c for c in candidates if c and Path(c).exists()), None)
+
+
+def start_py_spy(model: str, seconds: float, out: Path):
+    """``py-spy record`` of one stub of ``model`` (raw collapsed stacks, active samples only), or None."""
+    import subprocess
+
+    binary = _py_spy()
+    pid = next((pid for pid, name in _stub_pids().items() if name == model), None)
+    if binary is None or pid is None:
+        print(f"py-spy: not started (binary {binary}, stub pid {pid})", flush=True)
+        return None
+    return subprocess.Popen([binary, "record", "--nonblocking", "--rate", "250", "--format", "raw", "--duration",
+                             str(int(seconds)), "--output", str(out), "--pid", str(pid)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def summarize_py_spy(path: Path, top: int = 25) -> dict:
+    """Self and inclusive sample shares per function from py-spy's raw (collapsed) output."""
+    self_counts: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines() if path.exists() else []:
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [f.split(" (")[0] + " " + f.rsplit("/", 1)[-1].split(":")[0].rstrip(")") for f in stack.split(";")[1:]]
+        total += int(count)
+        if frames:
+            self_counts[frames[-1]] = self_counts.get(frames[-1], 0) + int(count)
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + int(count)
+    share = lambda table: [(name, round(100 * n / max(1, total), 1)) for name, n in sorted(table.items(), key=lambda kv: -kv[1])[:top]]
+    return {"samples": total, "self_pct": share(self_counts), "inclusive_pct": share(inclusive)}
 
 
 def load(url: str, texts: list[str], concurrency: int, duration_s: float, bulk: int = 1, processes: int = 8,
-         model: str = "text_embedding") -> dict:
+         model: str = "text_embedding", server_pid: int | None = None, spy: tuple[float, Path] | None = None,
+         client_kind: str = "tritonclient") -> dict:
     processes = max(1, min(processes, concurrency))
     shares = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
     queue = mp.get_context("spawn").Queue()
-    workers = [mp.get_context("spawn").Process(target=_worker, args=(url, model, texts[i::processes], share, duration_s, bulk, queue))
+    workers = [mp.get_context("spawn").Process(target=_worker, args=(url, model, texts[i::processes], share, duration_s, bulk, queue,
+                                                                      client_kind))
                for i, share in enumerate(shares)]
+    account = CpuAccount(server_pid)
+    started = time.monotonic()
     for worker in workers:
         worker.start()
+    spying = None
+    if spy:
+        time.sleep(min(1.0, duration_s / 4))  # past the ramp-up
+        spying = start_py_spy(model, spy[0], spy[1])
     results = []
     for _ in workers:
         try:
             results.append(queue.get(timeout=duration_s + 60))
         except Exception:  # a worker that hung or died: reported, not fatal
-            results.append(([], -1))
+            results.append(([], -1, 0.0))
+    wall_s = time.monotonic() - started
     for worker in workers:
         worker.join(30)
-    latencies = np.array([x for lat, _ in results for x in lat])
-    errors = sum(e for _, e in results)
-    return {"model": model, "concurrency": concurrency, "bulk": bulk, "requests": int(latencies.size), "errors": errors,
+    latencies = np.array([x for lat, _, _ in results for x in lat])
+    errors = sum(e for _, e, _ in results)
+    cpu = account.finish(int(latencies.size), sum(c for _, _, c in results), wall_s)
+    profile = None
+    if spying is not None:
+        spying.wait(timeout=60)
+        profile = summarize_py_spy(spy[1])
+    return {"model": model, "client": client_kind, "concurrency": concurrency, "bulk": bulk, "requests": int(latencies.size),
+            "errors": errors, "cpu": cpu,
+            **({"py_spy": profile} if profile else {}),
             "req_per_s": round(latencies.size / duration_s, 1), "texts_per_s": round(latencies.size * bulk / duration_s, 1),
             "p50_ms": round(float(np.percentile(latencies, 50)) * 1e3, 3) if latencies.size else None,
             "p99_ms": round(float(np.percentile(latencies, 99)) * 1e3, 3) if latencies.size else None}
@@ -176,6 +365,15 @@ def main() -> int:
                         help="comma list: text_embedding, text_embedding_tb, text_embedding_rt, naive_embedding, stack_pad_embedding")
     parser.add_argument("--no-metrics", action="store_true",
                         help="tritonserver --allow-metrics=false: no custom-metric IPC from the stubs (each update is a round trip)")
+    parser.add_argument("--bulk", type=int, default=32, help="texts per request of the bulk cell (at concurrency 32); 0: no bulk cell")
+    parser.add_argument("--profile", action="store_true",
+                        help="FASTPATH_PHASE_PROFILE in the stubs: seconds per phase of the serving path, printed per model")
+    parser.add_argument("--raw", action="store_true",
+                        help="after the server stops: the raw engine's graph throughput on the bulk requests' batches (in-process)")
+    parser.add_argument("--py-spy", type=float, default=0.0, dest="py_spy",
+                        help="seconds of py-spy sampling of one stub per model in the highest-concurrency cell (0: off)")
+    parser.add_argument("--clients", default="tritonclient",
+                        help="comma list of load generators to run each cell with: tritonclient, grpc-raw (see _worker)")
     parser.add_argument("--out", type=Path, default=Path("triton_gpu.json"))
     args = parser.parse_args()
     from fastpath.corpus import pydoc_sentences
@@ -184,6 +382,8 @@ def main() -> int:
 
     texts = pydoc_sentences()
     root = Path(tempfile.mkdtemp(prefix="triton-gpu-"))
+    if args.profile:
+        os.environ["FASTPATH_PHASE_PROFILE"] = str(root / "phases")  # tritonserver and its stubs inherit it
     repository = make_repository(root, args.version_dir, device=args.device, precision=args.precision,
                                  instances=args.instances, delay_us=args.delay_us)
     models = args.models.split(",")
@@ -191,7 +391,7 @@ def main() -> int:
                  precision=args.precision, instances=args.instances)
     http_port, grpc_port, metrics_port = free_ports(3)
     server = TritonServer(ServerOptions(model_repository=repository, http_port=http_port, grpc_port=grpc_port,
-                                        metrics_port=metrics_port, host="127.0.0.1", exit_timeout_s=5,
+                                        metrics_port=metrics_port, host="127.0.0.1", exit_timeout_s=60,
                                         extra_args=("--allow-metrics=false",) if args.no_metrics else (),
                                         models=tuple(dict.fromkeys(["text_embedding", "fastpath_admin"] + models))),
                           log_path=root / "tritonserver.log")
@@ -229,11 +429,17 @@ def main() -> int:
         print("sequential one-text p50 ms", report["sequential_p50_ms"], flush=True)
         rows = []
         for model in models:
-            for concurrency in [int(c) for c in args.concurrency.split(",")]:
-                rows.append(load(server.grpc_url, texts, concurrency, args.duration_s, processes=args.processes, model=model))
-                print(rows[-1], flush=True)
-            rows.append(load(server.grpc_url, texts, 32, args.duration_s, bulk=32, processes=args.processes, model=model))
-            print(rows[-1], flush=True)
+            levels = [int(c) for c in args.concurrency.split(",")]
+            for client_kind in args.clients.split(","):
+                for concurrency in levels:
+                    spy = (args.py_spy, root / f"py_spy_{model}.txt") if args.py_spy and concurrency == max(levels) else None
+                    rows.append(load(server.grpc_url, texts, concurrency, args.duration_s, processes=args.processes, model=model,
+                                     server_pid=server.pid, spy=spy, client_kind=client_kind))
+                    print(rows[-1], flush=True)
+                if args.bulk:
+                    rows.append(load(server.grpc_url, texts, 32, args.duration_s, bulk=args.bulk, processes=args.processes, model=model,
+                                     server_pid=server.pid, client_kind=client_kind))
+                    print(rows[-1], flush=True)
         if any(r["errors"] for r in rows):  # a hang: dump the stubs' Python stacks into Triton's log
             import signal
             import subprocess
@@ -263,12 +469,44 @@ def main() -> int:
                                                   "inferences": stats.get("inference_count")}
     finally:
         server.stop()
-        report["log_tail"] = (root / "tritonserver.log").read_text()[-3000:]
+        log = (root / "tritonserver.log").read_text()
+        report["log_tail"] = log[-3000:]
+        report["stub_crashes_in_log"] = sum(log.count(marker) for marker in ("Segmentation fault", "Fatal Python error"))
+        report["unloaded_cleanly"] = "Exit timeout expired" not in log
+    if args.profile:
+        report["phases"] = phase_report(root / "phases")
+    if args.raw and args.bulk:
+        report["raw_graph"] = raw_graph_throughput(args.version_dir, texts, args.bulk, args.precision, args.device)
+        for row in report["load"]:
+            if row["bulk"] == args.bulk:
+                row["vs_raw_graph"] = round(row["texts_per_s"] / report["raw_graph"]["texts_per_s"], 3)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{'model':<22}{'conc':>5}{'bulk':>5}{'req/s':>10}{'texts/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'err':>5}")
+    print(f"{'model':<22}{'client':<13}{'conc':>5}{'bulk':>5}{'req/s':>10}{'texts/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'err':>5}{'vs raw':>8}")
     for r in report["load"]:
-        print(f"{r['model']:<22}{r['concurrency']:>5}{r['bulk']:>5}{r['req_per_s']:>10}{r['texts_per_s']:>10}"
-              f"{r['p50_ms']!s:>9}{r['p99_ms']!s:>9}{r['errors']:>5}")
+        print(f"{r['model']:<22}{r['client']:<13}{r['concurrency']:>5}{r['bulk']:>5}{r['req_per_s']:>10}{r['texts_per_s']:>10}"
+              f"{r['p50_ms']!s:>9}{r['p99_ms']!s:>9}{r['errors']:>5}{r.get('vs_raw_graph', ''):>8}")
+    print("CPU cores used per process group during each cell (machine busy %); CPU microseconds per request:")
+    for r in report["load"]:
+        cpu = r["cpu"]
+        print(f"  {r['model']:<22}{r['client']:<13}c={r['concurrency']:<4} bulk={r['bulk']:<3} busy {cpu['machine_busy_pct']:>5}% of {cpu['cpus']}: "
+              f"{cpu['cores_used']}  us/request {cpu['cpu_us_per_request']}")
+    for r in report["load"]:
+        if "py_spy" in r:
+            spied = r["py_spy"]
+            print(f"py-spy, one stub of {r['model']} at c={r['concurrency']}: {spied['samples']} active samples")
+            print("    self %:     ", "; ".join(f"{name} {pct}" for name, pct in spied["self_pct"][:18]))
+            print("    inclusive %:", "; ".join(f"{name} {pct}" for name, pct in spied["inclusive_pct"][:18]))
+    if "raw_graph" in report:
+        print("raw engine graph throughput (bulk batches, in-process):", report["raw_graph"])
+    print("stub crashes in Triton's log (segfault / fatal Python error):", report["stub_crashes_in_log"],
+          "; every model unloaded within the exit timeout:", report["unloaded_cleanly"])
+    for model, phases in report.get("phases", {}).items():
+        print(f"{model}: microseconds per request by phase (all cells of this run pooled)")
+        for phase, value in phases.items():
+            if phase.startswith("counter:"):
+                print(f"    {phase:<40} total {value['count']:>9}, per request {value['us_per_request']:.4f}")
+            else:
+                print(f"    {phase:<40}{value['us_per_request']:>10.1f} us/request   {value['count']:>9} units")
     for model, values in report.get("fastpath_metrics", {}).items():
         if values["fastpath_batch_size_count"]:
             print(f"{model:<22} engine batches per execute {values['fastpath_batch_size_count'] / max(1.0, values['nv_inference_exec_count']):.2f}, "
@@ -280,6 +518,73 @@ def main() -> int:
         print(f"{model:<22} server-side us per request {split}; texts per execute "
               f"{int(stats['inferences'] or 0) / max(1, int(stats['executions'] or 0)):.2f}")
     return 0
+
+
+def phase_report(directory: Path) -> dict:
+    """Per model: each phase's microseconds per served request, pooled over its instances' profile files.
+
+    A file is ``<model>_<group>_<instance>.json`` (fastpath.profiling); requests are the count of
+    ``execute.total``.
+    """
+    import re
+
+    pooled: dict[str, dict[str, dict[str, float]]] = {}
+    counters: dict[str, dict[str, float]] = {}
+    for path in sorted(directory.glob("*.json")) if directory.exists() else []:
+        model = re.sub(r"_\d+_\d+$", "", path.stem)
+        data = json.loads(path.read_text())
+        for name, value in data.get("counters", {}).items():
+            counters.setdefault(model, {})[name] = counters.get(model, {}).get(name, 0.0) + value
+        for phase, value in data["phases"].items():
+            cell = pooled.setdefault(model, {}).setdefault(phase, {"seconds": 0.0, "count": 0})
+            cell["seconds"] += value["seconds"]
+            cell["count"] += value["count"]
+    report = {}
+    for model, phases in pooled.items():
+        requests = max(1, phases.get("execute.total", {}).get("count", 0))
+        report[model] = {phase: {"us_per_request": round(v["seconds"] / requests * 1e6, 2), "count": v["count"],
+                                 "us_per_unit": round(v["seconds"] / max(1, v["count"]) * 1e6, 2)}
+                         for phase, v in phases.items()}
+        for name, value in counters.get(model, {}).items():  # steady-state allocations etc., per served request
+            report[model][f"counter:{name}"] = {"us_per_request": value / requests, "count": int(value), "us_per_unit": 0.0}
+    return report
+
+
+def raw_graph_throughput(version_dir: Path, texts: list[str], bulk: int, precision: str, device: str) -> dict:
+    """The raw engine's graph throughput on the bulk requests' batches: texts/s, one engine, in-process.
+
+    Batches are ``bulk`` consecutive corpus texts (what one bulk request carries), tokenized and
+    padded to the length bucket of their longest text beforehand; the timed loop is
+    ``TorchEngine.infer`` alone (host-to-device copy, graph replay, device-to-host copy), one
+    batch after another on one stream, for at least 3 s.
+    """
+    from fastpath.config import TextEmbeddingConfig
+    from fastpath.engines.torch import TorchEngine
+    from fastpath.models.text_embedding import engine_options
+    from fastpath.text import TextTokenizer
+
+    config = TextEmbeddingConfig(runtime="torch", precision=precision, device=device, max_seq_length=256,
+                                 length_buckets_tokens=(16, 32, 64, 128, 256))
+    tokenizer = TextTokenizer(version_dir / "tokenizer.json", max_seq_length=config.max_seq_length)
+    options = engine_options(config)
+    engine = TorchEngine(str(version_dir / "model.fp16.safetensors"), device=options["device"], precision=precision,
+                         batch_sizes=options["batch_sizes"], lengths=options["lengths"])
+    batches = []
+    for start in range(0, min(len(texts), 64 * bulk), bulk):
+        encodings = tokenizer.encode(texts[start : start + bulk])
+        longest = max(len(e.ids) for e in encodings)
+        length = next((b for b in options["lengths"] if b >= longest), longest)
+        batches.append(tokenizer.pad(encodings, length).feeds())
+    for feeds in batches[:8]:
+        engine.infer(feeds)
+    done, started = 0, time.perf_counter()
+    while time.perf_counter() - started < 3.0:
+        for feeds in batches:
+            engine.infer(feeds)
+            done += feeds["input_ids"].shape[0]
+    elapsed = time.perf_counter() - started
+    engine.close()
+    return {"texts_per_s": round(done / elapsed, 1), "batch": bulk, "batches": len(batches), "seconds": round(elapsed, 2)}
 
 
 def _one(module, text):

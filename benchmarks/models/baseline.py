@@ -25,7 +25,7 @@ import numpy as np
 from fastpath.config import TextEmbeddingConfig, parse_parameters, triton_parameters
 from fastpath.models.text_embedding import EMBEDDING_DIM, TextEmbedder
 from fastpath.profiling import PROFILE
-from fastpath.text import decode_texts
+from fastpath.text import decode_texts, set_tokenizer_parallelism
 from fastpath.triton.io import error_response, read_input
 
 
@@ -69,6 +69,7 @@ class BaselineEmbeddingModel:
         self.pb = pb
         self.profile_name = args.get("model_instance_name", args["model_name"])
         self.config = parse_parameters(TextEmbeddingConfig, triton_parameters(json.loads(args["model_config"])))
+        set_tokenizer_parallelism(self.config.tokenizer_parallelism)  # the same tokenizer settings as text_embedding
         self.embedder = TextEmbedder.from_directory(Path(args["model_repository"]) / args["model_version"], self.config)
         labels = {"model": args["model_name"]}
         try:
