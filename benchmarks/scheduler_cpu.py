@@ -50,7 +50,13 @@ from scheduler_report import goals, markdown, summarize  # noqa: E402
 ARTIFACTS = REPO / "model_repository" / "text_embedding" / "1"
 BASELINES = REPO / "benchmarks" / "models"
 SERVED = {"naive": "naive_embedding", "stack_pad": "stack_pad_embedding", "fastpath": "text_embedding",
-          "fastpath_return": "text_embedding_rt", "echo": "echo_embedding", "fastpath_nospin": "text_embedding_ns"}
+          "fastpath_return": "text_embedding_rt", "echo": "echo_embedding", "fastpath_nospin": "text_embedding_ns",
+          "fastpath_2x1": "text_embedding_2x1"}
+# FastPath variants for A/B runs (--variants): model name -> (extra config.pbtxt parameters, instance count)
+FASTPATH_VARIANTS = {
+    "text_embedding_ns": ({"intra_op_spinning": "false"}, 1),  # ONNX Runtime workers sleep between operators
+    "text_embedding_2x1": ({"intra_op_threads": "1"}, 2),  # two instances of one ONNX Runtime thread each
+}
 DEFAULT_VARIANTS = ("naive", "stack_pad", "fastpath", "fastpath_return")
 RAW_TEXTS = {"raw_ideal": 256, "raw_arrival_64": 128, "raw_batch_1": 96}  # texts per raw measurement
 
@@ -110,11 +116,12 @@ def build_repository(root: Path) -> Path:
     (repository / "text_embedding_rt" / "config.pbtxt").write_text(
         config + 'parameters { key: "response_mode" value: { string_value: "return" } }\n'
         "dynamic_batching { max_queue_delay_microseconds: 0 }\n")
-    # fastpath_nospin: FastPath with ONNX Runtime's worker threads sleeping between operators (intra_op_spinning=false)
-    shutil.copytree(repository / "text_embedding", repository / "text_embedding_ns", symlinks=True)
-    config = (repository / "text_embedding" / "config.pbtxt").read_text().replace('name: "text_embedding"', 'name: "text_embedding_ns"')
-    (repository / "text_embedding_ns" / "config.pbtxt").write_text(
-        config + 'parameters { key: "intra_op_spinning" value: { string_value: "false" } }\n')
+    for name, (parameters, instances) in FASTPATH_VARIANTS.items():
+        shutil.copytree(repository / "text_embedding", repository / name, symlinks=True)
+        config = (repository / "text_embedding" / "config.pbtxt").read_text().replace('name: "text_embedding"', f'name: "{name}"')
+        config = config.replace("count: 1", f"count: {instances}")
+        (repository / name / "config.pbtxt").write_text(
+            config + "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in parameters.items()))
     return repository
 
 

@@ -125,7 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "model", "") is None:
         args.model = ["text_embedding", "fastpath_admin"]
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        # The reader of our stdout went away (`fastpath status | head`): stop quietly, as Unix tools do.
+        # Python's documented recipe (library/signal.html, "Note on SIGPIPE"): point stdout at devnull
+        # so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
 
 
 if __name__ == "__main__":
