@@ -51,11 +51,13 @@ ARTIFACTS = REPO / "model_repository" / "text_embedding" / "1"
 BASELINES = REPO / "benchmarks" / "models"
 SERVED = {"naive": "naive_embedding", "stack_pad": "stack_pad_embedding", "fastpath": "text_embedding",
           "fastpath_return": "text_embedding_rt", "echo": "echo_embedding", "fastpath_nospin": "text_embedding_ns",
-          "fastpath_2x1": "text_embedding_2x1"}
-# FastPath variants for A/B runs (--variants): model name -> (extra config.pbtxt parameters, instance count)
+          "fastpath_2x1": "text_embedding_2x1", "fastpath_int8": "text_embedding_int8"}
+# FastPath variants for A/B runs (--variants): model name -> (extra config.pbtxt parameters, instance count,
+# the model_repository/text_embedding version whose model.onnx it serves)
 FASTPATH_VARIANTS = {
-    "text_embedding_ns": ({"intra_op_spinning": "false"}, 1),  # ONNX Runtime workers sleep between operators
-    "text_embedding_2x1": ({"intra_op_threads": "1"}, 2),  # two instances of one ONNX Runtime thread each
+    "text_embedding_ns": ({"intra_op_spinning": "false"}, 1, "1"),  # ONNX Runtime workers sleep between operators
+    "text_embedding_2x1": ({"intra_op_threads": "1"}, 2, "1"),  # two instances of one ONNX Runtime thread each
+    "text_embedding_int8": ({}, 1, "2"),  # the INT8 QDQ build (make test / make serve build version 2)
 }
 DEFAULT_VARIANTS = ("naive", "stack_pad", "fastpath", "fastpath_return")
 RAW_TEXTS = {"raw_ideal": 256, "raw_arrival_64": 128, "raw_batch_1": 96}  # texts per raw measurement
@@ -116,8 +118,12 @@ def build_repository(root: Path) -> Path:
     (repository / "text_embedding_rt" / "config.pbtxt").write_text(
         config + 'parameters { key: "response_mode" value: { string_value: "return" } }\n'
         "dynamic_batching { max_queue_delay_microseconds: 0 }\n")
-    for name, (parameters, instances) in FASTPATH_VARIANTS.items():
+    for name, (parameters, instances, version) in FASTPATH_VARIANTS.items():
         shutil.copytree(repository / "text_embedding", repository / name, symlinks=True)
+        artifact = ARTIFACTS.parent / version / "model.onnx"
+        if version != "1" and artifact.exists():
+            (repository / name / "1" / "model.onnx").unlink()
+            (repository / name / "1" / "model.onnx").symlink_to(artifact)
         config = (repository / "text_embedding" / "config.pbtxt").read_text().replace('name: "text_embedding"', f'name: "{name}"')
         config = config.replace("count: 1", f"count: {instances}")
         (repository / name / "config.pbtxt").write_text(
@@ -184,6 +190,23 @@ def served_cell(server, metrics_url: str, variant: str, texts: list[str], concur
     return cell
 
 
+def served_cosine(server, reference: str, candidate: str, texts: list[str]) -> dict:
+    """Cosine of ``candidate``'s served embeddings to ``reference``'s on ``texts`` (gRPC, 64 texts per request)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    outputs: dict[str, list[np.ndarray]] = {reference: [], candidate: []}
+    for start in range(0, len(texts), 64):
+        chunk = texts[start : start + 64]
+        tensor = grpcclient.InferInput("TEXT", [len(chunk), 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[t.encode()] for t in chunk], dtype=np.object_))
+        for model in outputs:
+            outputs[model].append(client.infer(model, [tensor]).as_numpy("EMBEDDING"))
+    a, b = (np.concatenate(outputs[m]) for m in (reference, candidate))
+    cosine = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    return {"texts": len(texts), "min": round(float(cosine.min()), 5), "mean": round(float(cosine.mean()), 5)}
+
+
 def ideal_sample(sorted_texts: list[str], round_index: int, runs: int = 4) -> list[str]:
     """``runs`` runs of 64 consecutive texts of the length-sorted corpus at evenly spaced quantiles:
     batches of 64 of nearly equal length (no padding waste), spread over the whole length mix."""
@@ -236,6 +259,9 @@ def run_rounds(texts: list[str], args) -> dict:
                     rounds[str(concurrency)].append(cells)
                     print(f"c={concurrency:<3d} round {index}: " + "  ".join(
                         f"{name} {cell['throughput_per_s']:.1f}/s" for name, cell in cells.items()), flush=True)
+            if "fastpath_int8" in args.variants:
+                rounds["int8_served_cosine"] = served_cosine(server, SERVED["fastpath"], SERVED["fastpath_int8"], texts[:512])
+                print("served INT8 vs FP32 cosine:", rounds["int8_served_cosine"], flush=True)
         finally:
             server.stop()
             log = (Path(tmp) / "tritonserver.log").read_text(errors="replace")
@@ -279,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                      "duration_s": args.duration_s},
         "wall_s": time.time() - started,
     }
+    extras = {key: rounds.pop(key) for key in ("int8_served_cosine",) if key in rounds}
     report.update(summarize(rounds))
+    report.update(extras)
     report["goals"] = goals(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")

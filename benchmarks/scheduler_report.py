@@ -122,6 +122,10 @@ def markdown(report: dict) -> str:
                          f"{cell['p99_ms']} | {cell['padding_waste']:.3f} | {cell['errors']} |")
     lines += ["", "Within-round ratios (median over rounds): " + "; ".join(
         f"c={c}: " + ", ".join(f"{k} {v}" for k, v in r.items()) for c, r in ratios.items())]
+    if "int8_served_cosine" in report:
+        cos = report["int8_served_cosine"]
+        lines += ["", f"Served INT8 (`fastpath_int8`, model_repository/text_embedding/2) vs served FP32 (`fastpath`) embeddings, "
+                      f"{cos['texts']} corpus texts: cosine min {cos['min']}, mean {cos['mean']}."]
     lines += ["", "## Goals (issue 3)", "", "| goal | value | target | met |", "|---|---:|---|---|"]
     for name, goal in report["goals"].items():
         lines.append(f"| {name} | {goal['value']} | {goal['target']} | {'yes' if goal['met'] else '**no**'} |")
