@@ -19,6 +19,9 @@ CPU machine as a smoke test (``--device cpu``). Steps:
                           text_embedding_rt with ``cuda_sync=blocking`` / ``tokenizer_parallelism=true``
                           / the latter (the default before run 17), for A/B runs;
        naive_embedding    the issue's "one CUDA graph replay per request" baseline (benchmarks/models);
+       echo_embedding / echo_batched_embedding
+                          no engine: decode, tokenize and answer zeros, one request per execute() /
+                          behind Triton's dynamic batcher (200 us): the python backend's own ceiling;
        stack_pad_embedding the issue's "Triton dynamic batcher (200 us) + stacking + graph buckets" baseline.
 Writes JSON to --out.
 """
@@ -86,7 +89,8 @@ def add_variants(repository: Path, version_dir: Path, names: list[str], *, devic
                 config += 'parameters { key: "tokenizer_parallelism" value: { string_value: "true" } }\n'
             (target / "config.pbtxt").write_text(config + "dynamic_batching { max_queue_delay_microseconds: 0 }\n")
             continue
-        source = ROOT / "benchmarks" / "models" / name
+        batched_echo = name == "echo_batched_embedding"  # echo_embedding behind Triton's dynamic batcher
+        source = ROOT / "benchmarks" / "models" / ("echo_embedding" if batched_echo else name)
         (target / "1").mkdir(parents=True)
         for item in ("model.fp16.safetensors", "tokenizer.json"):
             (target / "1" / item).symlink_to((version_dir / item).resolve())
@@ -96,6 +100,9 @@ def add_variants(repository: Path, version_dir: Path, names: list[str], *, devic
         config = (source / "config.pbtxt").read_text().replace("count: 1", f"count: {instances}")
         config = config.replace("max_queue_delay_microseconds: 2000", "max_queue_delay_microseconds: 200")
         config += "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in engine.items())
+        if batched_echo:
+            config = config.replace('name: "echo_embedding"', f'name: "{name}"')
+            config += "dynamic_batching { max_queue_delay_microseconds: 200 }\n"
         (target / "config.pbtxt").write_text(config)
 
 
