@@ -36,7 +36,19 @@ FIT_WEIGHT_CAP = 8  # a cell's weight in the linear fit: its measurement count, 
 SHRINK_MEASUREMENTS = 4.0  # a cell's own value gets half the weight after this many measurements
 FLOOR_RISE = 0.02  # the floor moves up by this fraction of the gap per measurement above it
 
+RESUM_EVERY = 4096  # observations between exact recomputations of the fit's running sums
+
 Cell = tuple[int, int]
+
+
+def _add(sums: list[float], weight: float, tokens: float, seconds: float, sign: float) -> None:
+    """Add (sign = 1) or remove (sign = -1) one weighted point (tokens, seconds) from [w, x, y, xx, xy]."""
+    weight *= sign
+    sums[0] += weight
+    sums[1] += weight * tokens
+    sums[2] += weight * seconds
+    sums[3] += weight * tokens * tokens
+    sums[4] += weight * tokens * seconds
 
 
 class CostModel:
@@ -57,6 +69,10 @@ class CostModel:
         self._floor: dict[Cell, float] = {}
         self._counts: dict[Cell, int] = {}
         self._fits: dict[bool, tuple[float, float]] = {}  # cached per statistic; cleared on observe
+        # Running weighted sums [w, x, y, xx, xy] of each statistic's fit, updated per observation in
+        # O(1) instead of a pass over every cell per batch; rebuilt exactly every RESUM_EVERY updates.
+        self._sums: dict[bool, list[float]] = {False: [0.0] * 5, True: [0.0] * 5}
+        self._updates = 0
         self._lock = threading.Lock()
 
     def observe(self, batch: int, length: int, seconds: float) -> None:
@@ -65,11 +81,22 @@ class CostModel:
             return
         cell = (batch, length)
         with self._lock:
+            count = self._counts.get(cell, 0)
             old = self._expected.get(cell)
-            self._expected[cell] = seconds if old is None else old + self.alpha * (seconds - old)
             low = self._floor.get(cell)
+            self._expected[cell] = seconds if old is None else old + self.alpha * (seconds - old)
             self._floor[cell] = seconds if low is None or seconds < low else low + FLOOR_RISE * (seconds - low)
-            self._counts[cell] = self._counts.get(cell, 0) + 1
+            self._counts[cell] = count + 1
+            self._updates += 1
+            if self._updates % RESUM_EVERY == 0:  # bound floating-point drift of the running sums
+                self._sums = {floor: self._full_sums(self._floor if floor else self._expected) for floor in (False, True)}
+            else:
+                tokens = float(batch * length)
+                for floor, before, after in ((False, old, self._expected[cell]), (True, low, self._floor[cell])):
+                    sums = self._sums[floor]
+                    if before is not None:
+                        _add(sums, float(min(count, FIT_WEIGHT_CAP)), tokens, before, -1.0)
+                    _add(sums, float(min(count + 1, FIT_WEIGHT_CAP)), tokens, after, 1.0)
             self._fits.clear()
 
     def linear(self, *, floor: bool = False) -> tuple[float, float]:
@@ -80,17 +107,19 @@ class CostModel:
     def _fit_locked(self, floor: bool) -> tuple[float, float]:
         fit = self._fits.get(floor)
         if fit is None:
-            fit = self._fits[floor] = self._solve(self._floor if floor else self._expected)
+            fit = self._fits[floor] = self._solve(self._sums[floor])
         return fit
 
-    def _solve(self, cells: dict[Cell, float]) -> tuple[float, float]:
-        """Weighted least squares of cell values on tokens = batch * length."""
-        w = x = y = xx = xy = 0.0
+    def _full_sums(self, cells: dict[Cell, float]) -> list[float]:
+        """[w, x, y, xx, xy] of one statistic over every cell (weights: measurement counts, capped)."""
+        sums = [0.0] * 5
         for (batch, length), seconds in cells.items():
-            weight = float(min(self._counts[(batch, length)], FIT_WEIGHT_CAP))
-            tokens = float(batch * length)
-            w, x, y = w + weight, x + weight * tokens, y + weight * seconds
-            xx, xy = xx + weight * tokens * tokens, xy + weight * tokens * seconds
+            _add(sums, float(min(self._counts[(batch, length)], FIT_WEIGHT_CAP)), float(batch * length), seconds, 1.0)
+        return sums
+
+    def _solve(self, sums: list[float]) -> tuple[float, float]:
+        """Weighted least squares of cell values on tokens = batch * length, from the running sums."""
+        w, x, y, xx, xy = sums
         variance = xx * w - x * x
         if w <= 0 or variance <= 1e-9 * max(1.0, xx * w):
             return self._prior

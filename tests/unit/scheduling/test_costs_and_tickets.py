@@ -128,3 +128,15 @@ def test_shape_decisions_use_the_floor_fit_and_timing_uses_the_expected_fit():
     overhead, per_token = costs.linear(floor=True)
     assert overhead == pytest.approx(0.0004, abs=2e-4) and per_token == pytest.approx(1e-4, rel=0.05)
     assert costs.linear()[0] > overhead + 0.009  # expected times carry the per-call delay
+def test_running_fit_sums_equal_a_full_recomputation():
+    import random
+
+    rng = random.Random(3)
+    model = CostModel(0.3)
+    for _ in range(3000):
+        batch, length = rng.choice([1, 2, 4, 8, 16, 32, 64]), rng.choice([16, 32, 64, 128, 256])
+        model.observe(batch, length, 1e-3 + 2e-7 * batch * length * rng.uniform(0.8, 1.5))
+        for floor in (False, True):
+            fresh = model._solve(model._full_sums(model._floor if floor else model._expected))
+            running = model.linear(floor=floor)
+            assert running == pytest.approx(fresh, rel=1e-9, abs=1e-15)
