@@ -33,26 +33,39 @@ def _env_int(name: str, default: int) -> int:
 ADMIN_KEY_FILE = Path.home() / ".cache" / "fastpath" / "admin_key"
 
 
-def _admin_key() -> str:
-    """FASTPATH_ADMIN_KEY, or a key generated for this run and written (0600) to ADMIN_KEY_FILE."""
+def admin_key_file(port: int | str | None = None) -> Path:
+    """Where `fastpath serve` writes a generated admin key: one file per port it listens on
+    (``admin_key.<port>``, so servers on other ports keep theirs), and ``admin_key`` for the latest."""
+    return ADMIN_KEY_FILE if port is None else ADMIN_KEY_FILE.with_name(f"{ADMIN_KEY_FILE.name}.{port}")
+
+
+def _admin_key() -> tuple[str, bool]:
+    """(key, generated): FASTPATH_ADMIN_KEY, or a fresh key that :func:`_publish_admin_key` writes once serving."""
     key = os.environ.get("FASTPATH_ADMIN_KEY", "")
     if key:
         LOG.info("admin key: from FASTPATH_ADMIN_KEY (swap/rollback and Triton's model-repository API need it)")
-        return key
+        return key, False
     import secrets
 
-    key = secrets.token_urlsafe(24)
-    ADMIN_KEY_FILE.parent.mkdir(parents=True, exist_ok=True)
-    ADMIN_KEY_FILE.touch(mode=0o600)
-    ADMIN_KEY_FILE.write_text(key + "\n")
-    LOG.info("admin key: FASTPATH_ADMIN_KEY was not set, generated one in %s; for swaps run "
-             "`export FASTPATH_ADMIN_KEY=$(cat %s)` (or set it before `make serve` to choose the key)", ADMIN_KEY_FILE, ADMIN_KEY_FILE)
-    return key
+    return secrets.token_urlsafe(24), True
+
+
+def _publish_admin_key(key: str, ports: tuple[int, ...]) -> None:
+    """Write a generated key (0600) for each port and as the latest, only once the server is ready:
+    a serve that fails to start (port in use) must not replace the key of one that is running."""
+    for path in [admin_key_file(port) for port in ports] + [admin_key_file()]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(key + "\n")
+    LOG.info("admin key: FASTPATH_ADMIN_KEY was not set, generated one in %s (and %s); `fastpath swap` finds it "
+             "there, or run `export FASTPATH_ADMIN_KEY=$(cat %s)` (set it before `make serve` to choose the key)",
+             admin_key_file(ports[0]), admin_key_file(), admin_key_file(ports[0]))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from fastpath.server import ServerError, ServerOptions, TritonServer
 
+    admin_key, generated = _admin_key()
     options = ServerOptions(
         model_repository=args.model_repository,
         models=tuple(args.model),
@@ -61,7 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         host=args.host,
         log_verbose=args.log_verbose,
-        admin_key=_admin_key(),
+        admin_key=admin_key,
     )
     server = TritonServer(options)
     stop_requested = threading.Event()
@@ -73,7 +86,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _request_stop)
     signal.signal(signal.SIGINT, _request_stop)
-    server.start()
+    try:
+        server.start()
+    except ServerError as exc:
+        LOG.error("%s", exc)
+        return 1
     LOG.info("tritonserver pid %s, models %s from %s", server.pid, ", ".join(options.models), options.model_repository)
     try:
         server.wait_ready(timeout_s=args.ready_timeout_s, cancel=stop_requested)
@@ -82,6 +99,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         LOG.error("%s", exc)
         return 1
     if not stop_requested.is_set():
+        if generated:
+            _publish_admin_key(admin_key, (options.http_port, options.grpc_port))
         LOG.info("ready: HTTP http://%s:%d  gRPC %s:%d  metrics http://%s:%d/metrics",
                  args.host, options.http_port, args.host, options.grpc_port, args.host, options.metrics_port)
         LOG.info("try: curl -s localhost:%d/v2/models/text_embedding/infer -d "

@@ -3,7 +3,8 @@
 Each takes ``--url HOST:PORT`` (repeatable or comma-separated: several replicas make ``swap`` a
 rolling swap, one replica at a time, all rolled back on the first failure) and ``--protocol
 http|grpc``. The admin key comes from ``FASTPATH_ADMIN_KEY``, else from the file `fastpath serve`
-wrote when it generated one. Output is the server's JSON reply; the exit code is 0 on success.
+wrote for that URL's port when it generated one (``~/.cache/fastpath/admin_key.<port>``), else the
+latest it wrote (``admin_key``). Output is the server's JSON reply; the exit code is 0 on success.
 """
 
 from __future__ import annotations
@@ -15,13 +16,18 @@ import sys
 from typing import Any
 
 
-def _key() -> str | None:
-    from fastpath.cli import ADMIN_KEY_FILE
+def _key(url: str) -> str | None:
+    """FASTPATH_ADMIN_KEY, else the key `fastpath serve` wrote for ``url``'s port, else the latest it wrote."""
+    from fastpath.cli import admin_key_file
 
     key = os.environ.get("FASTPATH_ADMIN_KEY")
     if key:
         return key
-    return ADMIN_KEY_FILE.read_text().strip() if ADMIN_KEY_FILE.is_file() else None
+    port = url.rsplit(":", 1)[-1] if ":" in url else None
+    for path in ([admin_key_file(port)] if port and port.isdigit() else []) + [admin_key_file()]:
+        if path.is_file():
+            return path.read_text().strip()
+    return None
 
 
 def default_url(protocol: str) -> str:
@@ -40,16 +46,15 @@ def _run(args: argparse.Namespace) -> int:
     from fastpath_client.fleet import rolling_swap
 
     urls = _urls(args.url, args.protocol)
-    key = _key()
     try:
         if args.command == "swap" and len(urls) > 1:
             result = rolling_swap(urls, args.model, args.version, protocol=args.protocol,
-                                  client_factory=lambda url: Client(url, protocol=args.protocol, admin_key=key))
+                                  client_factory=lambda url: Client(url, protocol=args.protocol, admin_key=_key(url)))
             print(json.dumps(result.__dict__, indent=2))
             return 0 if result.ok else 1
         replies: dict[str, Any] = {}
         for url in urls:
-            with Client(url, protocol=args.protocol, admin_key=key) as client:
+            with Client(url, protocol=args.protocol, admin_key=_key(url)) as client:
                 if args.command == "swap":
                     replies[url] = client.swap(args.model, args.version)
                 elif args.command == "rollback":

@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 import dataclasses
 import filecmp
+import logging
 import os
 import shutil
 import signal
@@ -29,6 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fastpath.errors import FastPathError
+
+LOG = logging.getLogger("fastpath.server")
 
 GRACEFUL_STOP_S = 30.0
 
@@ -75,6 +78,73 @@ def prepare_backends(dist: Path) -> Path:
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    # Its own process group, which its python-backend stubs inherit: if tritonserver dies without
+    # stopping them (a crash), they are orphaned but still in this group, and stop() kills the group.
+    # A terminal's Ctrl-C reaches only `fastpath serve`, which stops Triton with one SIGINT.
+    os.setpgid(0, 0)
+
+
+def check_ports_free(host: str, ports: dict[str, int]) -> None:
+    """Raise ServerError naming the first of ``ports`` ({"HTTP": 8000, ...}) something already listens on at ``host``."""
+    import socket
+
+    for name, port in ports.items():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # only a listener blocks, not TIME_WAIT
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                raise ServerError(f"{name} port {port} on {host} is already in use ({exc.strerror}): another server is "
+                                  f"running there; stop it or choose other ports (HTTP_PORT, GRPC_PORT, METRICS_PORT)") from exc
+
+
+SHM_GLOB = "triton_python_backend_shm_region_*"  # the python backend's shared-memory regions in /dev/shm
+
+
+def _mapped_paths() -> set[str]:
+    """Paths of files mapped by any process we can see (/proc/*/maps)."""
+    paths: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        paths.update(line.split(None, 5)[5] for line in text.splitlines() if line.count(" ") >= 5 and "/dev/shm/" in line)
+    return paths
+
+
+def reap_process_group(pgid: int, shm_before: set[str]) -> tuple[int, list[str]]:
+    """After tritonserver (group leader ``pgid``) exited: SIGKILL what is left of its group (stubs
+    orphaned by a crash), then unlink python-backend shared-memory regions that appeared since
+    ``shm_before`` and that no live process maps any more. Returns (processes signalled, files removed)."""
+    members = [int(d.name) for d in Path("/proc").glob("[0-9]*") if _pgid_of(int(d.name)) == pgid]
+    signalled = len(members)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    deadline = time.monotonic() + 5.0
+    while members and time.monotonic() < deadline:
+        members = [pid for pid in members if Path(f"/proc/{pid}").exists() and _pgid_of(pid) == pgid]
+        time.sleep(0.05)
+    removed = []
+    leftover = {str(p) for p in Path("/dev/shm").glob(SHM_GLOB)} - shm_before if Path("/dev/shm").is_dir() else set()
+    if leftover:
+        mapped = _mapped_paths()
+        for path in sorted(leftover - mapped):
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except OSError:
+                pass
+    return signalled, removed
+
+
+def _pgid_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -180,6 +250,15 @@ class TritonServer:
         return f"127.0.0.1:{self.options.grpc_port}"
 
     def start(self) -> "TritonServer":
+        """Start tritonserver.
+
+        Raises:
+            ServerError: one of its ports is already taken. Checked first because otherwise a second
+                server on the same ports would load its models while the first one answered the
+                readiness probe, and look ready until it failed to bind.
+        """
+        check_ports_free(self.options.host, {"HTTP": self.options.http_port, "gRPC": self.options.grpc_port,
+                                             "metrics": self.options.metrics_port})
         dist = triton_dist_dir()
         command = server_command(self.options, prepare_backends(dist), dist)
         self.state_dir = self.options.state_dir
@@ -187,6 +266,7 @@ class TritonServer:
             self.state_dir, self._own_state_dir = Path(tempfile.mkdtemp(prefix="fastpath-state-")), True
         if self.log_path is not None:
             self._log_file = open(self.log_path, "ab")
+        self._shm_before = {str(p) for p in Path("/dev/shm").glob(SHM_GLOB)} if Path("/dev/shm").is_dir() else set()
         self._process = subprocess.Popen(
             command,
             env=server_environment(dist, admin_key=self.options.admin_key, state_dir=self.state_dir),
@@ -251,6 +331,10 @@ class TritonServer:
                     process.kill()
                     process.wait()
             code = process.returncode
+            killed, removed = reap_process_group(process.pid, getattr(self, "_shm_before", set()))
+            if killed or removed:
+                LOG.warning("tritonserver exited with code %s and left %d processes (killed) and %d shared-memory "
+                            "regions (removed: %s)", code, killed, len(removed), ", ".join(Path(r).name for r in removed) or "none")
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

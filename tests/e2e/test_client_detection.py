@@ -77,3 +77,12 @@ def test_detect_text_sync_async_and_encoded_agree(detection_server, photos, prot
     if encoded is not None:
         for one, other in zip(found, encoded):
             np.testing.assert_allclose(other.boxes, one.boxes, atol=1e-3)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_status_on_a_server_without_fastpath_admin_says_how_to_load_it(detection_server, protocol):
+    from fastpath_client import ModelNotFoundError
+
+    url = detection_server.http_url if protocol == "http" else detection_server.grpc_url
+    with Client(url, protocol) as client, pytest.raises(ModelNotFoundError, match="add `--model fastpath_admin`"):
+        client.status(MODEL)

@@ -34,9 +34,16 @@ def _wait(predicate, timeout_s: float) -> bool:
     return False
 
 
-def _start_serve(tmp_path):
-    http_port, grpc_port, metrics_port = free_ports(3)
-    env = dict(os.environ, HTTP_PORT=str(http_port), GRPC_PORT=str(grpc_port), METRICS_PORT=str(metrics_port))
+def _serve_env(tmp_path, ports) -> dict[str, str]:
+    """The environment of a `fastpath serve` on ``ports`` with its own HOME (where it writes a generated admin key)."""
+    env = {k: v for k, v in os.environ.items() if k != "FASTPATH_ADMIN_KEY"}
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return dict(env, HOME=str(tmp_path / "home"), HTTP_PORT=str(ports[0]), GRPC_PORT=str(ports[1]), METRICS_PORT=str(ports[2]))
+
+
+def _start_serve(tmp_path, ports=None):
+    http_port, grpc_port, metrics_port = ports or free_ports(3)
+    env = _serve_env(tmp_path, (http_port, grpc_port, metrics_port))
     log = open(tmp_path / "serve.log", "w+")
     process = subprocess.Popen([sys.executable, "-m", "fastpath", "serve", "--host", "127.0.0.1"], env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -73,3 +80,19 @@ def test_triton_dies_with_its_parent(tmp_path):
     process.kill()
     process.wait(timeout=10)
     assert _wait(lambda: not _alive(triton_pid), 30)
+
+
+def test_a_serve_that_cannot_start_leaves_the_running_servers_admin_key_alone(tmp_path):
+    ports = free_ports(3)
+    process, _, _ = _start_serve(tmp_path, ports)
+    keys = tmp_path / "home" / ".cache" / "fastpath"
+    try:
+        key = (keys / f"admin_key.{ports[0]}").read_text()
+        assert (keys / f"admin_key.{ports[1]}").read_text() == key == (keys / "admin_key").read_text()
+        second = subprocess.run([sys.executable, "-m", "fastpath", "serve", "--host", "127.0.0.1"], env=_serve_env(tmp_path, ports),
+                                capture_output=True, text=True, timeout=180)
+        assert second.returncode != 0, second.stdout[-2000:] + second.stderr[-2000:]
+        assert (keys / f"admin_key.{ports[0]}").read_text() == key == (keys / "admin_key").read_text()
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)

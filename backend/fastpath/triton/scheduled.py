@@ -31,21 +31,21 @@ def priority_level(request: Any, sched: SchedulerConfig) -> int:
     """Triton priority semantics from the ``fastpath_priority`` request parameter.
 
     Triton 2.51's python backend does not expose the request's own ``priority`` to the model, so
-    FastPath reads this parameter: 1 = highest .. ``priority_levels``; 0, absent or out of range =
-    ``default_priority_level``.
+    FastPath reads this parameter: 1 = highest .. ``priority_levels``; 0, absent or above the
+    levels = ``default_priority_level`` (Triton's rule). It is checked even when priorities are
+    off (``priority_levels`` = 0, every request at the default level), so a client's bad value is
+    reported, not silently ignored (found by a fresh-user trial).
 
     Raises:
-        InvalidInputError: the parameter is not an integer.
+        InvalidInputError: the parameter is not a non-negative integer (Triton's priority is unsigned).
     """
     levels, default = sched.priority_levels, sched.default_priority_level
     raw = json.loads(request.parameters() or "{}").get(PRIORITY_PARAMETER)
-    if raw is None or levels == 0:
+    if raw is None:
         return default
-    if isinstance(raw, bool) or not isinstance(raw, int):
-        raise InvalidInputError(
-            f"request parameter {PRIORITY_PARAMETER} = {raw!r}: expected an integer priority level "
-            f"(1 = highest .. {levels}; 0 = default level {default})"
-        )
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        scale = f"1 = highest .. {levels}; 0 = the default level {default}" if levels else "priorities are off here (priority_levels = 0): every request runs at the default level"
+        raise InvalidInputError(f"request parameter {PRIORITY_PARAMETER} = {raw!r}: expected a non-negative integer ({scale})")
     return raw if 1 <= raw <= levels else default
 
 

@@ -1,0 +1,35 @@
+"""Request options read from a python-backend request: fastpath_priority (Triton priority semantics)."""
+
+import json
+import re
+
+import pytest
+
+from fastpath.config import SchedulerConfig
+from fastpath.errors import InvalidInputError
+from fastpath.triton.scheduled import priority_level
+
+
+class Request:
+    """The one method of pb_utils.InferenceRequest that priority_level reads."""
+
+    def __init__(self, **parameters):
+        self._parameters = json.dumps(parameters)
+
+    def parameters(self):
+        return self._parameters
+
+
+@pytest.mark.parametrize(("value", "levels", "expected"), [(2, 3, 2), (1, 3, 1), (0, 3, 3), (7, 3, 3), (5, 0, 0), (10**12, 3, 3)])
+def test_levels_follow_triton(value, levels, expected):
+    sched = SchedulerConfig(priority_levels=levels, default_priority_level=3 if levels else 0)
+    assert priority_level(Request(fastpath_priority=value), sched) == expected
+    assert priority_level(Request(), sched) == sched.default_priority_level
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "x", True, [1]])
+@pytest.mark.parametrize("levels", [0, 3])
+def test_a_bad_priority_is_refused_even_when_priorities_are_off(value, levels):
+    sched = SchedulerConfig(priority_levels=levels, default_priority_level=1 if levels else 0)
+    with pytest.raises(InvalidInputError, match=re.escape(f"fastpath_priority = {value!r}: expected a non-negative integer")):
+        priority_level(Request(fastpath_priority=value), sched)
