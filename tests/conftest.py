@@ -26,6 +26,27 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_for(predicate, timeout_s: float, poll_s: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true (True) or ``timeout_s`` passes (False)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(poll_s)
+    return False
+
+
 def start_server(log_dir: Path, models: tuple[str, ...] = ("text_embedding", "fastpath_admin"), repository: Path = MODEL_REPOSITORY,
                  extra_args: tuple[str, ...] = (), admin_key: str = ""):
     """Start tritonserver on free ports and wait until ``models`` are ready; caller stops it."""

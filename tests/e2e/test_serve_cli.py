@@ -7,31 +7,15 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 
 from tests.conftest import free_ports
+from tests.conftest import process_alive as _alive
+from tests.conftest import wait_for as _wait
 
 pytestmark = pytest.mark.e2e
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _wait(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _serve_env(tmp_path, ports) -> dict[str, str]:
@@ -75,11 +59,28 @@ def test_signal_stops_triton_cleanly(tmp_path, signum):
     assert "Fatal Python error" not in text and "Segmentation fault" not in text, text[-3000:]
 
 
-def test_triton_dies_with_its_parent(tmp_path):
+def _stubs_of(triton_pid: int) -> list[int]:
+    """The python-backend stubs tritonserver ``triton_pid`` started (they stay in its process group)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == triton_pid and int(entry) != triton_pid:
+                    found.append(int(entry))
+            except (ProcessLookupError, PermissionError):
+                pass
+    return found
+
+
+def test_triton_and_its_stubs_die_with_their_parent(tmp_path):
     process, triton_pid, _ = _start_serve(tmp_path)
+    stubs = _stubs_of(triton_pid)
+    assert len(stubs) >= 2  # text_embedding and fastpath_admin
     process.kill()
     process.wait(timeout=10)
     assert _wait(lambda: not _alive(triton_pid), 30)
+    # Triton 2.51's stubs outlive a killed server; FastPath's models exit theirs (fastpath.triton.watchdog).
+    assert _wait(lambda: not any(_alive(pid) for pid in stubs), 30), [pid for pid in stubs if _alive(pid)]
 
 
 def test_a_serve_that_cannot_start_leaves_the_running_servers_admin_key_alone(tmp_path):

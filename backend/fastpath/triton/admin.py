@@ -18,6 +18,7 @@ from fastpath.errors import InvalidInputError
 from fastpath.repository.admin import AdminService
 from fastpath.repository.control import state_dir
 from fastpath.triton.io import error_response, read_input
+from fastpath.triton.watchdog import exit_with_server
 
 
 class AdminModel:
@@ -27,6 +28,7 @@ class AdminModel:
         import triton_python_backend_utils as pb_utils
 
         self._pb = pb_utils
+        exit_with_server()  # a stub orphaned by a crashed or killed tritonserver exits (watchdog.py)
         repository = Path(args["model_repository"]).parent
         self.service = AdminService(repository, state_dir(repository), os.environ.get("FASTPATH_ADMIN_KEY", ""))
 

@@ -42,6 +42,7 @@ from fastpath.triton.io import error_response, read_input
 from fastpath.triton.scheduled import (close_scheduled, metrics_flusher, pool_metrics, priority_level, request_timeout_s,
                                       requested_outputs, scheduler_metrics, select_outputs, send_final)
 from fastpath.triton.selftest import run_self_test
+from fastpath.triton.watchdog import exit_with_server
 from fastpath.vision.config import DetectionSchedulerConfig, TextDetectionConfig
 from fastpath.vision.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
 
@@ -70,6 +71,7 @@ class TextDetectionModel:
 
         self._pb = pb_utils
         run_self_test(pb_utils.Tensor)
+        exit_with_server()  # a stub orphaned by a crashed or killed tritonserver exits (watchdog.py)
         model_config = json.loads(args["model_config"])
         self.config, self.scheduler_config = parse_sections(triton_parameters(model_config), TextDetectionConfig,
                                                             DetectionSchedulerConfig)

@@ -55,6 +55,7 @@ from fastpath.triton.io import error_response, read_input
 from fastpath.triton.scheduled import (Replies, close_scheduled, metrics_flusher, pool_metrics, priority_level,
                                       request_timeout_s, requested_outputs, scheduler_metrics)
 from fastpath.triton.selftest import run_self_test
+from fastpath.triton.watchdog import exit_with_server
 
 LOG = logging.getLogger(__name__)
 INPUT_NAME = "TEXT"
@@ -241,6 +242,7 @@ class TextEmbeddingModel:
             self._stack_file = open(os.environ["FASTPATH_STACK_DUMP"], "a")
             faulthandler.dump_traceback_later(15, repeat=True, file=self._stack_file)
         run_self_test(pb_utils.Tensor)
+        exit_with_server()  # a stub orphaned by a crashed or killed tritonserver exits (watchdog.py)
         model_config = json.loads(args["model_config"])
         self.config, self.scheduler_config = parse_sections(
             triton_parameters(model_config), TextEmbeddingConfig, SchedulerConfig
