@@ -44,7 +44,8 @@ def priority_level(request: Any, sched: SchedulerConfig) -> int:
     if raw is None:
         return default
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-        scale = f"1 = highest .. {levels}; 0 = the default level {default}" if levels else "priorities are off here (priority_levels = 0): every request runs at the default level"
+        scale = (f"1 = highest .. {levels}; 0 = the default level {default}" if levels
+                 else "priorities are off here (priority_levels = 0): every request runs at the default level")
         raise InvalidInputError(f"request parameter {PRIORITY_PARAMETER} = {raw!r}: expected a non-negative integer ({scale})")
     return raw if 1 <= raw <= levels else default
 
@@ -91,7 +92,7 @@ def pool_metrics(pb_utils: Any, args: dict[str, str], pools: Sequence[Any], sche
         return None
 
 
-def metrics_flusher(sched: SchedulerConfig, metrics: Any, pool_metrics: Any, name: str) -> Any:
+def metrics_flusher(sched: SchedulerConfig, metrics: Any, pool_metrics: Any, name: str) -> tuple[Any, Any]:
     """How a scheduled model publishes its metrics: ``(flusher, per-batch hook)``.
 
     With ``metrics_interval_ms`` > 0 and any metrics on: a
