@@ -13,11 +13,16 @@ fixed seed), one text per request, tritonclient gRPC (asyncio) at concurrency 1,
     raw_batch_1       raw engine: one text per engine call
     naive             served: python backend, one engine call per request (benchmarks/models)
     stack_pad         served: Triton dynamic batcher + stack and pad to the longest (benchmarks/models)
-    fastpath          served: model_repository/text_embedding (FastPath's scheduler)
+    fastpath          served: model_repository/text_embedding as shipped (FastPath's scheduler)
     fastpath_return   served: the same with response_mode=return and dynamic_batching (max delay 0):
                       execute() runs the batches of every request queued meanwhile and returns their
                       responses (docs/design/scheduler.md)
+    fastpath_return_2x1
+                      served: return mode on two instances of one ONNX Runtime thread each, the
+                      throughput configuration of docs/deployment.md
     echo              served, no engine (concurrency 1): Triton's own per-request overhead
+
+More FastPath variants for A/B runs (``--variants``): see FASTPATH_VARIANTS.
 
 The machine is shared and small, so load drifts during a run. Every concurrency is measured in
 ``--rounds`` rounds; each round runs raw_ideal, every served variant (alternating their order),
@@ -32,6 +37,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -50,16 +56,37 @@ from scheduler_report import goals, markdown, summarize  # noqa: E402
 ARTIFACTS = REPO / "model_repository" / "text_embedding" / "1"
 BASELINES = REPO / "benchmarks" / "models"
 SERVED = {"naive": "naive_embedding", "stack_pad": "stack_pad_embedding", "fastpath": "text_embedding",
-          "fastpath_return": "text_embedding_rt", "echo": "echo_embedding", "fastpath_nospin": "text_embedding_ns",
-          "fastpath_2x1": "text_embedding_2x1", "fastpath_int8": "text_embedding_int8"}
-# FastPath variants for A/B runs (--variants): model name -> (extra config.pbtxt parameters, instance count,
-# the model_repository/text_embedding version whose model.onnx it serves)
+          "echo": "echo_embedding", "fastpath_return": "text_embedding_rt", "fastpath_return_2x1": "text_embedding_rt2x1",
+          "fastpath_2x1": "text_embedding_2x1", "fastpath_nospin": "text_embedding_ns", "fastpath_int8": "text_embedding_int8"}
+DEFAULT_VARIANTS = ("naive", "stack_pad", "fastpath", "fastpath_return", "fastpath_return_2x1")
+# FastPath variants (--variants), each the shipped config (one instance, ONNX Runtime's threads, response
+# senders, no Triton batching) changed as listed: model name -> (FastPath parameters to set, instance count,
+# Triton dynamic batcher delay in us or None for none, the model_repository/text_embedding version whose
+# model.onnx it serves)
 FASTPATH_VARIANTS = {
-    "text_embedding_ns": ({"intra_op_spinning": "false"}, 1, "1"),  # ONNX Runtime workers sleep between operators
-    "text_embedding_2x1": ({"intra_op_threads": "1"}, 2, "1"),  # two instances of one ONNX Runtime thread each
-    "text_embedding_int8": ({}, 1, "2"),  # the INT8 QDQ build (make test / make serve build version 2)
+    # execute() runs its requests' batches and returns the responses; Triton's batcher hands it the queue
+    "text_embedding_rt": ({"response_mode": "return"}, 1, 0, "1"),
+    # the throughput configuration of docs/deployment.md: return mode on two instances of one ONNX Runtime thread
+    "text_embedding_rt2x1": ({"response_mode": "return", "intra_op_threads": "1"}, 2, 0, "1"),
+    "text_embedding_2x1": ({"intra_op_threads": "1"}, 2, None, "1"),  # sender mode on two one-thread instances
+    "text_embedding_ns": ({"intra_op_spinning": "false"}, 1, None, "1"),  # ONNX Runtime workers sleep between operators
+    "text_embedding_int8": ({}, 1, None, "2"),  # the INT8 QDQ build (make test / make serve build version 2)
 }
-DEFAULT_VARIANTS = ("naive", "stack_pad", "fastpath", "fastpath_return")
+
+
+def config_variant(config: str, name: str, parameters: dict[str, str], instances: int, delay_us: int | None) -> str:
+    """The shipped text_embedding config.pbtxt text renamed to ``name``, with ``parameters`` set
+    (replaced or added), ``instances`` instances and Triton's dynamic batcher at ``delay_us`` (None: off)."""
+    config = config.replace('name: "text_embedding"', f'name: "{name}"')
+    config = re.sub(r"count: \d+", f"count: {instances}", config)
+    config = re.sub(r"^dynamic_batching \{[^}]*\}\n", "", config, flags=re.M)
+    for key, value in parameters.items():
+        line = f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
+        config, found = re.subn(rf'^parameters \{{ key: "{key}" value: \{{ string_value: "[^"]*" \}} \}}$', line, config, flags=re.M)
+        config += "" if found else line + "\n"
+    return config + (f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}\n" if delay_us is not None else "")
+
+
 RAW_TEXTS = {"raw_ideal": 256, "raw_arrival_64": 128, "raw_batch_1": 96}  # texts per raw measurement
 
 
@@ -113,21 +140,14 @@ def build_repository(root: Path) -> Path:
         (version / "model.py").symlink_to(source / "1" / "model.py")
         for artifact in ("model.onnx", "tokenizer.json"):
             (version / artifact).symlink_to(ARTIFACTS / artifact)
-    shutil.copytree(repository / "text_embedding", repository / "text_embedding_rt", symlinks=True)
-    config = (repository / "text_embedding" / "config.pbtxt").read_text().replace('name: "text_embedding"', 'name: "text_embedding_rt"')
-    (repository / "text_embedding_rt" / "config.pbtxt").write_text(
-        config + 'parameters { key: "response_mode" value: { string_value: "return" } }\n'
-        "dynamic_batching { max_queue_delay_microseconds: 0 }\n")
-    for name, (parameters, instances, version) in FASTPATH_VARIANTS.items():
+    for name, (parameters, instances, delay_us, version) in FASTPATH_VARIANTS.items():
         shutil.copytree(repository / "text_embedding", repository / name, symlinks=True)
         artifact = ARTIFACTS.parent / version / "model.onnx"
         if version != "1" and artifact.exists():
             (repository / name / "1" / "model.onnx").unlink()
             (repository / name / "1" / "model.onnx").symlink_to(artifact)
-        config = (repository / "text_embedding" / "config.pbtxt").read_text().replace('name: "text_embedding"', f'name: "{name}"')
-        config = config.replace("count: 1", f"count: {instances}")
-        (repository / name / "config.pbtxt").write_text(
-            config + "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in parameters.items()))
+        shipped = (repository / "text_embedding" / "config.pbtxt").read_text()
+        (repository / name / "config.pbtxt").write_text(config_variant(shipped, name, parameters, instances, delay_us))
     return repository
 
 

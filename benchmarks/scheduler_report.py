@@ -49,8 +49,9 @@ def summarize(rounds: dict) -> dict:
             per_round = [_ms(r["fastpath"]["latencies_s"], 50)
                          / (_ms(r["raw_batch_1"]["latencies_s"], 50) + _ms(r["echo"]["latencies_s"], 50)) for r in cells]
             ratios[concurrency]["fastpath_p50_vs_raw_call_plus_triton"] = round(statistics.median(per_round), 3)
-            ratios[concurrency]["fastpath_p50_vs_naive_p50"] = round(statistics.median(
-                _ms(r["fastpath"]["latencies_s"], 50) / _ms(r["naive"]["latencies_s"], 50) for r in cells), 3)
+            if "naive" in cells[0]:
+                ratios[concurrency]["fastpath_p50_vs_naive_p50"] = round(statistics.median(
+                    _ms(r["fastpath"]["latencies_s"], 50) / _ms(r["naive"]["latencies_s"], 50) for r in cells), 3)
     return {"raw": raw, "served": served, "ratios": ratios, "mean_tokens_per_text": round(rounds["mean_tokens"], 2)}
 
 

@@ -32,6 +32,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -56,8 +57,10 @@ def make_repository(root: Path, version_dir: Path, *, device: str, precision: st
             (model / "1" / name).symlink_to((version_dir / name).resolve())
     (model / "1" / "model.py").write_text(_pin_backend((ROOT / "model_repository" / "text_embedding" / "1" / "model.py").read_text()))
     config = (ROOT / "model_repository" / "text_embedding" / "config.pbtxt").read_text()
-    config = config.replace("count: 1", f"count: {instances}")
-    lines = [line for line in config.splitlines() if not line.startswith("parameters {")]
+    config = re.sub(r"count: \d+", f"count: {instances}", config)
+    # FastPath's own parameters and Triton's batcher are set below: text_embedding here is sender mode
+    # without dynamic batching (the variants add it), whatever the shipped CPU config uses.
+    lines = [line for line in config.splitlines() if not line.startswith(("parameters {", "dynamic_batching"))]
     params = {"runtime": "torch", "precision": precision, "device": device, "artifact": "model.fp16.safetensors",
               "max_seq_length": "256", "length_buckets_tokens": "16,32,64,128,256", "batch_buckets": "1,2,4,8,16,32,64",
               "max_queue_delay_us": str(delay_us), "max_queue_texts": "8192"}
