@@ -117,7 +117,7 @@ def reap_process_group(pgid: int, shm_before: set[str]) -> tuple[int, list[str]]
     """After tritonserver (group leader ``pgid``) exited: SIGKILL what is left of its group (stubs
     orphaned by a crash), then unlink python-backend shared-memory regions that appeared since
     ``shm_before`` and that no live process maps any more. Returns (processes signalled, files removed)."""
-    members = [int(d.name) for d in Path("/proc").glob("[0-9]*") if _pgid_of(int(d.name)) == pgid]
+    members = group_members(pgid)
     signalled = len(members)
     try:
         os.killpg(pgid, signal.SIGKILL)
@@ -125,7 +125,7 @@ def reap_process_group(pgid: int, shm_before: set[str]) -> tuple[int, list[str]]
         pass
     deadline = time.monotonic() + 5.0
     while members and time.monotonic() < deadline:
-        members = [pid for pid in members if Path(f"/proc/{pid}").exists() and _pgid_of(pid) == pgid]
+        members = [pid for pid in members if _pgid_of(pid) == pgid]
         time.sleep(0.05)
     removed = []
     leftover = {str(p) for p in Path("/dev/shm").glob(SHM_GLOB)} - shm_before if Path("/dev/shm").is_dir() else set()
@@ -138,6 +138,11 @@ def reap_process_group(pgid: int, shm_before: set[str]) -> tuple[int, list[str]]
             except OSError:
                 pass
     return signalled, removed
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs of the live processes in process group ``pgid`` (e.g. a tritonserver's stubs)."""
+    return [int(d.name) for d in Path("/proc").glob("[0-9]*") if _pgid_of(int(d.name)) == pgid]
 
 
 def _pgid_of(pid: int) -> int | None:

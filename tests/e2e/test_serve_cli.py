@@ -11,6 +11,8 @@ import urllib.request
 
 import pytest
 
+from fastpath.server import group_members
+
 from tests.conftest import free_ports
 from tests.conftest import process_alive as _alive
 from tests.conftest import wait_for as _wait
@@ -59,22 +61,9 @@ def test_signal_stops_triton_cleanly(tmp_path, signum):
     assert "Fatal Python error" not in text and "Segmentation fault" not in text, text[-3000:]
 
 
-def _stubs_of(triton_pid: int) -> list[int]:
-    """The python-backend stubs tritonserver ``triton_pid`` started (they stay in its process group)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.getpgid(int(entry)) == triton_pid and int(entry) != triton_pid:
-                    found.append(int(entry))
-            except (ProcessLookupError, PermissionError):
-                pass
-    return found
-
-
 def test_triton_and_its_stubs_die_with_their_parent(tmp_path):
     process, triton_pid, _ = _start_serve(tmp_path)
-    stubs = _stubs_of(triton_pid)
+    stubs = [pid for pid in group_members(triton_pid) if pid != triton_pid]  # its python-backend stubs
     assert len(stubs) >= 2  # text_embedding and fastpath_admin
     process.kill()
     process.wait(timeout=10)

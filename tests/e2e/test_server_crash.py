@@ -7,27 +7,16 @@ import signal
 import time
 from pathlib import Path
 
-from fastpath.server import SHM_GLOB
+from fastpath.server import SHM_GLOB, group_members
 
 from tests.conftest import start_server
-
-
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if os.getpgid(int(entry.name)) == pgid:
-                members.append(int(entry.name))
-        except (ProcessLookupError, PermissionError):
-            pass
-    return members
 
 
 def test_a_segfaulted_server_leaves_no_stub_and_no_shared_memory(tmp_path):
     before = set(Path("/dev/shm").glob(SHM_GLOB))
     server = start_server(tmp_path, models=("fastpath_admin",))
     pid = server.pid
-    stubs = [p for p in _group_members(pid) if p != pid]
+    stubs = [p for p in group_members(pid) if p != pid]
     assert stubs, "the python-backend stub runs in tritonserver's process group"
     ours = set(Path("/dev/shm").glob(SHM_GLOB)) - before
     assert ours, "the python backend mapped its shared-memory region"
@@ -38,5 +27,5 @@ def test_a_segfaulted_server_leaves_no_stub_and_no_shared_memory(tmp_path):
     assert server.poll() == -signal.SIGSEGV
     assert [p for p in stubs if Path(f"/proc/{p}").exists()], "without the reaper the stubs outlive the crash"
     server.stop()
-    assert not [p for p in stubs if Path(f"/proc/{p}").exists() and os.getpgid(p) == pid]
+    assert not set(stubs) & set(group_members(pid))
     assert not (ours & set(Path("/dev/shm").glob(SHM_GLOB)))
