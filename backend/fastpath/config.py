@@ -120,6 +120,16 @@ class TextEmbeddingConfig:
         cuda_sync: torch runtime on CUDA: how an instance waits for its batch. ``spin`` (busy-wait,
             the default: faster on the H200, run 17) or ``blocking`` (the thread sleeps on a
             ``cudaEventBlockingSync`` event, leaving its core free; for hosts short of cores).
+        concurrent_batches: ONNX Runtime on the CPU: batches one instance runs at once, each on
+            its own engine lane (an ONNX Runtime session of ``intra_op_threads`` / lanes threads;
+            all-MiniLM-L6-v2 fp32 holds ~90 MB of weights per lane), all fed from the instance's
+            one queue; a batch that runs alone still gets every thread (the main session). 0
+            (default) = 2 when the process may use 2 or more cores, else 1. Measured on the 2-core
+            dev machine at concurrency 32: two one-thread lanes served ~1.3x the throughput of one
+            two-thread session, because an operator of a multi-threaded session waits at its
+            barrier for a thread the OS gave to Triton, the client or the stub, and three lanes did
+            worse than two (docs/benchmarks/scheduler_cpu_runs.md). Other runtimes: 0 or 1 (scale
+            them with the instance_group count).
         tokenizer_parallelism: let HF tokenizers spread one ``execute()``'s texts over its Rayon
             thread pool (one thread per core, in every instance's process). Off by default: each
             Triton instance is already its own process, and the pool's threads cost CPU that the
@@ -143,6 +153,7 @@ class TextEmbeddingConfig:
     length_buckets_tokens: tuple[int, ...] = (16, 32, 64, 128, 256)
     cuda_sync: str = "spin"
     tokenizer_parallelism: bool = False
+    concurrent_batches: int = 0
 
     def __post_init__(self) -> None:
         check_parameter(self.runtime in RUNTIMES, "runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
@@ -150,6 +161,10 @@ class TextEmbeddingConfig:
         check_parameter(self.device == "cpu" or self.device.startswith("cuda"), "device", self.device, "cpu, cuda or cuda:N")
         check_parameter(self.intra_op_threads >= 0, "intra_op_threads", self.intra_op_threads, ">= 0")
         check_parameter(self.cuda_sync in ("blocking", "spin"), "cuda_sync", self.cuda_sync, "blocking or spin")
+        check_parameter(self.concurrent_batches >= 0, "concurrent_batches", self.concurrent_batches, ">= 0 (0 = auto)")
+        check_parameter(self.concurrent_batches <= 1 or (self.runtime == "onnxruntime" and self.device == "cpu"),
+                        "concurrent_batches", self.concurrent_batches,
+                        "0 or 1 unless runtime is onnxruntime on the cpu (other runtimes scale with instance_group count)")
         check_parameter(2 <= self.max_seq_length <= 512, "max_seq_length", self.max_seq_length, "2..512 (BERT positions)")
         check_parameter(self.max_text_bytes > 0, "max_text_bytes", self.max_text_bytes, "> 0")
         check_parameter(self.max_batch_texts > 0, "max_batch_texts", self.max_batch_texts, "> 0")
@@ -207,6 +222,14 @@ class SchedulerConfig:
             hands each call every request queued meanwhile, and several instances. Each
             response sent through a sender is its own synchronous stub-to-server round trip; on
             the H200 that capped ``sender`` at ~1.4k requests/s per instance (docs/benchmarks/triton_gpu.md).
+        inline_when_idle: ``sender`` mode: an ``execute()`` call of one request that finds the
+            scheduler idle (nothing queued, running or being delivered) runs its batches itself and
+            returns its response, as ``return`` mode does; the scheduler threads take over again
+            from the next call. With Triton's ``dynamic_batching`` (no delay) in front, a call of
+            several requests means a backlog in Triton, and those go to the scheduler's queue. Saves a lone request the thread hand-offs and the response sender's round
+            trip (~0.9 ms of a ~6.8 ms request at concurrency 1 on the 2-core dev machine,
+            docs/benchmarks/scheduler_cpu_runs.md). Requests Triton delivers meanwhile wait in
+            Triton's queue for at most that one batch.
         metrics: publish the scheduler's and the staging pool's custom metrics. Each update is a
             stub-to-server round trip; on the H200 at ~12k requests/s, publishing them from the
             request path cost 18% throughput (runs 11 and 12, docs/benchmarks/triton_gpu.md).
@@ -230,6 +253,7 @@ class SchedulerConfig:
     warmup: bool = True
     check_cancellation: bool = True
     response_mode: str = "sender"
+    inline_when_idle: bool = True
     metrics: bool = True
     metrics_interval_ms: int = 500
 

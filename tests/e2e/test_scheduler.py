@@ -229,10 +229,12 @@ def test_only_the_requested_outputs_come_back(triton_server, protocol):
 
 @pytest.fixture(scope="module")
 def return_mode_server(tmp_path_factory):
-    """text_embedding with response_mode=return and Triton's dynamic batcher handing execute() every queued request."""
-    yield from _variant_server(tmp_path_factory, "return_mode", lambda config: config + (
-        'parameters { key: "response_mode" value: { string_value: "return" } }\n'
-        "dynamic_batching { max_queue_delay_microseconds: 0 }\n"))
+    """text_embedding with response_mode=return; the shipped config's dynamic batcher (0 us) hands execute() every queued request."""
+    def edit(config):
+        assert "dynamic_batching { max_queue_delay_microseconds: 0 }" in config
+        return config + 'parameters { key: "response_mode" value: { string_value: "return" } }\n'
+
+    yield from _variant_server(tmp_path_factory, "return_mode", edit)
 
 
 def test_return_mode_answers_each_request_once_with_its_own_rows(return_mode_server, triton_server, sentences):

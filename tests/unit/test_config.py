@@ -37,6 +37,7 @@ def test_unknown_key_is_named():
         ("precision", "int4", "one of fp32"),
         ("cuda_sync", "poll", "blocking or spin"),
         ("tokenizer_parallelism", "maybe", "bool"),
+        ("concurrent_batches", "-1", ">= 0"),
     ],
 )
 def test_bad_values_name_key_and_value(key, value, match):
@@ -62,3 +63,22 @@ def test_admin_commands_default_to_the_ports_fastpath_serve_uses(monkeypatch):
     monkeypatch.setenv("GRPC_PORT", "18511")
     assert _urls(None) == ["localhost:18510"] and _urls(None, "grpc") == ["localhost:18511"]
     assert _urls(["a:1,b:2", "c:3"]) == ["a:1", "b:2", "c:3"]
+
+
+def test_concurrent_batches_resolve_to_engine_lanes(monkeypatch):
+    """0 = 2 lanes on 2+ usable cores (1 on one core); threads split between lanes; only ONNX Runtime on the CPU."""
+    from fastpath.models import text_embedding
+
+    monkeypatch.setattr(text_embedding, "usable_cpus", lambda: 2)
+    assert text_embedding.engine_lanes(TextEmbeddingConfig()) == (2, 1)
+    assert text_embedding.engine_lanes(TextEmbeddingConfig(concurrent_batches=1)) == (0, 1)
+    assert text_embedding.engine_lanes(TextEmbeddingConfig(concurrent_batches=3)) == (3, 1)
+    monkeypatch.setattr(text_embedding, "usable_cpus", lambda: 16)
+    assert text_embedding.engine_lanes(TextEmbeddingConfig()) == (2, 8)
+    assert text_embedding.engine_lanes(TextEmbeddingConfig(concurrent_batches=4, intra_op_threads=8)) == (4, 2)
+    monkeypatch.setattr(text_embedding, "usable_cpus", lambda: 1)
+    assert text_embedding.engine_lanes(TextEmbeddingConfig()) == (0, 1)
+    assert text_embedding.engine_lanes(TextEmbeddingConfig(runtime="torch", device="cuda")) == (0, 1)
+    assert text_embedding.engine_options(TextEmbeddingConfig(concurrent_batches=2))["lanes"] == 2
+    with pytest.raises(ConfigError, match="concurrent_batches.*0 or 1 unless runtime is onnxruntime on the cpu"):
+        parse_parameters(TextEmbeddingConfig, {"runtime": "torch", "device": "cuda", "concurrent_batches": "2"})

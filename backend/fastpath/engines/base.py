@@ -60,6 +60,20 @@ class Engine(abc.ABC):
             fastpath.errors.EngineError: the runtime failed on this batch.
         """
 
+    lanes: int = 0  # independent single-batch copies for infer_lane (0: none)
+
+    def infer_lane(self, feeds: dict[str, np.ndarray], lane: int) -> dict[str, np.ndarray]:
+        """Run one batch on lane ``lane`` (0 <= lane < ``lanes``): a copy of the engine that runs
+        beside the other lanes (ONNX Runtime: one single-threaded session each). Same contract as
+        :meth:`infer`.
+
+        Raises:
+            fastpath.errors.EngineError: the runtime failed, or the engine has no such lane.
+        """
+        from fastpath.errors import EngineError
+
+        raise EngineError(f"{self.name} engine has {self.lanes} lanes; lane {lane} does not exist")
+
     @property
     def buckets(self) -> tuple:
         """Shapes the engine has prepared (captured CUDA graphs, optimization profiles).

@@ -34,6 +34,10 @@ class OnnxRuntimeEngine(Engine):
         path: the ``.onnx`` file.
         intra_op_threads: threads per operator; 0 lets ONNX Runtime use one per physical core.
         providers: execution providers in priority order (default: CPU only).
+        allow_spinning: ONNX Runtime's ``session.intra_op.allow_spinning`` for the main session.
+        lanes: extra sessions for :meth:`infer_lane` (0: none), ``lane_threads`` intra-op threads
+            each. Each holds its own copy of the weights (all-MiniLM-L6-v2 fp32: ~90 MB per lane).
+        lane_threads: intra-op threads per lane session (>= 1).
 
     Raises:
         EngineError: the file is missing or not a loadable ONNX model.
@@ -42,37 +46,59 @@ class OnnxRuntimeEngine(Engine):
     name = "onnxruntime"
 
     def __init__(self, path: str, *, intra_op_threads: int = 0, providers: tuple[str | tuple[str, dict], ...] = ("CPUExecutionProvider",),
-                 allow_spinning: bool = True) -> None:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
-        # ONNX Runtime's documented session option: worker threads busy-wait for the next operator
-        # ("1", its default) or sleep ("0"), which leaves the cores to Triton, clients and tokenization.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        try:
-            # Common-subexpression elimination merges the INT8 model's per-consumer Q/DQ pairs back into
-            # shared ones, and ONNX Runtime then cannot fuse DQ -> MatMul for Q, K and V (INT8 1x32: 28.2 ms
-            # with it, 12.1 ms without; fp32 and the detector unchanged within noise: docs/design/engines.md)
-            self._session: ort.InferenceSession | None = ort.InferenceSession(
-                path, options, providers=list(providers), disabled_optimizers=["CommonSubexpressionElimination"])
-        except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/NoSuchFile types
-            raise EngineError(f"ONNX Runtime could not load {path}: {exc}") from exc
+                 allow_spinning: bool = True, lanes: int = 0, lane_threads: int = 1) -> None:
+        if lanes < 0 or lane_threads < 1:
+            raise EngineError(f"ONNX Runtime engine lanes must be >= 0 with >= 1 thread each, got {lanes} x {lane_threads}")
+        self._session: ort.InferenceSession | None = _session(path, providers, intra_op_threads, allow_spinning)
+        # With one intra-op thread the calling thread does all the work: no worker spins and no operator
+        # waits at a barrier for a thread the OS gave to another process (docs/design/scheduler.md).
+        self._lane_sessions = [_session(path, providers, lane_threads, allow_spinning and lane_threads > 1)
+                               for _ in range(lanes)]
+        self.lanes = lanes
         self._inputs = tuple(_spec(n) for n in self._session.get_inputs())
         self._outputs = tuple(_spec(n) for n in self._session.get_outputs())
+        self._wanted = frozenset(spec.name for spec in self._inputs)
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._session is None:
+        return self._run(self._session, feeds)
+
+    def infer_lane(self, feeds: dict[str, np.ndarray], lane: int) -> dict[str, np.ndarray]:
+        if not 0 <= lane < len(self._lane_sessions):
+            raise EngineError(f"ONNX Runtime engine has {len(self._lane_sessions)} lanes; lane {lane} does not exist")
+        return self._run(self._lane_sessions[lane], feeds)
+
+    def _run(self, session: ort.InferenceSession | None, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if session is None or self._session is None:
             raise EngineError("ONNX Runtime engine is closed")
-        wanted = {spec.name for spec in self._inputs}
         try:
-            results = self._session.run(None, {k: v for k, v in feeds.items() if k in wanted})
+            results = session.run(None, {k: v for k, v in feeds.items() if k in self._wanted})
         except Exception as exc:
             raise EngineError(f"ONNX Runtime failed on a batch of shape {next(iter(feeds.values())).shape}: {exc}") from exc
         return {spec.name: value for spec, value in zip(self._outputs, results)}
 
     def close(self) -> None:
         self._session = None
+        self._lane_sessions = []
+
+
+def _session(path: str, providers: tuple[str | tuple[str, dict], ...], intra_op_threads: int,
+             allow_spinning: bool) -> ort.InferenceSession:
+    """An ``InferenceSession`` with FastPath's options; raises EngineError when the model does not load."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    # ONNX Runtime's documented session option: worker threads busy-wait for the next operator
+    # ("1", its default) or sleep ("0"), which leaves the cores to Triton, clients and tokenization.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    try:
+        # Common-subexpression elimination merges the INT8 model's per-consumer Q/DQ pairs back into
+        # shared ones, and ONNX Runtime then cannot fuse DQ -> MatMul for Q, K and V (INT8 1x32: 28.2 ms
+        # with it, 12.1 ms without; fp32 and the detector unchanged within noise: docs/design/engines.md)
+        return ort.InferenceSession(path, options, providers=list(providers),
+                                    disabled_optimizers=["CommonSubexpressionElimination"])
+    except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/NoSuchFile types
+        raise EngineError(f"ONNX Runtime could not load {path}: {exc}") from exc
 
 
 def load(
@@ -81,6 +107,8 @@ def load(
     device: str = "cpu",
     intra_op_threads: int = 0,
     allow_spinning: bool = True,
+    lanes: int = 0,
+    lane_threads: int = 1,
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
     lengths: tuple[int, ...] = (16, 32, 64, 128, 256),
     check_addresses: bool = False,
@@ -94,6 +122,7 @@ def load(
         intra_op_threads: CPU threads per operator (CPU only); 0 = one per physical core.
         allow_spinning: CPU only: ONNX Runtime's ``session.intra_op.allow_spinning`` (worker threads
             busy-wait between operators when True, ONNX Runtime's default).
+        lanes, lane_threads: CPU only: extra sessions for ``infer_lane`` (see OnnxRuntimeEngine).
         batch_sizes, lengths: the CUDA graph buckets (CUDA only).
         check_addresses: verify bound buffers never move between capture and replay (CUDA only).
 
@@ -102,7 +131,8 @@ def load(
         EngineError: the model does not load, or CUDA was asked for without onnxruntime-gpu.
     """
     if device == "cpu":
-        return OnnxRuntimeEngine(path, intra_op_threads=intra_op_threads, allow_spinning=allow_spinning)
+        return OnnxRuntimeEngine(path, intra_op_threads=intra_op_threads, allow_spinning=allow_spinning, lanes=lanes,
+                                 lane_threads=lane_threads)
     if device.startswith("cuda"):
         from fastpath.engines.onnxruntime_cuda import OnnxRuntimeCudaGraphEngine
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -74,6 +75,30 @@ def plan_batches(lengths: Sequence[int], max_batch: int) -> list[list[int]]:
     return [order[start : start + max_batch] for start in range(0, len(order), max_batch)]
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. a container's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def engine_lanes(config: TextEmbeddingConfig) -> tuple[int, int]:
+    """(lanes, threads per lane) of ``config``'s engine; (0, 1): no lanes, one batch at a time.
+
+    Only ONNX Runtime on the CPU has lanes. ``concurrent_batches`` 0 means 2 lanes when
+    :func:`usable_cpus` >= 2. Each lane gets ``intra_op_threads`` (0: the usable CPUs) divided by
+    the lanes, at least 1.
+    """
+    if config.runtime != "onnxruntime" or config.device != "cpu":
+        return 0, 1
+    cpus = usable_cpus()
+    lanes = config.concurrent_batches or (2 if cpus >= 2 else 1)
+    if lanes <= 1:
+        return 0, 1
+    return lanes, max(1, (config.intra_op_threads or cpus) // lanes)
+
+
 def engine_options(config: TextEmbeddingConfig) -> dict[str, object]:
     """Loader options for ``config.runtime`` (see the table in :mod:`fastpath.engines`).
 
@@ -86,7 +111,9 @@ def engine_options(config: TextEmbeddingConfig) -> dict[str, object]:
         return {"device": config.device, "precision": config.precision, "batch_sizes": batch_sizes, "lengths": lengths,
                 "intra_op_threads": config.intra_op_threads, "sync": config.cuda_sync}
     if config.runtime == "onnxruntime":
-        return {"intra_op_threads": config.intra_op_threads, "allow_spinning": config.intra_op_spinning}
+        lanes, lane_threads = engine_lanes(config)
+        return {"intra_op_threads": config.intra_op_threads, "allow_spinning": config.intra_op_spinning,
+                "lanes": lanes, "lane_threads": lane_threads}
     return {"intra_op_threads": config.intra_op_threads}
 
 

@@ -55,7 +55,8 @@ class Batch:
     Attributes:
         items: the real texts, in row order; rows ``len(items)..batch_size-1`` are filler.
         batch_size: the batch bucket the engine runs (>= ``len(items)``).
-        length: padded sequence length in tokens (a length bucket, or the longest text beyond the last).
+        length: padded sequence length in tokens (a length bucket, or the longest text beyond the last;
+            the longest text with ``BatchQueue(pad_to_longest=True)``).
         rule: why it runs now: ``deadline`` | ``full`` | ``drain`` | ``delay`` | ``idle``.
         formed_s: clock time the batch was formed.
         predicted_s: predicted engine seconds for [batch_size, length].
@@ -124,6 +125,10 @@ class BatchQueue:
         min_padding_gain: extra padding (a wider length range, filler rows) or waiting must promise
             at least this factor more efficiency than the plain choice; predictions are noisy on a
             shared machine, and a coin-flip "gain" would only buy padding.
+        pad_to_longest: a batch pads to its longest text instead of up to its length bucket. For
+            engines that run any shape at the same speed per token (ONNX Runtime on the CPU: no
+            CUDA graphs or optimization profiles to match); buckets still group texts of similar
+            length. Off: every batch has a bucket length (or its longest text, beyond the last).
 
     Raises:
         ValueError: bucket lists are empty, unsorted, or batch buckets do not start at 1.
@@ -131,7 +136,7 @@ class BatchQueue:
 
     def __init__(self, *, batch_buckets: Sequence[int], length_buckets: Sequence[int], costs: CostModel,
                  max_queue_delay_s: float, max_texts: int, deadline_margin_s: float = 0.0,
-                 min_padding_gain: float = 1.1) -> None:
+                 min_padding_gain: float = 1.1, pad_to_longest: bool = False) -> None:
         for name, values in (("batch_buckets", batch_buckets), ("length_buckets", length_buckets)):
             if not values or list(values) != sorted(set(values)) or values[0] < 1:
                 raise ValueError(f"{name} must be strictly increasing positive integers, got {list(values)}")
@@ -145,6 +150,7 @@ class BatchQueue:
         self.max_texts = max_texts
         self.deadline_margin_s = deadline_margin_s
         self.min_padding_gain = min_padding_gain
+        self.pad_to_longest = pad_to_longest
         self._groups: list[list[WorkItem]] = [[] for _ in self.length_buckets]
         self._rates = [ArrivalRate() for _ in self.length_buckets]
         self._count = 0
@@ -372,7 +378,7 @@ class BatchQueue:
         for g in range(candidate.lo, candidate.hi + 1):
             self._groups[g] = [item for item in self._groups[g] if id(item) not in taken]
         self._count -= len(chosen)
-        top = max(self.bucket_of(item) for item in chosen)
-        length = max(self.length_buckets[top], max(item.tokens for item in chosen))
+        longest = max(item.tokens for item in chosen)
+        length = longest if self.pad_to_longest else max(self.length_buckets[max(self.bucket_of(item) for item in chosen)], longest)
         size = max(candidate.size, len(chosen))
         return Batch(tuple(chosen), size, length, rule, now, self.costs.estimate(size, length))

@@ -14,6 +14,15 @@ Three threads form a pipeline, so host work for batch N+1 overlaps the engine ru
                 engine already runs the next batch. When nothing else is in flight, the engine thread
                 delivers the batch itself (no hand-off at low load).
 
+With ``lanes`` > 1 there is one engine thread per lane, all fed from the one queue, so up to
+``lanes`` batches run at once (``handler.run(staged, lane=i)``: on a CPU, one single-threaded
+ONNX Runtime session per lane). A batch that runs alone (no other lane busy, nothing queued
+behind it) runs with ``lane=None``: the handler's wide engine, all cores on one batch, which is
+what a lone request at low load wants. Once batches overlap, every batch runs on a lane until none
+has overlapped for ``LANES_LINGER_S``: a wide ONNX Runtime session's worker keeps spinning after its
+run and slows the lanes beside it, so load that comes and goes must not flip between the two.
+Why lanes: docs/design/scheduler.md ("Engine lanes").
+
 Texts are tokenized before :meth:`BatchRunner.submit` (in Triton's ``execute`` thread), which also
 overlaps the engine. Every accepted ticket is answered exactly once: with its rows, or with the
 error of the batch that failed, its timeout, its cancellation, or shutdown.
@@ -37,6 +46,19 @@ from fastpath.scheduling.tickets import QueueTimeoutError, RequestCancelledError
 
 LOG = logging.getLogger(__name__)
 
+# With lanes: how long after batches last overlapped (or queued behind one another) a lone batch may
+# run wide again. Measured on the 2-core dev machine: a wide two-thread ONNX Runtime session run every
+# 30 ms cut two lanes beside it from ~190 to ~120 texts/s (its spinning worker), so the switch back
+# waits well past one such period.
+LANES_LINGER_S = 0.25
+
+# claim_idle(): how long the runner must have been idle. A closed-loop client at concurrency 1 leaves
+# it idle for a whole client round trip (~1.1-1.4 ms through Triton on the dev machine: echo_embedding
+# in docs/benchmarks/scheduler_cpu.md); when requests wait in Triton's queue, the next execute() follows
+# the last answer within a stub round trip, and running it inline would turn batching into one call
+# per request.
+INLINE_MIN_IDLE_S = 0.5e-3
+
 
 @dataclasses.dataclass
 class _Completion:
@@ -57,12 +79,19 @@ class BatchRunner:
         stage_lead_s: form and stage the next batch this long before the running one is predicted to end.
         check_cancellation: ask each ticket whether its client cancelled before running its texts.
         name: thread-name prefix.
+        lanes: engine threads (batches that may run at once); 1 = the handler's ``run(staged)`` only.
+
+    Raises:
+        ValueError: ``lanes`` < 1.
     """
 
     def __init__(self, queue: BatchQueue, handler: BatchHandler, *, clock: Clock | None = None,
                  observer: SchedulerObserver | None = None, stage_lead_s: float = 1e-3,
-                 check_cancellation: bool = True, name: str = "fastpath") -> None:
+                 check_cancellation: bool = True, name: str = "fastpath", lanes: int = 1) -> None:
+        if lanes < 1:
+            raise ValueError(f"lanes must be >= 1, got {lanes}")
         self.queue = queue
+        self.lanes = lanes
         self.handler = handler
         self.clock = clock or MonotonicClock()
         self.observer = observer or SchedulerObserver()
@@ -70,15 +99,21 @@ class BatchRunner:
         self.check_cancellation = check_cancellation
         self._cond = threading.Condition()
         self._slot: tuple[Batch, Any] | None = None
-        self._running: Batch | None = None
-        self._busy_until_s = 0.0
+        self._running: dict[int, Batch] = {}  # lane -> the batch it runs
+        self._busy_until_s: dict[int, float] = {}  # lane -> predicted end of its batch
+        self._lanes_until_s = float("-inf")  # batches run on lanes, never wide, until then
+        self._inline = False  # a caller runs batches itself (claim_idle); the threads keep off the queue
+        self._last_busy_s = float("-inf")  # when the last batch was delivered or inline claim ended
         self._staging: Batch | None = None
         self._completions: collections.deque[_Completion] = collections.deque()
         self._finishing: list[Batch] = []  # batches being delivered (engine or completion thread)
         self._stopping = False
+        steps: list[tuple[Any, tuple[int, ...], str]] = [(self._stage_step, (), "stage")]
+        steps += [(self._engine_step, (lane,), "engine" if lanes == 1 else f"engine{lane}") for lane in range(lanes)]
+        steps.append((self._completion_step, (), "completion"))
         self._threads = [
-            threading.Thread(target=self._loop, args=(step,), name=f"{name}-{step.__name__.strip('_')}", daemon=True)
-            for step in (self._stage_step, self._engine_step, self._completion_step)
+            threading.Thread(target=self._loop, args=(step, step_args), name=f"{name}-{label}", daemon=True)
+            for step, step_args, label in steps
         ]
         self._started = False
 
@@ -109,11 +144,32 @@ class BatchRunner:
                 item.arrival_s = now
                 item.deadline_s = now + timeout_s if timeout_s else None
             try:
-                busy = self._running is not None or self._slot is not None or self._staging is not None
+                busy = bool(self._running) or self._slot is not None or self._staging is not None
                 self.queue.submit(items, now, engine_busy=busy)
             except UnavailableError:
                 self.observer.rejected("shutdown" if self.queue.closed else "queue_full", len(items))
                 raise
+            self._cond.notify_all()
+
+    def claim_idle(self) -> bool:
+        """Claim an idle runner for one caller that will queue texts and :meth:`drain_inline` them.
+
+        Returns True when nothing was queued, staged, running or being delivered for the last
+        ``INLINE_MIN_IDLE_S`` (and the runner is not closing): the scheduler threads then leave the
+        queue alone until :meth:`release_inline`. Returns False otherwise; the caller submits as usual.
+        """
+        with self._cond:
+            if (self._inline or self._stopping or self.queue.closed or not self._idle()
+                    or self.clock.now() - self._last_busy_s < INLINE_MIN_IDLE_S):
+                return False
+            self._inline = True
+            return True
+
+    def release_inline(self) -> None:
+        """End a :meth:`claim_idle` claim; the scheduler threads take over again."""
+        with self._cond:
+            self._inline = False
+            self._last_busy_s = self.clock.now()
             self._cond.notify_all()
 
     def drain_inline(self) -> None:
@@ -124,10 +180,11 @@ class BatchRunner:
         engine). Every ticket of the queued texts is answered before this returns.
 
         Raises:
-            RuntimeError: the runner's threads are running (they own the queue then).
+            RuntimeError: the runner's threads are running (they own the queue then) and the
+                caller holds no :meth:`claim_idle` claim.
         """
-        if self._started:
-            raise RuntimeError("drain_inline() is for a runner whose threads were never started")
+        if self._started and not self._inline:
+            raise RuntimeError("drain_inline() is for a runner whose threads were never started, or under claim_idle()")
         while True:
             with self._cond:
                 if not len(self.queue):
@@ -165,7 +222,7 @@ class BatchRunner:
             while self._started and not self._idle() and self.clock.now() < deadline_s:
                 self.clock.wait_until(self._cond, deadline_s)
             left = self.queue.remove_all()
-            batches = [b for b in (self._staging, self._running) if b is not None] + self._finishing
+            batches = [b for b in (self._staging, *self._running.values()) if b is not None] + self._finishing
             batches += [self._slot[0]] if self._slot else []
             batches += [done.batch for done in self._completions]
             self._slot = None
@@ -182,10 +239,10 @@ class BatchRunner:
 
     # -- threads ----------------------------------------------------------------------------------
 
-    def _loop(self, step: Any) -> None:
+    def _loop(self, step: Any, step_args: tuple[int, ...]) -> None:
         while True:
             try:
-                if not step():
+                if not step(*step_args):
                     return
             except Exception:  # a bug in one step must not silently stop the pipeline
                 LOG.exception("scheduler thread %s failed; continuing", threading.current_thread().name)
@@ -197,9 +254,10 @@ class BatchRunner:
                 if self._stopping:
                     return False
                 wake_s = None
-                if self._slot is None and self._staging is None and self._running is not None:
+                # Only when every lane is busy: an idle lane's engine thread forms its own batch.
+                if self._slot is None and self._staging is None and len(self._running) == self.lanes:
                     now = self.clock.now()
-                    wake_s = self._busy_until_s - self.stage_lead_s
+                    wake_s = min(self._busy_until_s.values()) - self.stage_lead_s
                     if now >= wake_s:
                         mark = PROFILE.start()
                         decision = self.queue.next_batch(now)
@@ -225,7 +283,7 @@ class BatchRunner:
             if self._stopping:
                 return False
             wake_s = None
-            if self._staging is None:  # the stager is not forming one: the idle engine forms its own
+            if self._staging is None and not self._inline:  # the idle engine forms its own batch
                 mark = PROFILE.start()
                 decision = self.queue.next_batch(self.clock.now())
                 PROFILE.lap("scheduler.plan", mark)
@@ -301,8 +359,8 @@ class BatchRunner:
         return dataclasses.replace(batch, items=tuple(keep), batch_size=size,
                                    predicted_s=self.queue.costs.estimate(size, batch.length))
 
-    def _engine_step(self) -> bool:
-        """Engine thread: run the next staged batch, measure it, queue it for completion."""
+    def _engine_step(self, lane: int = 0) -> bool:
+        """Engine thread of ``lane``: run the next staged batch, measure it, queue it for completion."""
         with self._cond:
             prepared = self._next_for_engine()
             if prepared is False:
@@ -311,13 +369,16 @@ class BatchRunner:
                 return True
             batch, staged = prepared
             start_s = self.clock.now()
-            self._running, self._busy_until_s = batch, start_s + batch.predicted_s
+            run_lane = self._choose_lane(lane, start_s)
+            self._running[lane], self._busy_until_s[lane] = batch, start_s + batch.predicted_s
             self._cond.notify_all()
-        done = self._run(batch, staged, start_s)
+        done = self._run(batch, staged, start_s, run_lane)
         with self._cond:
-            self._running = None
+            del self._running[lane]
+            del self._busy_until_s[lane]
             # Nothing else in flight (low load): deliver here and save the hand-off to the completion thread.
-            inline = not (self._completions or self._finishing or self._slot or self._staging or len(self.queue))
+            inline = not (self._completions or self._finishing or self._slot or self._staging or len(self.queue)
+                          or self._running)
             if inline:
                 self._finishing.append(batch)
             else:
@@ -327,12 +388,28 @@ class BatchRunner:
             self._complete(done)
         return True
 
-    def _run(self, batch: Batch, staged: Any, start_s: float) -> _Completion:
-        """Run the engine on one staged batch and feed its time to the cost model. Never raises."""
+    def _choose_lane(self, lane: int, now: float) -> int | None:
+        """Under the lock: ``lane`` for a batch about to run there, or None for the wide engine.
+
+        Wide only with several lanes configured, nothing running beside it, nothing queued behind
+        it, and no such overlap within ``LANES_LINGER_S``.
+        """
+        if self.lanes == 1:
+            return None
+        if self._running or self._slot or len(self.queue):
+            self._lanes_until_s = now + LANES_LINGER_S
+        return lane if now < self._lanes_until_s else None
+
+    def _run(self, batch: Batch, staged: Any, start_s: float, lane: int | None = None) -> _Completion:
+        """Run the engine on one staged batch and feed its time to the cost model. Never raises.
+
+        ``lane``: None runs ``handler.run(staged)``; a lane index (only with ``lanes`` > 1) runs
+        ``handler.run(staged, lane=lane)``.
+        """
         outputs, error = None, None
         mark = PROFILE.start()
         try:
-            outputs = self.handler.run(staged)
+            outputs = self.handler.run(staged) if lane is None else self.handler.run(staged, lane=lane)
         except Exception as exc:  # only this batch fails
             error = exc
         PROFILE.lap("scheduler.run", mark, len(batch.items))
@@ -374,6 +451,7 @@ class BatchRunner:
         finally:
             with self._cond:
                 self._finishing.remove(done.batch)
+                self._last_busy_s = self.clock.now()
                 self._cond.notify_all()
             PROFILE.lap("scheduler.finish", mark, len(done.batch.items))
 

@@ -135,13 +135,20 @@ class EmbeddingBatchHandler:
             self._leases.add(lease)
         return StagedBatch(feeds, lease)
 
-    def run(self, staged: StagedBatch) -> tuple[np.ndarray, int]:
-        """(float32 [batch_size, 384], model version); raises EngineError on a failure or a wrong shape."""
+    def run(self, staged: StagedBatch, lane: int | None = None) -> tuple[np.ndarray, int]:
+        """(float32 [batch_size, 384], model version); raises EngineError on a failure or a wrong shape.
+
+        ``lane``: None runs the engine's main session; an index runs that engine lane
+        (``concurrent_batches`` > 1, see :class:`~fastpath.scheduling.BatchRunner`).
+        """
         feeds = staged.feeds
         try:
             with self.versions.lease() as (embedder, version):
-                name = embedder.engine.outputs[0].name
-                output = embedder.engine.infer(feeds)[name]
+                engine = embedder.engine
+                name = engine.outputs[0].name
+                mark = PROFILE.start()
+                output = (engine.infer(feeds) if lane is None else engine.infer_lane(feeds, lane))[name]
+                PROFILE.lap("engine.infer" if lane is None else "engine.infer_lane", mark)
         finally:
             self._release(staged.lease)
             if self.on_batch is not None:
@@ -199,8 +206,8 @@ def register_allocation_counters(pool: BlockPool, engine: Any) -> None:
         PROFILE.counter("torch.device_allocations", lambda: allocated() - start)
 
 
-def warm_up(handler: EmbeddingBatchHandler, queue: BatchQueue, clock: Any) -> None:
-    """Run a few batch shapes to warm the engine and seed the cost model.
+def warm_up(handler: EmbeddingBatchHandler, queue: BatchQueue, clock: Any, lanes: int = 1) -> None:
+    """Run a few batch shapes to warm the engine (and its lanes, when ``lanes`` > 1) and seed the cost model.
 
     Six shapes (batch 1/4/16 x two lengths), each run three times; the fastest of the last two
     seeds the model (on a shared machine other work only ever adds time). Well under a second on
@@ -208,10 +215,13 @@ def warm_up(handler: EmbeddingBatchHandler, queue: BatchQueue, clock: Any) -> No
     """
     lengths = [b for b in queue.length_buckets if b >= 16][:1] + [b for b in queue.length_buckets if b >= 48][:1]
     sizes = [b for b in queue.batch_buckets if b in (1, 4, 16)]
+    lanes = lanes if lanes > 1 else 0
     for length in dict.fromkeys(lengths or queue.length_buckets[:1]):
         for size in sizes:
             shape = Batch((), size, length, "warmup", 0.0, 0.0)
             handler.run(handler.stage(shape))
+            for lane in range(lanes):  # each lane's session allocates on its first run too
+                handler.run(handler.stage(shape), lane=lane)
             timings = []
             for _ in range(2):
                 staged = handler.stage(shape)  # each run releases its staging lease
@@ -254,10 +264,14 @@ class TextEmbeddingModel:
                 f"config.pbtxt parameter 'batch_buckets' = {sched.batch_buckets}: its largest bucket exceeds "
                 f"max_batch_texts={self.config.max_batch_texts}; drop the larger buckets or raise max_batch_texts"
             )
+        if sched.response_mode == "return" and self.config.concurrent_batches == 0:
+            # execute() runs its batches one after another on the main session: lanes would sit unused
+            self.config = dataclasses.replace(self.config, concurrent_batches=1)
         self.versions = VersionedEmbedder(Path(args["model_repository"]), int(args["model_version"]), self.config,
                                           instance=args.get("model_instance_name", "text_embedding_0"),
                                           model_name=args.get("model_name", "text_embedding"))
         self.embedder = self.versions.initial
+        self.lanes = max(1, self.embedder.engine.lanes)
         self.model_version = args["model_version"]
         self.profile_name = args.get("model_instance_name", "text_embedding")
         self.pool = create_host_pool(staging_pool_config(sched.batch_buckets[-1], self.config.max_seq_length), name="staging")
@@ -273,11 +287,14 @@ class TextEmbeddingModel:
             max_texts=sched.max_queue_texts,
             deadline_margin_s=sched.deadline_margin_us * 1e-6,
             min_padding_gain=sched.min_padding_gain,
+            # ONNX Runtime on the CPU runs any shape: pad to the longest text, not up to its bucket
+            pad_to_longest=not self.embedder.engine.buckets,
         )
         self.runner = BatchRunner(queue, self.handler, observer=self.metrics, stage_lead_s=sched.stage_lead_us * 1e-6,
-                                  check_cancellation=sched.check_cancellation, name=args.get("model_name", "fastpath"))
+                                  check_cancellation=sched.check_cancellation, name=args.get("model_name", "fastpath"),
+                                  lanes=self.lanes)
         if sched.warmup:
-            warm_up(self.handler, queue, self.runner.clock)
+            warm_up(self.handler, queue, self.runner.clock, self.lanes)
         if sched.response_mode == "sender":  # return mode runs each execute()'s batches inline instead
             self.runner.start()
         PROFILE.reset()  # warm-up and graph capture are not serving
@@ -289,11 +306,25 @@ class TextEmbeddingModel:
 
         Returns:
             None (``response_mode=sender``: each request is answered through its response sender),
-            or one response per request, in order (``response_mode=return``).
+            or one response per request, in order (``response_mode=return``, or ``sender`` with
+            ``inline_when_idle`` when the call found the scheduler idle and ran its batches itself).
         """
+        sched = self.scheduler_config
+        # One request in the call (Triton's batcher hands a call everything queued in Triton, so more
+        # means a backlog) and an idle runner: run it here and skip the hand-offs and the sender.
+        inline = (sched.response_mode == "sender" and sched.inline_when_idle and len(requests) == 1
+                  and self.runner.claim_idle())
+        try:
+            return self._execute(requests, "return" if inline else sched.response_mode)
+        finally:
+            if inline:
+                self.runner.release_inline()
+
+    def _execute(self, requests: list[Any], mode: str) -> list[Any] | None:
+        """:meth:`execute` with the answers going ``mode``'s way (``return``: batches run in this call)."""
         pb = self._pb
         started = mark = PROFILE.start()
-        replies = Replies(pb, requests, self.scheduler_config.response_mode)
+        replies = Replies(pb, requests, mode)
         accepted = []
         for index, request in enumerate(requests):
             try:
@@ -314,7 +345,7 @@ class TextEmbeddingModel:
         mark = PROFILE.lap("execute.tokenize", mark, len(encodings))
         # Each is_cancelled() is a stub-to-server round trip. In return mode every text runs within
         # this call (microseconds to milliseconds), so the probe would cost more than it could save.
-        probe_cancel = self.scheduler_config.response_mode == "sender"
+        probe_cancel = mode == "sender"
         start = 0
         for index, request, texts, level, timeout_s in accepted:
             answer = functools.partial(self._answer, replies, index, requested_outputs(request))
@@ -328,7 +359,7 @@ class TextEmbeddingModel:
             except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
                 replies.answer(index, error_response(pb, exc))
         mark = PROFILE.lap("execute.submit", mark, len(accepted))
-        if self.scheduler_config.response_mode == "return":
+        if mode == "return":
             self.runner.drain_inline()  # this call's batches, run here; every ticket answered
             PROFILE.lap("execute.drain_inline", mark)
         result = replies.result()

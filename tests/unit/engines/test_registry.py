@@ -73,3 +73,31 @@ def test_register_runtime_with_a_factory():
     assert engine.infer({"x": np.array([1, 2])})["y"].tolist() == [2.0, 4.0]
     with pytest.raises(ConfigError, match="does not take option 'bias'"):
         load_engine("identity-test", "unused", bias=1)
+
+
+def test_onnxruntime_lanes_give_the_main_sessions_results_and_name_a_missing_lane():
+    """Engine lanes (concurrent_batches): extra sessions that run beside each other, same numerics."""
+    import threading
+
+    ids = np.array([[101, 7592, 2088, 102, 0], [101, 2178, 6251, 2003, 102]], dtype=np.int64)
+    feeds = {"input_ids": ids, "attention_mask": (ids > 0).astype(np.int64), "token_type_ids": np.zeros_like(ids)}
+    with load_engine("onnxruntime", str(FP32_ONNX), lanes=2, lane_threads=1) as engine:
+        assert engine.lanes == 2
+        expected = engine.infer(feeds)["embedding"]
+        results: dict[int, np.ndarray] = {}
+        threads = [threading.Thread(target=lambda lane=lane: results.__setitem__(lane, engine.infer_lane(feeds, lane)["embedding"]))
+                   for lane in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for lane in (0, 1):
+            np.testing.assert_allclose(results[lane], expected, atol=1e-5)
+        with pytest.raises(EngineError, match="has 2 lanes; lane 2 does not exist"):
+            engine.infer_lane(feeds, 2)
+    with load_engine("onnxruntime", str(FP32_ONNX), intra_op_threads=1) as engine:
+        assert engine.lanes == 0
+        with pytest.raises(EngineError, match="has 0 lanes; lane 0 does not exist"):
+            engine.infer_lane(feeds, 0)
+    with pytest.raises(EngineError, match="lanes must be >= 0 with >= 1 thread each, got 2 x 0"):
+        load_engine("onnxruntime", str(FP32_ONNX), lanes=2, lane_threads=0)

@@ -190,3 +190,13 @@ def test_min_padding_gain_keeps_a_modest_predicted_gain_from_buying_padding(answ
             submit(queue, clock, request(answers, [tokens]))
         batch = queue.next_batch(clock.now()).batch
         assert (len(batch.items), batch.length) == ((16, 32) if merged else (8, 16))
+
+
+def test_pad_to_longest_pads_a_batch_to_its_longest_text_not_its_bucket(clock, answers):
+    """Engines that run any shape (ONNX Runtime on the CPU) pad to the longest text; others to the bucket."""
+    for pad_to_longest, length in ((True, 13), (False, 16)):
+        queue = make_queue(CPU, max_queue_delay_s=0.0)
+        queue.pad_to_longest = pad_to_longest
+        submit(queue, clock, request(answers, [10, 13, 11, 12]))
+        batch = queue.next_batch(clock.now()).batch
+        assert (len(batch.items), batch.length, batch.padded_tokens) == (4, length, 4 * length)

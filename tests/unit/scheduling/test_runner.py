@@ -271,3 +271,103 @@ def test_drain_inline_runs_every_queued_text_on_the_calling_thread(clock, handle
     with pytest.raises(RuntimeError, match="never started"):
         runner.start().drain_inline()
     runner.close(drain_timeout_s=1)
+
+
+class LaneHandler(Handler):
+    """A Handler whose ``run`` takes a lane, records it, and blocks on a semaphore so batches overlap."""
+
+    def __init__(self, clock):
+        super().__init__(clock)
+        self.permits = threading.Semaphore(0)
+        self.lanes_seen: list[int | None] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    def run(self, batch, lane=None):
+        with self.changed:
+            self.lanes_seen.append(lane)
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self.changed.notify_all()
+        assert self.permits.acquire(timeout=10), "test never let the batch finish"
+        with self.changed:
+            self.in_flight -= 1
+            self.ran.append(batch)
+            self.changed.notify_all()
+        return [item.tokens * 2 for item in batch.items] + [None] * (batch.batch_size - len(batch.items))
+
+    def wait_running(self, count):
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.in_flight >= count, timeout=10)
+
+
+def test_lanes_run_batches_side_by_side_and_a_lone_batch_runs_wide(clock, answers):
+    """Two lanes take batches from one queue at once; a batch alone (after LANES_LINGER_S) gets lane None."""
+    from fastpath.scheduling.runner import LANES_LINGER_S
+
+    handler = LaneHandler(clock)
+    runner = BatchRunner(make_queue(CPU, max_queue_delay_s=0.0), handler, clock=clock, observer=Recorder(), lanes=2)
+    assert [t.name for t in runner._threads] == ["fastpath-stage", "fastpath-engine0", "fastpath-engine1", "fastpath-completion"]
+    runner.start()
+    try:
+        first = request(answers, [10], label="first")
+        runner.submit(first)
+        handler.wait_running(1)
+        second = request(answers, [200], label="second")
+        runner.submit(second)
+        handler.wait_running(2)  # the second lane took the second batch while the first still runs
+        assert handler.most_in_flight == 2 and handler.lanes_seen[0] is None and handler.lanes_seen[1] in (0, 1)
+        handler.permits.release(2)
+        answers.wait_for(2)
+        assert answers.of(first[0].ticket) == ([20], None) and answers.of(second[0].ticket) == ([400], None)
+        runner.submit(request(answers, [12], label="soon after"))  # within the linger: still a lane
+        handler.wait_running(1)
+        handler.permits.release()
+        answers.wait_for(3)
+        clock.advance(LANES_LINGER_S)
+        runner.submit(request(answers, [12], label="later"))  # alone, the linger over: wide again
+        handler.wait_running(1)
+        handler.permits.release()
+        answers.wait_for(4)
+        assert handler.lanes_seen[2] in (0, 1) and handler.lanes_seen[3] is None
+    finally:
+        handler.permits.release(8)
+        runner.close(drain_timeout_s=5)
+    with pytest.raises(ValueError, match="lanes must be >= 1"):
+        BatchRunner(make_queue(CPU), handler, clock=clock, lanes=0)
+
+
+def test_an_idle_runner_can_be_claimed_for_one_inline_call(clock, handler, answers):
+    """inline_when_idle: claim_idle() succeeds only after INLINE_MIN_IDLE_S of idleness; while claimed the
+    caller runs the queue's batches itself (the threads keep off); busy runners are not claimed."""
+    from fastpath.scheduling.runner import INLINE_MIN_IDLE_S
+
+    runner = BatchRunner(make_queue(CPU, max_queue_delay_s=1.0), handler, clock=clock, observer=Recorder()).start()
+    caller = threading.current_thread()
+    ran_on = []
+    run = handler.run
+    handler.run = lambda batch: (ran_on.append(threading.current_thread()), run(batch))[1]
+    try:
+        assert runner.claim_idle() and not runner.claim_idle()  # one claim at a time
+        items = request(answers, [10, 40], label="inline")
+        runner.submit(items)
+        runner.drain_inline()
+        runner.release_inline()
+        assert answers.of(items[0].ticket) == ([20, 80], None) and set(ran_on) == {caller}
+        assert not runner.claim_idle()  # the last answer was just now: requests may be waiting in Triton
+        clock.advance(2 * INLINE_MIN_IDLE_S)
+        assert runner.claim_idle()
+        runner.release_inline()
+        handler.gate = threading.Event()  # the threads' own batch, held in the engine
+        clock.advance(2 * INLINE_MIN_IDLE_S)
+        runner.submit(request(answers, [10], label="threads"))
+        handler.wait_staged(2)
+        assert not runner.claim_idle()  # busy
+        handler.gate.set()
+        answers.wait_for(2)
+        assert ran_on[-1] is not caller
+    finally:
+        if handler.gate is not None:
+            handler.gate.set()
+        runner.close(drain_timeout_s=5)
+    assert not runner.claim_idle()  # closed
