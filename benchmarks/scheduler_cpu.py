@@ -10,19 +10,23 @@ fixed seed), one text per request, tritonclient gRPC (asyncio) at concurrency 1,
     raw_ideal         raw engine: batches of 64 texts of nearly equal length (runs of the length-sorted
                       corpus at evenly spaced quantiles), each padded to its longest: no padding waste
     raw_arrival_64    raw engine: batches of 64 in arrival order, padded to the longest
-    raw_batch_1       raw engine: one text per engine call
+    raw_batch_1       raw engine: one text per engine call, back to back
+    raw_call          raw engine: one text per engine call, each after an idle gap of the round's echo
+                      p50 (concurrency 1): "a single raw engine call" of issue 3's latency goal
     naive             served: python backend, one engine call per request (benchmarks/models)
     stack_pad         served: Triton dynamic batcher + stack and pad to the longest (benchmarks/models)
-    fastpath          served: model_repository/text_embedding as shipped (FastPath's scheduler)
-    fastpath_return   served: the same with response_mode=return and dynamic_batching (max delay 0):
-                      execute() runs the batches of every request queued meanwhile and returns their
-                      responses (docs/design/scheduler.md)
+    fastpath          served: model_repository/text_embedding as shipped (FastPath's scheduler,
+                      two engine lanes on two cores, inline execute when idle)
+    fastpath_1lane    served: the same with concurrent_batches=1: one batch at a time on one ONNX
+                      Runtime session of every thread (the shipped config before engine lanes)
     fastpath_return_2x1
                       served: return mode on two instances of one ONNX Runtime thread each, the
                       throughput configuration of docs/deployment.md
     echo              served, no engine (concurrency 1): Triton's own per-request overhead
 
-More FastPath variants for A/B runs (``--variants``): see FASTPATH_VARIANTS.
+More FastPath variants for A/B runs (``--variants``): see FASTPATH_VARIANTS (``fastpath_return``:
+response_mode=return, execute() runs the batches of every request queued meanwhile and returns
+their responses).
 
 The machine is shared and small, so load drifts during a run. Every concurrency is measured in
 ``--rounds`` rounds; each round runs raw_ideal, every served variant (alternating their order),
@@ -57,10 +61,12 @@ ARTIFACTS = REPO / "model_repository" / "text_embedding" / "1"
 BASELINES = REPO / "benchmarks" / "models"
 SERVED = {"naive": "naive_embedding", "stack_pad": "stack_pad_embedding", "fastpath": "text_embedding",
           "echo": "echo_embedding", "fastpath_return": "text_embedding_rt", "fastpath_return_2x1": "text_embedding_rt2x1",
-          "fastpath_2x1": "text_embedding_2x1", "fastpath_nospin": "text_embedding_ns", "fastpath_int8": "text_embedding_int8"}
-DEFAULT_VARIANTS = ("naive", "stack_pad", "fastpath", "fastpath_return", "fastpath_return_2x1")
-# FastPath variants (--variants), each the shipped config (one instance, ONNX Runtime's threads, response
-# senders, no Triton batching) changed as listed: model name -> (FastPath parameters to set, instance count,
+          "fastpath_2x1": "text_embedding_2x1", "fastpath_nospin": "text_embedding_ns", "fastpath_int8": "text_embedding_int8",
+          "fastpath_1lane": "text_embedding_1lane", "fastpath_lanes3": "text_embedding_l3",
+          "fastpath_noinline": "text_embedding_noinline", "fastpath_nobatcher": "text_embedding_nb"}
+DEFAULT_VARIANTS = ("naive", "stack_pad", "fastpath", "fastpath_1lane", "fastpath_return_2x1")
+# FastPath variants (--variants), each the shipped config (one instance, engine lanes, response senders,
+# Triton's batcher at 0 us) changed as listed: model name -> (FastPath parameters to set, instance count,
 # Triton dynamic batcher delay in us or None for none, the model_repository/text_embedding version whose
 # model.onnx it serves)
 FASTPATH_VARIANTS = {
@@ -68,9 +74,15 @@ FASTPATH_VARIANTS = {
     "text_embedding_rt": ({"response_mode": "return"}, 1, 0, "1"),
     # the throughput configuration of docs/deployment.md: return mode on two instances of one ONNX Runtime thread
     "text_embedding_rt2x1": ({"response_mode": "return", "intra_op_threads": "1"}, 2, 0, "1"),
-    "text_embedding_2x1": ({"intra_op_threads": "1"}, 2, None, "1"),  # sender mode on two one-thread instances
-    "text_embedding_ns": ({"intra_op_spinning": "false"}, 1, None, "1"),  # ONNX Runtime workers sleep between operators
-    "text_embedding_int8": ({}, 1, None, "2"),  # the INT8 QDQ build (make test / make serve build version 2)
+    "text_embedding_2x1": ({"intra_op_threads": "1", "concurrent_batches": "1"}, 2, 0, "1"),  # sender mode, two one-thread instances
+    "text_embedding_ns": ({"intra_op_spinning": "false"}, 1, 0, "1"),  # ONNX Runtime workers sleep between operators
+    "text_embedding_int8": ({}, 1, 0, "2"),  # the INT8 QDQ build (make test / make serve build version 2)
+    # one batch at a time on one ONNX Runtime session of every thread (the shipped config before engine lanes)
+    "text_embedding_1lane": ({"concurrent_batches": "1"}, 1, 0, "1"),
+    "text_embedding_l3": ({"concurrent_batches": "3"}, 1, 0, "1"),  # three one-thread lanes on two cores
+    # the scheduler threads answer every request, also a lone one (no inline execute when idle)
+    "text_embedding_noinline": ({"inline_when_idle": "false"}, 1, 0, "1"),
+    "text_embedding_nb": ({}, 1, None, "1"),  # no Triton batcher in front: one request per execute() call
 }
 
 
@@ -108,13 +120,13 @@ class RawEngine:
         self.grpc = grpcclient
         self.mean_tokens = mean_tokens
 
-    def measure(self, mode: str, texts: list[str]) -> dict:
+    def measure(self, mode: str, texts: list[str], gap_us: int = 0) -> dict:
         data = np.array([text.encode() for text in texts], dtype=np.object_)
         tensor = self.grpc.InferInput("TEXT", [len(texts)], "BYTES")
         tensor.set_data_from_numpy(data)
-        result = self.client.infer("raw_engine_bench", [tensor], parameters={"mode": mode}, client_timeout=600)
+        result = self.client.infer("raw_engine_bench", [tensor], parameters={"mode": mode, "gap_us": gap_us}, client_timeout=600)
         elapsed, padded, real = result.as_numpy("STATS").tolist()
-        calls = result.as_numpy("CALL_S").tolist() if mode == "raw_batch_1" else []
+        calls = result.as_numpy("CALL_S").tolist() if mode in ("raw_batch_1", "raw_call") else []
         return {"throughput_per_s": real / elapsed / self.mean_tokens, "padded_tokens": padded, "real_tokens": real,
                 "latencies_s": calls, "texts": len(texts)}
 
@@ -274,6 +286,9 @@ def run_rounds(texts: list[str], args) -> dict:
                         variants.append("echo")
                     for variant in (variants if index % 2 == 0 else variants[::-1]):
                         cells[variant] = served_cell(server, metrics_url, variant, texts, concurrency, args)
+                    if concurrency == 1:  # one raw call after the idle time a served request's engine had before it
+                        gap_us = int(np.percentile(cells["echo"]["latencies_s"], 50) * 1e6)
+                        cells["raw_call"] = raw.measure("raw_call", sample(RAW_TEXTS["raw_batch_1"]), gap_us=gap_us)
                     after = raw.measure("raw_ideal", ideal_sample(sorted_texts, index + 1))  # bracket the served cells
                     cells["raw_ideal"] = merge_raw(cells["raw_ideal"], after)
                     rounds[str(concurrency)].append(cells)

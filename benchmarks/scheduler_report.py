@@ -45,10 +45,18 @@ def summarize(rounds: dict) -> dict:
         for baseline in ("naive", "stack_pad"):  # absent when --variants left the baseline out
             if "fastpath" in cells[0] and baseline in cells[0]:
                 ratios[concurrency][f"fastpath_vs_{baseline}"] = _median_ratio(cells, "fastpath", baseline)
-        if "echo" in cells[0]:
-            per_round = [_ms(r["fastpath"]["latencies_s"], 50)
-                         / (_ms(r["raw_batch_1"]["latencies_s"], 50) + _ms(r["echo"]["latencies_s"], 50)) for r in cells]
-            ratios[concurrency]["fastpath_p50_vs_raw_call_plus_triton"] = round(statistics.median(per_round), 3)
+        if "echo" in cells[0] and "fastpath" in cells[0]:
+            # Issue 3: "within 10% of a single raw engine call plus Triton's own overhead". A single call is
+            # raw_call (after the idle gap a served request's engine has); older runs had only raw_batch_1
+            # (back to back, its engine never idle), kept as the _b2b ratio.
+            for key, raw_name in (("fastpath_p50_vs_raw_call_plus_triton", "raw_call" if "raw_call" in cells[0] else "raw_batch_1"),
+                                  ("fastpath_p50_vs_raw_b2b_plus_triton", "raw_batch_1")):
+                for variant in ("fastpath", "naive"):
+                    if variant not in cells[0]:
+                        continue
+                    per_round = [_ms(r[variant]["latencies_s"], 50)
+                                 / (_ms(r[raw_name]["latencies_s"], 50) + _ms(r["echo"]["latencies_s"], 50)) for r in cells]
+                    ratios[concurrency][key.replace("fastpath", variant, 1)] = round(statistics.median(per_round), 3)
             if "naive" in cells[0]:
                 ratios[concurrency]["fastpath_p50_vs_naive_p50"] = round(statistics.median(
                     _ms(r["fastpath"]["latencies_s"], 50) / _ms(r["naive"]["latencies_s"], 50) for r in cells), 3)
@@ -71,10 +79,12 @@ def goals(report: dict) -> dict:
                                   ("fastpath_vs_stack_pad", "throughput_vs_stack_pad_c32", 2.5)):
             if key in ratios["32"]:
                 out[name] = _goal(ratios["32"][key], ">=", target)
-        out["p99_ms_c32"] = _goal(served["fastpath"]["32"]["p99_ms"], "<=", 350.0)
+        if "32" in served.get("fastpath", {}):
+            out["p99_ms_c32"] = _goal(served["fastpath"]["32"]["p99_ms"], "<=", 350.0)
     if "1" in ratios and "fastpath_p50_vs_raw_call_plus_triton" in ratios["1"]:
         out["p50_c1_vs_raw_call_plus_triton"] = _goal(ratios["1"]["fastpath_p50_vs_raw_call_plus_triton"], "<=", 1.10)
-    out["padding_waste_max"] = _goal(max(cell["padding_waste"] for cell in served["fastpath"].values()), "<=", 1.15)
+    if served.get("fastpath"):
+        out["padding_waste_max"] = _goal(max(cell["padding_waste"] for cell in served["fastpath"].values()), "<=", 1.15)
     return out
 
 

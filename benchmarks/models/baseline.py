@@ -29,25 +29,34 @@ from fastpath.text import decode_texts, set_tokenizer_parallelism
 from fastpath.triton.io import error_response, read_input
 
 
-def measure_raw(tokenizer: Any, engine: Any, mode: str, texts: list[str]) -> tuple[float, int, int, list[float]]:
+def measure_raw(tokenizer: Any, engine: Any, mode: str, texts: list[str], gap_s: float = 0.0) -> tuple[float, int, int, list[float]]:
     """Tokenize + pad + run ``texts`` without any serving path.
 
     Modes: ``raw_ideal`` (batches of 64 in the given order, each padded to its longest; the caller
     passes length-sorted runs), ``raw_arrival_64`` (batches of 64 in arrival order, padded to the
-    longest), ``raw_batch_1`` (one text per engine call).
+    longest), ``raw_batch_1`` (one text per engine call, back to back), ``raw_call`` (one text per
+    engine call, each after ``gap_s`` seconds idle: a single call as a served request at
+    concurrency 1 meets the engine, idle for the client's round trip since the last one).
 
     Returns:
-        (elapsed seconds, padded tokens, real tokens, per-call seconds for raw_batch_1).
+        (elapsed seconds, not counting the gaps; padded tokens, real tokens, per-call seconds for
+        raw_batch_1 and raw_call).
     """
     import time
 
     output = engine.outputs[0].name
     calls: list[float] = []
     padded = 0
-    start = time.perf_counter()
-    groups = [[text] for text in texts] if mode == "raw_batch_1" else [texts[k : k + 64] for k in range(0, len(texts), 64)]
+    single = mode in ("raw_batch_1", "raw_call")
+    groups = [[text] for text in texts] if single else [texts[k : k + 64] for k in range(0, len(texts), 64)]
     real = 0
+    idle = 0.0
+    start = time.perf_counter()
     for group in groups:
+        if mode == "raw_call":
+            idle_start = time.perf_counter()
+            time.sleep(gap_s)
+            idle += time.perf_counter() - idle_start
         call_start = time.perf_counter()
         encodings = tokenizer.encode(group)
         length = max(len(e.ids) for e in encodings)
@@ -55,7 +64,7 @@ def measure_raw(tokenizer: Any, engine: Any, mode: str, texts: list[str]) -> tup
         calls.append(time.perf_counter() - call_start)
         padded += length * len(encodings)
         real += sum(len(e.ids) for e in encodings)
-    return time.perf_counter() - start, padded, real, calls if mode == "raw_batch_1" else []
+    return time.perf_counter() - start - idle, padded, real, calls if single else []
 
 
 class BaselineEmbeddingModel:
@@ -132,8 +141,10 @@ class BaselineEmbeddingModel:
     def _raw(self, request: Any) -> Any:
         pb = self.pb
         texts = decode_texts(read_input(pb, request, "TEXT"), tensor="TEXT", max_text_bytes=self.config.max_text_bytes)
-        mode = json.loads(request.parameters() or "{}").get("mode", "raw_ideal")
-        elapsed, padded, real, calls = measure_raw(self.embedder.tokenizer, self.embedder.engine, mode, texts)
+        parameters = json.loads(request.parameters() or "{}")
+        mode = parameters.get("mode", "raw_ideal")
+        elapsed, padded, real, calls = measure_raw(self.embedder.tokenizer, self.embedder.engine, mode, texts,
+                                                   gap_s=float(parameters.get("gap_us", 0)) * 1e-6)
         return pb.InferenceResponse(output_tensors=[
             pb.Tensor("STATS", np.array([elapsed, padded, real], dtype=np.float64)),
             pb.Tensor("CALL_S", np.array(calls or [0.0], dtype=np.float64)),
