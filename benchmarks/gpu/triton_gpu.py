@@ -15,6 +15,9 @@ CPU machine as a smoke test (``--device cpu``). Steps:
                           one through response senders;
        text_embedding_rt  the same with ``response_mode=return``: ``execute()`` returns its requests'
                           responses, one stub round trip per call (docs/design/scheduler.md);
+       text_embedding_noinline
+                          text_embedding with ``inline_when_idle=false``: the scheduler threads answer
+                          every request, also a lone one (A/B of the inline execute);
        text_embedding_rt_blocking / _tokpar / _old
                           text_embedding_rt with ``cuda_sync=blocking`` / ``tokenizer_parallelism=true``
                           / the latter (the default before run 17), for A/B runs;
@@ -81,16 +84,20 @@ def add_variants(repository: Path, version_dir: Path, names: list[str], *, devic
               "max_seq_length": "256", "length_buckets_tokens": "16,32,64,128,256"}
     for name in names:
         target = repository / name
-        if name in ("text_embedding_tb", "text_embedding_rt") or name.startswith("text_embedding_rt_"):
+        if name in ("text_embedding_tb", "text_embedding_rt", "text_embedding_noinline") or name.startswith("text_embedding_rt_"):
             shutil.copytree(base, target, symlinks=True)
             config = (base / "config.pbtxt").read_text().replace('name: "text_embedding"', f'name: "{name}"')
             if name.startswith("text_embedding_rt"):
                 config += 'parameters { key: "response_mode" value: { string_value: "return" } }\n'
+            if name == "text_embedding_noinline":  # sender mode, the scheduler threads answer every request
+                config += 'parameters { key: "inline_when_idle" value: { string_value: "false" } }\n'
             if name.endswith("_blocking"):  # blocking-sync CUDA event instead of the default busy-wait
                 config += 'parameters { key: "cuda_sync" value: { string_value: "blocking" } }\n'
             if name.endswith("_tokpar") or name.endswith("_old"):  # tokenizer Rayon parallelism (the default before run 17)
                 config += 'parameters { key: "tokenizer_parallelism" value: { string_value: "true" } }\n'
-            (target / "config.pbtxt").write_text(config + "dynamic_batching { max_queue_delay_microseconds: 0 }\n")
+            if name != "text_embedding_noinline":  # the base text_embedding here runs without Triton's batcher
+                config += "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
+            (target / "config.pbtxt").write_text(config)
             continue
         batched_echo = name == "echo_batched_embedding"  # echo_embedding behind Triton's dynamic batcher
         source = ROOT / "benchmarks" / "models" / ("echo_embedding" if batched_echo else name)
