@@ -181,6 +181,25 @@ class TextEmbedder:
         """Embed texts: float32 [N, 384] unit vectors, as sentence-transformers ``encode()`` gives."""
         return self.embed_encodings(self.tokenizer.encode(texts))
 
+    def check_lanes(self, texts: Sequence[str] = ("warm " * 8,) * 4, atol: float = 1e-4) -> None:
+        """Run one batch on every engine lane (``concurrent_batches``): each lane's first run pays ONNX
+        Runtime's lazy initialization here, not in a request, and must give the main session's result.
+
+        Raises:
+            EngineError: a lane failed, or its embeddings differ from the main session's by more than ``atol``.
+        """
+        if not self.engine.lanes:
+            return
+        encodings = self.tokenizer.encode(list(texts))
+        feeds = self.tokenizer.pad(encodings, max(len(e.ids) for e in encodings)).feeds()
+        expected = self.engine.infer(feeds)[self._output_name]
+        for lane in range(self.engine.lanes):
+            got = self.engine.infer_lane(feeds, lane)[self._output_name]
+            error = float(np.max(np.abs(got - expected)))
+            if not error <= atol:
+                raise EngineError(f"engine lane {lane} differs from the main session by {error:.3g} (max abs, "
+                                  f"expected <= {atol}) on the same batch")
+
     def close(self) -> None:
         """Release the engine (idempotent)."""
         self.engine.close()

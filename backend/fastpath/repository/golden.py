@@ -103,7 +103,7 @@ def load_text_version(model_dir: Path, version: int, base: TextEmbeddingConfig, 
 
     Raises:
         ArtifactError: missing directory, manifest or file, a checksum mismatch, or another tokenizer.
-        EngineError: the artifact does not load.
+        EngineError: the artifact does not load, or an engine lane disagrees with the main session.
     """
     timings = {} if timings is None else timings
     version_dir = model_dir / str(version)
@@ -125,7 +125,12 @@ def load_text_version(model_dir: Path, version: int, base: TextEmbeddingConfig, 
     except ArtifactError:
         embedder.close()
         raise
-    embedder.embed(["warm " * 8] * 4)  # the first run pays ONNX Runtime's lazy initialization
+    try:
+        embedder.embed(["warm " * 8] * 4)  # the first run pays ONNX Runtime's lazy initialization
+        embedder.check_lanes()  # and so does each engine lane's; each must match the main session
+    except Exception:
+        embedder.close()
+        raise
     timings.update(verify_s=verified - started, session_s=loaded - verified, warmup_s=time.perf_counter() - loaded)
     return embedder
 
