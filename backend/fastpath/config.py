@@ -225,8 +225,12 @@ class SchedulerConfig:
         inline_when_idle: ``sender`` mode: an ``execute()`` call of one request that finds the
             scheduler idle (nothing queued, running or being delivered) runs its batches itself and
             returns its response, as ``return`` mode does; the scheduler threads take over again
-            from the next call. With Triton's ``dynamic_batching`` (no delay) in front, a call of
-            several requests means a backlog in Triton, and those go to the scheduler's queue. Saves a lone request the thread hand-offs and the response sender's round
+            from the next call. Needs Triton's ``dynamic_batching`` (no delay: 0 us) in front, so
+            a call of several requests reveals a backlog in Triton (those go to the scheduler's
+            queue); only requests of at most half of ``max_batch_size`` texts run inline, since
+            Triton cannot put two larger ones in one call and a backlog of them would look like
+            lone requests (found in a fresh-user trial: bursts of 40- and 64-text requests were
+            served one inline call at a time and never reached the bounded queue). Saves a lone request the thread hand-offs and the response sender's round
             trip (~0.9 ms of a ~6.8 ms request at concurrency 1 on the 2-core dev machine,
             docs/benchmarks/scheduler_cpu_runs.md). Requests Triton delivers meanwhile wait in
             Triton's queue for at most that one batch.

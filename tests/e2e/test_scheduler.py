@@ -155,6 +155,27 @@ def test_queue_full_is_rejected_as_retryable_unavailable(small_queue_server, pro
     assert _metric_sum(_metrics(small_queue_server), "fastpath_rejected_texts_total", reason="queue_full") >= 2 * len(errors)
 
 
+@pytest.fixture(scope="module")
+def queue64_server(tmp_path_factory):
+    """text_embedding with a 64-text queue (the shipped batch buckets and Triton batcher)."""
+    yield from _variant_server(tmp_path_factory, "queue64", lambda config: re.sub(
+        r'(key: "max_queue_texts" value: \{ string_value: )"[^"]*"', r'\1"64"', config))
+
+
+def test_a_burst_of_large_requests_reaches_the_bounded_queue(queue64_server):
+    """Fresh-user trial: requests of more than half of max_batch_size texts cannot share a Triton call, so
+    a backlog of them looked like lone requests and each ran inline, waiting in Triton's unbounded queue;
+    they must go to FastPath's bounded queue and overflow it with retryable UNAVAILABLE."""
+    results = _burst(queue64_server, 16, 40)
+    errors = [error for _, error in results if error is not None]
+    assert errors, "16 requests of 40 texts into a 64-text queue must overflow it"
+    assert {error.status() for error in errors} == {"StatusCode.UNAVAILABLE"}
+    assert all("Exceeds maximum queue size" in error.message() for error in errors)
+    good = [embedding for embedding, error in results if error is None]
+    assert good and all(e.shape == (40, 384) and np.isfinite(e).all() for e in good)
+    assert queue64_server.is_ready(models=[MODEL])
+
+
 def test_unload_drains_every_accepted_request(small_queue_server):
     """Requests in flight at unload each get exactly one answer, none hangs; later ones get NOT_FOUND.
 

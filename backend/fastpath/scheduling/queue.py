@@ -12,10 +12,13 @@ Candidates. A candidate batch is a run of adjacent length buckets ``[lo, hi]`` t
 of its texts (their tokens at the per-token cost of a full largest batch) over the predicted time
 of the padded batch, both from the cost model's uncontended *floor*
 (:class:`~fastpath.scheduling.costs.CostModel`); deadlines use its *expected* times. So "pad the
-length up or run two batches" and "pad the batch up or let texts wait" are both decided by cost.
+length up or run two batches" and "pad the batch up or let texts wait" are both decided by cost. A
+run of several buckets must also beat running each of its buckets' texts as their own batch, so a
+short anchor never rides along with long texts that would run efficiently without it.
 
 Rules, checked in this order while the engine is free:
-    expire    texts past their Triton timeout leave the queue (answered UNAVAILABLE).
+    expire    texts past their Triton timeout leave the queue (answered UNAVAILABLE), unless
+              another text of their request already ran (the timeout covers the wait before execution).
     deadline  (b) if waiting longer would make a text miss its deadline given the predicted cost
               of its batch (plus ``deadline_margin_s``), its best batch runs now.
     full      (a) a length bucket holds a full largest batch bucket: that batch runs now.
@@ -247,22 +250,30 @@ class BatchQueue:
     # -- rules -------------------------------------------------------------------------------
 
     def _expire(self, now: float) -> tuple[WorkItem, ...]:
-        """Remove texts whose ticket is already answered (dropped) or whose timeout passed (returned)."""
+        """Remove texts whose ticket is already answered (dropped) or whose timeout passed (returned).
+
+        A request's timeout covers its wait before execution starts, as in Triton: once one of its
+        texts has been dispatched (``ticket.started``), its other texts no longer expire.
+        """
         expired: list[WorkItem] = []
         for index, group in enumerate(self._groups):
-            if not any(item.ticket.done or (item.deadline_s is not None and item.deadline_s <= now) for item in group):
+            if not any(item.ticket.done or self._timed_out(item, now) for item in group):
                 continue
             keep = []
             for item in group:
                 if item.ticket.done:
                     continue
-                if item.deadline_s is not None and item.deadline_s <= now:
+                if self._timed_out(item, now):
                     expired.append(item)
                 else:
                     keep.append(item)
             self._count -= len(group) - len(keep)
             self._groups[index] = keep
         return tuple(expired)
+
+    @staticmethod
+    def _timed_out(item: WorkItem, now: float) -> bool:
+        return item.deadline_s is not None and item.deadline_s <= now and not item.ticket.started
 
     def _risk_s(self, item: WorkItem) -> float:
         """Latest clock time ``item``'s batch can start and still end ``deadline_margin_s`` before its deadline."""
@@ -355,16 +366,26 @@ class BatchQueue:
         home = self.bucket_of(anchor)
         useful = self._useful_by_group()
         counts = [len(group) for group in self._groups]
-        count_prefix, useful_prefix = [0], [0.0]
-        for count, value in zip(counts, useful):
+        # Cost of running each bucket's texts as their own batch: a range of buckets must beat that
+        # too, or a short anchor would "gain" by riding along with long texts that run efficiently
+        # anyway (the anchor's own batch is tiny), padding the short one to the long ones' length.
+        alone = [self.costs.estimate(self.snap_up(min(count, self.max_batch)), self.length_buckets[g], floor=True)
+                 if count else 0.0 for g, count in enumerate(counts)]
+        count_prefix, useful_prefix, alone_prefix = [0], [0.0], [0.0]
+        for count, value, cost in zip(counts, useful, alone):
             count_prefix.append(count_prefix[-1] + count)
             useful_prefix.append(useful_prefix[-1] + value)
+            alone_prefix.append(alone_prefix[-1] + cost)
         own = self._candidate(home, home, counts[home], useful[home])
         best = own
         for lo in (index for index in range(home + 1) if counts[index]):
             for hi in (index for index in range(home, len(counts)) if counts[index]):
                 in_range = count_prefix[hi + 1] - count_prefix[lo]
-                candidate = self._candidate(lo, hi, in_range, useful_prefix[hi + 1] - useful_prefix[lo])
+                in_useful = useful_prefix[hi + 1] - useful_prefix[lo]
+                candidate = self._candidate(lo, hi, in_range, in_useful)
+                separate_s = alone_prefix[hi + 1] - alone_prefix[lo]
+                if lo != hi and separate_s > 0 and candidate.efficiency < in_useful / separate_s * self.min_padding_gain:
+                    continue
                 if (candidate.efficiency, candidate.served) > (best.efficiency, best.served):
                     best = candidate
         return best if best.efficiency >= own.efficiency * self.min_padding_gain else own
@@ -378,6 +399,8 @@ class BatchQueue:
         for g in range(candidate.lo, candidate.hi + 1):
             self._groups[g] = [item for item in self._groups[g] if id(item) not in taken]
         self._count -= len(chosen)
+        for item in chosen:
+            item.ticket.started = True
         longest = max(item.tokens for item in chosen)
         length = longest if self.pad_to_longest else max(self.length_buckets[max(self.bucket_of(item) for item in chosen)], longest)
         size = max(candidate.size, len(chosen))

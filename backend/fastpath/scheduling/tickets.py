@@ -48,13 +48,14 @@ class Ticket:
         ValueError: ``rows`` < 1.
     """
 
-    __slots__ = ("rows", "label", "_on_done", "_is_cancelled", "_results", "_missing", "_done", "_lock")
+    __slots__ = ("rows", "label", "started", "_on_done", "_is_cancelled", "_results", "_missing", "_done", "_lock")
 
     def __init__(self, rows: int, on_done: DoneCallback, *, is_cancelled: Callable[[], bool] | None = None, label: str = "") -> None:
         if rows < 1:
             raise ValueError(f"a ticket needs at least one row, got rows={rows}")
         self.rows = rows
         self.label = label
+        self.started = False  # some row was dispatched: its other rows no longer time out in the queue
         self._on_done = on_done
         self._is_cancelled = is_cancelled
         self._results: list[Any] = [_UNSET] * rows

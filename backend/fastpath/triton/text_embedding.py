@@ -258,6 +258,14 @@ class TextEmbeddingModel:
             triton_parameters(model_config), TextEmbeddingConfig, SchedulerConfig
         )
         sched = self.scheduler_config
+        # inline_when_idle tells a lone request from a backlog by the call's request count, which only
+        # Triton's batcher makes meaningful; and it can only put requests of up to half of
+        # max_batch_size texts two to a call: a larger request always goes to the bounded queue.
+        batched = model_config.get("dynamic_batching") is not None
+        self.inline_max_texts = int(model_config.get("max_batch_size", 0)) // 2 if sched.inline_when_idle and batched else 0
+        if sched.inline_when_idle and not batched:
+            LOG.warning("inline_when_idle is off for %s: it needs dynamic_batching in config.pbtxt "
+                        "(max_queue_delay_microseconds: 0 adds no delay)", args.get("model_name", "text_embedding"))
         set_tokenizer_parallelism(self.config.tokenizer_parallelism)
         if sched.batch_buckets[-1] > self.config.max_batch_texts:
             raise ConfigError(
@@ -311,14 +319,23 @@ class TextEmbeddingModel:
         """
         sched = self.scheduler_config
         # One request in the call (Triton's batcher hands a call everything queued in Triton, so more
-        # means a backlog) and an idle runner: run it here and skip the hand-offs and the sender.
-        inline = (sched.response_mode == "sender" and sched.inline_when_idle and len(requests) == 1
-                  and self.runner.claim_idle())
+        # means a backlog), small enough that a second one would have fit in the call, and an idle
+        # runner: run it here and skip the hand-offs and the sender.
+        inline = (sched.response_mode == "sender" and len(requests) == 1
+                  and 0 < self._texts_in(requests[0]) <= self.inline_max_texts and self.runner.claim_idle())
         try:
             return self._execute(requests, "return" if inline else sched.response_mode)
         finally:
             if inline:
                 self.runner.release_inline()
+
+    def _texts_in(self, request: Any) -> int:
+        """Rows of the request's TEXT input (0 when it is missing: the request fails on the usual path)."""
+        tensor = self._pb.get_input_tensor_by_name(request, INPUT_NAME)
+        if tensor is None:
+            return 0
+        shape = tensor.shape() if hasattr(tensor, "shape") else tensor.as_numpy().shape
+        return int(shape[0]) if len(shape) else 0
 
     def _execute(self, requests: list[Any], mode: str) -> list[Any] | None:
         """:meth:`execute` with the answers going ``mode``'s way (``return``: batches run in this call)."""

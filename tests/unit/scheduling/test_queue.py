@@ -200,3 +200,35 @@ def test_pad_to_longest_pads_a_batch_to_its_longest_text_not_its_bucket(clock, a
         submit(queue, clock, request(answers, [10, 13, 11, 12]))
         batch = queue.next_batch(clock.now()).batch
         assert (len(batch.items), batch.length, batch.padded_tokens) == (4, length, 4 * length)
+
+
+@pytest.mark.parametrize("order", [(4, 224), (224, 4)])
+def test_a_short_text_does_not_ride_along_with_a_long_one_whatever_the_order(answers, clock, order):
+    """../shared/cases-style report (fresh-user trial): one request [4-token, 224-token] ran as one batch
+    padded to 224 (0.49 padding, ~2x the latency) while the reversed request ran as two batches. Merging
+    must beat running each bucket's texts on their own, not just the short anchor's tiny batch."""
+    queue = make_queue(CPU, max_queue_delay_s=0.0, min_padding_gain=1.1)
+    submit(queue, clock, request(answers, list(order)))
+    first = queue.next_batch(clock.now(), flush=True).batch
+    second = queue.next_batch(clock.now(), flush=True).batch
+    assert sorted((len(b.items), b.length) for b in (first, second)) == [(1, 16), (1, 256)]
+
+
+def test_with_per_call_overhead_a_short_text_still_joins_a_long_batch(answers, clock):
+    """On a GPU (call overhead >> tokens) one padded call is cheaper than two: the merge stays."""
+    queue = make_queue(GPU, max_queue_delay_s=0.0, min_padding_gain=1.1)
+    submit(queue, clock, request(answers, [4, 224]))
+    batch = queue.next_batch(clock.now(), flush=True).batch
+    assert (len(batch.items), batch.length) == (2, 256)
+
+
+def test_a_started_request_does_not_time_out_between_its_batches(answers, clock):
+    """Triton's timeout covers the wait before execution: once one text of a request ran, the rest
+    is not expired (trial: a lone [4, 224]-token request with a 2-30 ms timeout failed on an idle server)."""
+    queue = make_queue(CPU, max_queue_delay_s=0.0)
+    items = submit(queue, clock, request(answers, [4, 224]), timeout_s=2e-3)
+    first = queue.next_batch(clock.now(), flush=True)
+    assert len(first.batch.items) == 1 and not first.expired  # the two never share a batch on a CPU
+    clock.advance(40e-3)  # the first batch ran past the request's timeout
+    second = queue.next_batch(clock.now(), flush=True)
+    assert second.expired == () and set(first.batch.items + second.batch.items) == set(items)
