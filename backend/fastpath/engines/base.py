@@ -7,6 +7,8 @@ import dataclasses
 
 import numpy as np
 
+from fastpath.errors import EngineError
+
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
@@ -70,8 +72,6 @@ class Engine(abc.ABC):
         Raises:
             fastpath.errors.EngineError: the runtime failed, or the engine has no such lane.
         """
-        from fastpath.errors import EngineError
-
         raise EngineError(f"{self.name} engine has {self.lanes} lanes; lane {lane} does not exist")
 
     @property
