@@ -65,6 +65,7 @@ class VersionedEmbedder:
         self.model_dir, self.config = Path(model_dir), config
         self.initial = TextEmbedder.from_directory(self.model_dir / str(version), config)
         check_engine_io(self.initial)
+        self.initial.check_lanes()  # warms each engine lane and checks it against the main session, as swaps do
         self.checksums = ChecksumCache()
         self._tokenizer_sha256 = self.checksums.sha256(self.model_dir / str(version) / config.tokenizer)
         self.stages_s: dict[str, float] = {}  # the last swap's stages (seconds), reported with the status

@@ -99,8 +99,7 @@ class BatchRunner:
         self.check_cancellation = check_cancellation
         self._cond = threading.Condition()
         self._slot: tuple[Batch, Any] | None = None
-        self._running: dict[int, Batch] = {}  # lane -> the batch it runs
-        self._busy_until_s: dict[int, float] = {}  # lane -> predicted end of its batch
+        self._running: dict[int, tuple[Batch, float]] = {}  # lane -> (the batch it runs, its predicted end)
         self._lanes_until_s = float("-inf")  # batches run on lanes, never wide, until then
         self._inline = False  # a caller runs batches itself (claim_idle); the threads keep off the queue
         self._last_busy_s = float("-inf")  # when the last batch was delivered or inline claim ended
@@ -222,7 +221,8 @@ class BatchRunner:
             while self._started and not self._idle() and self.clock.now() < deadline_s:
                 self.clock.wait_until(self._cond, deadline_s)
             left = self.queue.remove_all()
-            batches = [b for b in (self._staging, *self._running.values()) if b is not None] + self._finishing
+            batches = [b for b in (self._staging, *(batch for batch, _ in self._running.values())) if b is not None]
+            batches += self._finishing
             batches += [self._slot[0]] if self._slot else []
             batches += [done.batch for done in self._completions]
             self._slot = None
@@ -257,7 +257,7 @@ class BatchRunner:
                 # Only when every lane is busy: an idle lane's engine thread forms its own batch.
                 if self._slot is None and self._staging is None and len(self._running) == self.lanes:
                     now = self.clock.now()
-                    wake_s = min(self._busy_until_s.values()) - self.stage_lead_s
+                    wake_s = min(end_s for _, end_s in self._running.values()) - self.stage_lead_s
                     if now >= wake_s:
                         mark = PROFILE.start()
                         decision = self.queue.next_batch(now)
@@ -370,12 +370,11 @@ class BatchRunner:
             batch, staged = prepared
             start_s = self.clock.now()
             run_lane = self._choose_lane(lane, start_s)
-            self._running[lane], self._busy_until_s[lane] = batch, start_s + batch.predicted_s
+            self._running[lane] = (batch, start_s + batch.predicted_s)
             self._cond.notify_all()
         done = self._run(batch, staged, start_s, run_lane)
         with self._cond:
             del self._running[lane]
-            del self._busy_until_s[lane]
             # Nothing else in flight (low load): deliver here and save the hand-off to the completion thread.
             inline = not (self._completions or self._finishing or self._slot or self._staging or len(self.queue)
                           or self._running)

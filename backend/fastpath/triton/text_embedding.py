@@ -206,8 +206,9 @@ def register_allocation_counters(pool: BlockPool, engine: Any) -> None:
         PROFILE.counter("torch.device_allocations", lambda: allocated() - start)
 
 
-def warm_up(handler: EmbeddingBatchHandler, queue: BatchQueue, clock: Any, lanes: int = 1) -> None:
-    """Run a few batch shapes to warm the engine (and its lanes, when ``lanes`` > 1) and seed the cost model.
+def warm_up(handler: EmbeddingBatchHandler, queue: BatchQueue, clock: Any) -> None:
+    """Run a few batch shapes to warm the engine and seed the cost model (engine lanes were warmed
+    at load: ``TextEmbedder.check_lanes``).
 
     Six shapes (batch 1/4/16 x two lengths), each run three times; the fastest of the last two
     seeds the model (on a shared machine other work only ever adds time). Well under a second on
@@ -215,13 +216,10 @@ def warm_up(handler: EmbeddingBatchHandler, queue: BatchQueue, clock: Any, lanes
     """
     lengths = [b for b in queue.length_buckets if b >= 16][:1] + [b for b in queue.length_buckets if b >= 48][:1]
     sizes = [b for b in queue.batch_buckets if b in (1, 4, 16)]
-    lanes = lanes if lanes > 1 else 0
     for length in dict.fromkeys(lengths or queue.length_buckets[:1]):
         for size in sizes:
             shape = Batch((), size, length, "warmup", 0.0, 0.0)
             handler.run(handler.stage(shape))
-            for lane in range(lanes):  # each lane's session allocates on its first run too
-                handler.run(handler.stage(shape), lane=lane)
             timings = []
             for _ in range(2):
                 staged = handler.stage(shape)  # each run releases its staging lease
@@ -302,7 +300,7 @@ class TextEmbeddingModel:
                                   check_cancellation=sched.check_cancellation, name=args.get("model_name", "fastpath"),
                                   lanes=self.lanes)
         if sched.warmup:
-            warm_up(self.handler, queue, self.runner.clock, self.lanes)
+            warm_up(self.handler, queue, self.runner.clock)
         if sched.response_mode == "sender":  # return mode runs each execute()'s batches inline instead
             self.runner.start()
         PROFILE.reset()  # warm-up and graph capture are not serving
