@@ -11,7 +11,7 @@ from fastpath.memory import create_host_pool
 from fastpath.models.text_embedding import TextEmbedder
 from fastpath.repository.serving import VersionedEmbedder
 from fastpath.scheduling import Batch, Ticket, WorkItem
-from fastpath.triton.text_embedding import TOKEN_INPUTS, EmbeddingBatchHandler, staging_pool_config
+from fastpath.triton.embedding_batches import TOKEN_INPUTS, EmbeddingBatchHandler, staging_pool_config
 
 from tests.conftest import MODEL_REPOSITORY
 

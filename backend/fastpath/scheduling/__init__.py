@@ -8,7 +8,8 @@ Design and measurements: docs/design/scheduler.md, docs/benchmarks/scheduler_cpu
 
 from fastpath.scheduling.clock import Clock, FakeClock, MonotonicClock
 from fastpath.scheduling.costs import CostModel
-from fastpath.scheduling.queue import Batch, BatchQueue, Decision
+from fastpath.scheduling.batch import Batch, Decision
+from fastpath.scheduling.queue import BatchQueue
 from fastpath.scheduling.runner import BatchHandler, BatchRunner, SchedulerObserver
 from fastpath.scheduling.shapes import ShapeBatchQueue
 from fastpath.scheduling.tickets import QueueTimeoutError, RequestCancelledError, Ticket, WorkItem

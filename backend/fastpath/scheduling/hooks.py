@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from fastpath.scheduling.queue import Batch
+from fastpath.scheduling.batch import Batch
 
 
 class BatchHandler(Protocol):

@@ -25,7 +25,8 @@ Why lanes: docs/design/scheduler.md ("Engine lanes").
 
 Texts are tokenized before :meth:`BatchRunner.submit` (in Triton's ``execute`` thread), which also
 overlaps the engine. Every accepted ticket is answered exactly once: with its rows, or with the
-error of the batch that failed, its timeout, its cancellation, or shutdown.
+error of the batch that failed, its timeout, its cancellation, or shutdown
+(:class:`~fastpath.scheduling.answers.BatchPreparer` stages batches and answers the texts that leave them).
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ from typing import Any
 
 from fastpath.errors import UnavailableError
 from fastpath.profiling import PROFILE
+from fastpath.scheduling.answers import BatchPreparer
 from fastpath.scheduling.clock import Clock, MonotonicClock
 from fastpath.scheduling.hooks import BatchHandler, SchedulerObserver
-from fastpath.scheduling.queue import Batch, BatchQueue
-from fastpath.scheduling.tickets import QueueTimeoutError, RequestCancelledError, WorkItem
+from fastpath.scheduling.batch import Batch
+from fastpath.scheduling.queue import BatchQueue
+from fastpath.scheduling.tickets import WorkItem
 
 LOG = logging.getLogger(__name__)
 
@@ -96,7 +99,7 @@ class BatchRunner:
         self.clock = clock or MonotonicClock()
         self.observer = observer or SchedulerObserver()
         self.stage_lead_s = stage_lead_s
-        self.check_cancellation = check_cancellation
+        self._answers = BatchPreparer(queue, handler, self.observer, self.clock, check_cancellation)
         self._cond = threading.Condition()
         self._slot: tuple[Batch, Any] | None = None
         self._running: dict[int, tuple[Batch, float]] = {}  # lane -> (the batch it runs, its predicted end)
@@ -191,7 +194,7 @@ class BatchRunner:
                 mark = PROFILE.start()
                 decision = self.queue.next_batch(self.clock.now(), flush=True)
                 PROFILE.lap("scheduler.plan", mark)
-            prepared = self._prepare(decision)
+            prepared = self._answers.prepare(decision)
             if prepared is None:
                 continue
             batch, staged = prepared
@@ -232,7 +235,7 @@ class BatchRunner:
         error = UnavailableError(
             f"the model was unloaded before this request finished (drain_timeout_s={drain_timeout_s}); retry"
         )
-        self._fail_items(left + [item for batch in batches for item in batch.items], error, "shutdown")
+        self._answers.fail_items(left + [item for batch in batches for item in batch.items], error, "shutdown")
         for thread in self._threads:
             if thread.is_alive() and thread is not threading.current_thread():
                 thread.join(timeout=1.0)
@@ -267,7 +270,7 @@ class BatchRunner:
                             break
                         wake_s = decision.wake_s
                 self.clock.wait_until(self._cond, wake_s)
-        prepared = self._prepare(decision)
+        prepared = self._answers.prepare(decision)
         with self._cond:
             self._staging = None
             self._slot = prepared or self._slot
@@ -291,7 +294,7 @@ class BatchRunner:
                     self._staging = decision.batch
                     self._cond.release()
                     try:
-                        prepared = self._prepare(decision)
+                        prepared = self._answers.prepare(decision)
                     finally:
                         self._cond.acquire()
                     self._staging = None
@@ -301,63 +304,6 @@ class BatchRunner:
             self.clock.wait_until(self._cond, wake_s)
         prepared, self._slot = self._slot, None
         return prepared
-
-    def _prepare(self, decision: Any) -> tuple[Batch, Any] | None:
-        """Outside the lock: answer expired texts, drop cancelled ones, stage the batch. Never raises.
-
-        Both callers mark the batch as being staged (``self._staging``) before calling and clear
-        that mark after; an exception escaping here would skip the clear and wedge the stager and
-        the engine thread forever (each waits for the other's staging to end). So any unexpected
-        error (a metrics hook, a cancellation probe, a response send) fails that batch's texts
-        with the error, like an engine error, and the pipeline goes on.
-        """
-        try:
-            return self._prepare_unsafe(decision)
-        except Exception as exc:
-            LOG.exception("preparing a batch failed; its texts are answered with the error")
-            self._fail_items(list(decision.expired) + list(decision.batch.items if decision.batch else ()), exc, None)
-            return None
-
-    def _prepare_unsafe(self, decision: Any) -> tuple[Batch, Any] | None:
-        now = decision.batch.formed_s if decision.batch else self.clock.now()
-        for item in decision.expired:
-            waited_us = (now - item.arrival_s) * 1e6
-            timeout_us = ((item.deadline_s or now) - item.arrival_s) * 1e6
-            self._fail_items([item], QueueTimeoutError(
-                f"Request timeout expired: the request waited {waited_us:.0f} us in the queue and its timeout "
-                f"is {timeout_us:.0f} us; retry with a longer timeout or when the server is less loaded"), "timeout")
-        batch = self._drop_cancelled(decision.batch) if decision.batch else None
-        if batch is None:
-            return None
-        self.observer.dispatched(batch, [now - item.arrival_s for item in batch.items])
-        try:
-            mark = PROFILE.start()
-            staged = self.handler.stage(batch)
-            PROFILE.lap("scheduler.stage", mark, len(batch.items))
-            return batch, staged
-        except Exception as exc:
-            self._fail_batch(batch, exc)
-            return None
-
-    def _drop_cancelled(self, batch: Batch) -> Batch | None:
-        """Remove texts whose ticket is answered or cancelled; re-snap the batch size."""
-        verdicts: dict[int, bool] = {}
-        keep = []
-        for item in batch.items:
-            ticket = item.ticket
-            if id(ticket) not in verdicts:
-                verdicts[id(ticket)] = ticket.done or (self.check_cancellation and ticket.is_cancelled())
-                if verdicts[id(ticket)] and ticket.fail(RequestCancelledError("the request was cancelled before it ran")):
-                    self.observer.rejected("cancelled", ticket.rows)
-            if not verdicts[id(ticket)]:
-                keep.append(item)
-        if len(keep) == len(batch.items):
-            return batch
-        if not keep:
-            return None
-        size = self.queue.snap_up(len(keep))
-        return dataclasses.replace(batch, items=tuple(keep), batch_size=size,
-                                   predicted_s=self.queue.costs.estimate(size, batch.length))
 
     def _engine_step(self, lane: int = 0) -> bool:
         """Engine thread of ``lane``: run the next staged batch, measure it, queue it for completion."""
@@ -446,24 +392,10 @@ class BatchRunner:
                 except Exception as exc:
                     error = exc
             if error is not None:
-                self._fail_batch(done.batch, error)
+                self._answers.fail_batch(done.batch, error)
         finally:
             with self._cond:
                 self._finishing.remove(done.batch)
                 self._last_busy_s = self.clock.now()
                 self._cond.notify_all()
             PROFILE.lap("scheduler.finish", mark, len(done.batch.items))
-
-    def _fail_batch(self, batch: Batch, error: BaseException) -> None:
-        LOG.error("a batch of %d texts [%d x %d] failed: %s", len(batch.items), batch.batch_size, batch.length, error)
-        self._fail_items(batch.items, error, None)
-
-    def _fail_items(self, items: Sequence[WorkItem], error: BaseException, reason: str | None) -> None:
-        """Answer each distinct ticket of ``items`` with ``error`` (tickets already answered are skipped)."""
-        seen: set[int] = set()
-        for item in items:
-            if id(item.ticket) in seen:
-                continue
-            seen.add(id(item.ticket))
-            if item.ticket.fail(error) and reason:
-                self.observer.rejected(reason, item.ticket.rows)
