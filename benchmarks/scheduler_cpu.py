@@ -1,6 +1,6 @@
 """CPU benchmark of FastPath's batch scheduler against raw engine runs and two served baselines.
 
-Run from the repository root with the artifacts built (about 5 minutes on a 2-core machine):
+Run from the repository root with the artifacts built (about 8 minutes on a 2-core machine):
 
     .venv/bin/python benchmarks/scheduler_cpu.py
 
@@ -28,10 +28,12 @@ More FastPath variants for A/B runs (``--variants``): see FASTPATH_VARIANTS (``f
 response_mode=return, execute() runs the batches of every request queued meanwhile and returns
 their responses).
 
-The machine is shared and small, so load drifts during a run. Every concurrency is measured in
-``--rounds`` rounds; each round runs raw_ideal, every served variant (alternating their order),
-and raw_ideal again (at concurrency 1 also raw_batch_1 and echo); ratios are taken within a round
-against the mean of the two raw_ideal runs, then the median over rounds is reported. Writes docs/benchmarks/scheduler_cpu.json and .md (``--out`` changes the stem).
+The machine is shared and small, and its speed drifts during a run even with no other process
+busy (each cell records the CPU other processes took: benchmarks/cpu_meter.py). Every concurrency
+is measured in ``--rounds`` rounds; each round runs every served variant (alternating their order;
+at concurrency 1 also raw_batch_1, echo and raw_call), each between two raw_ideal runs. A cell's
+``vs ideal`` is its throughput over the mean of the raw_ideal runs beside it, a ratio between two
+served variants the ratio of their ``vs ideal``; the median over rounds is reported. Writes docs/benchmarks/scheduler_cpu.json and .md (``--out`` changes the stem).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
+from cpu_meter import CpuMeter  # noqa: E402
 from scheduler_report import goals, markdown, summarize  # noqa: E402
 
 ARTIFACTS = REPO / "model_repository" / "text_embedding" / "1"
@@ -119,8 +123,10 @@ class RawEngine:
         self.client = grpcclient.InferenceServerClient(server.grpc_url)
         self.grpc = grpcclient
         self.mean_tokens = mean_tokens
+        self.meter = CpuMeter()
 
     def measure(self, mode: str, texts: list[str], gap_us: int = 0) -> dict:
+        start = self.meter.sample()
         data = np.array([text.encode() for text in texts], dtype=np.object_)
         tensor = self.grpc.InferInput("TEXT", [len(texts)], "BYTES")
         tensor.set_data_from_numpy(data)
@@ -128,15 +134,34 @@ class RawEngine:
         elapsed, padded, real = result.as_numpy("STATS").tolist()
         calls = result.as_numpy("CALL_S").tolist() if mode in ("raw_batch_1", "raw_call") else []
         return {"throughput_per_s": real / elapsed / self.mean_tokens, "padded_tokens": padded, "real_tokens": real,
-                "latencies_s": calls, "texts": len(texts)}
+                "latencies_s": calls, "texts": len(texts), "cpu": self.meter.since(start)}
 
 
-def merge_raw(before: dict, after: dict) -> dict:
-    """One raw cell from two runs: mean throughput, summed tokens and latencies."""
-    return {"throughput_per_s": (before["throughput_per_s"] + after["throughput_per_s"]) / 2,
-            "padded_tokens": before["padded_tokens"] + after["padded_tokens"],
-            "real_tokens": before["real_tokens"] + after["real_tokens"],
-            "latencies_s": before["latencies_s"] + after["latencies_s"]}
+def merge_raw(runs: list[dict]) -> dict:
+    """One raw cell from several runs: mean throughput, summed tokens and latencies, the busiest run's CPU."""
+    return {"throughput_per_s": sum(run["throughput_per_s"] for run in runs) / len(runs),
+            "cpu": max((run["cpu"] for run in runs), key=lambda cpu: cpu["other_cores"]),
+            "padded_tokens": sum(run["padded_tokens"] for run in runs),
+            "real_tokens": sum(run["real_tokens"] for run in runs),
+            "latencies_s": [value for run in runs for value in run["latencies_s"]]}
+
+
+def bracketed(steps: list[tuple[str, Callable[[dict], dict]]], ideal: Callable[[], dict]) -> dict:
+    """Run ``ideal``, then each step (called with the cells so far) followed by ``ideal`` again:
+    {name: cell} plus "raw_ideal" (all its runs merged).
+
+    Each step's cell gets ``ideal_per_s``: the mean of the two raw_ideal runs beside it (a few seconds
+    apart), its yardstick for ``vs ideal``. On the dev machine the raw ideal moved from 183 to 297
+    texts/s between rounds with no other process busy (docs/benchmarks/scheduler_cpu_quiet_run1.md), so a
+    yardstick measured half a minute away from a cell was off by as much as the differences measured.
+    """
+    cells: dict = {}
+    runs = [ideal()]
+    for name, step in steps:
+        cells[name] = step(cells)
+        runs.append(ideal())
+        cells[name]["ideal_per_s"] = (runs[-2]["throughput_per_s"] + runs[-1]["throughput_per_s"]) / 2
+    return {"raw_ideal": merge_raw(runs), **cells}
 
 
 def build_repository(root: Path) -> Path:
@@ -212,10 +237,12 @@ async def load(url: str, model: str, texts: list[str], concurrency: int, warmup_
     return {"throughput_per_s": state["done"] / duration_s, "latencies_s": latencies, "errors": state["errors"]}
 
 
-def served_cell(server, metrics_url: str, variant: str, texts: list[str], concurrency: int, args) -> dict:
+def served_cell(server, metrics_url: str, variant: str, texts: list[str], concurrency: int, args, meter: CpuMeter) -> dict:
     model = SERVED[variant]
     before = scrape_tokens(metrics_url)
+    start = meter.sample()
     cell = asyncio.run(load(server.grpc_url, model, texts, concurrency, args.warmup_s, args.duration_s))
+    cell["cpu"] = meter.since(start)
     after = scrape_tokens(metrics_url)
     cell["padded_tokens"] = after.get(f"{model}:padded", 0.0) - before.get(f"{model}:padded", 0.0)
     cell["real_tokens"] = after.get(f"{model}:real", 0.0) - before.get(f"{model}:real", 0.0)
@@ -250,6 +277,24 @@ def ideal_sample(sorted_texts: list[str], round_index: int, runs: int = 4) -> li
     return sample
 
 
+def run_round(raw: RawEngine, server, metrics_url: str, texts: list[str], sorted_texts: list[str],
+              sample: Callable[[int], list[str]], concurrency: int, index: int, args) -> dict:
+    """One round at ``concurrency``: every served variant (order alternating by round; at concurrency 1
+    also raw_batch_1, echo and raw_call), each bracketed by raw_ideal runs (:func:`bracketed`)."""
+    steps: list[tuple[str, Callable[[dict], dict]]] = []
+    variants = list(args.variants) + (["echo"] if concurrency == 1 else [])
+    if concurrency == 1:
+        steps.append(("raw_batch_1", lambda done: raw.measure("raw_batch_1", sample(RAW_TEXTS["raw_batch_1"]))))
+    for variant in (variants if index % 2 == 0 else variants[::-1]):
+        steps.append((variant, lambda done, variant=variant: served_cell(
+            server, metrics_url, variant, texts, concurrency, args, raw.meter)))
+    if concurrency == 1:  # one raw call after the idle time a served request's engine had before it
+        steps.append(("raw_call", lambda done: raw.measure("raw_call", sample(RAW_TEXTS["raw_batch_1"]), gap_us=int(
+            np.percentile(done["echo"]["latencies_s"], 50) * 1e6))))
+    ideal_samples = iter(range(index * 16, index * 16 + 16))
+    return bracketed(steps, lambda: raw.measure("raw_ideal", ideal_sample(sorted_texts, next(ideal_samples))))
+
+
 def run_rounds(texts: list[str], args) -> dict:
     """{concurrency: [round, ...]}, each round {variant: cell}; plus the raw-only rounds under key "raw"."""
     from conftest import start_server
@@ -279,21 +324,12 @@ def run_rounds(texts: list[str], args) -> dict:
             for concurrency in args.concurrency:
                 rounds[str(concurrency)] = []
                 for index in range(args.rounds):
-                    cells = {"raw_ideal": raw.measure("raw_ideal", ideal_sample(sorted_texts, index))}
-                    variants = list(args.variants)
-                    if concurrency == 1:
-                        cells["raw_batch_1"] = raw.measure("raw_batch_1", sample(RAW_TEXTS["raw_batch_1"]))
-                        variants.append("echo")
-                    for variant in (variants if index % 2 == 0 else variants[::-1]):
-                        cells[variant] = served_cell(server, metrics_url, variant, texts, concurrency, args)
-                    if concurrency == 1:  # one raw call after the idle time a served request's engine had before it
-                        gap_us = int(np.percentile(cells["echo"]["latencies_s"], 50) * 1e6)
-                        cells["raw_call"] = raw.measure("raw_call", sample(RAW_TEXTS["raw_batch_1"]), gap_us=gap_us)
-                    after = raw.measure("raw_ideal", ideal_sample(sorted_texts, index + 1))  # bracket the served cells
-                    cells["raw_ideal"] = merge_raw(cells["raw_ideal"], after)
+                    cells = run_round(raw, server, metrics_url, texts, sorted_texts, sample, concurrency, index, args)
                     rounds[str(concurrency)].append(cells)
                     print(f"c={concurrency:<3d} round {index}: " + "  ".join(
-                        f"{name} {cell['throughput_per_s']:.1f}/s" for name, cell in cells.items()), flush=True)
+                        f"{name} {cell['throughput_per_s']:.1f}/s" for name, cell in cells.items())
+                        + f"  (other processes: up to {max(c['cpu']['other_cores'] for c in cells.values()):.2f} cores)",
+                        flush=True)
             if "fastpath_int8" in args.variants:
                 rounds["int8_served_cosine"] = served_cosine(server, SERVED["fastpath"], SERVED["fastpath_int8"], texts[:512])
                 print("served INT8 vs FP32 cosine:", rounds["int8_served_cosine"], flush=True)

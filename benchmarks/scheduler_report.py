@@ -23,11 +23,24 @@ def _pooled(cells: list[dict]) -> dict:
         "p99_ms": _ms(latencies, 99),
         "padding_waste": round(padded / real, 4) if real else float("nan"),
         "errors": sum(cell.get("errors", 0) for cell in cells),
+        # cores other processes used while this cell ran (benchmarks/cpu_meter.py), worst round
+        "other_cores_max": max((cell["cpu"]["other_cores"] for cell in cells if "cpu" in cell), default=float("nan")),
     }
 
 
+def _vs_ideal(cell: dict, round_: dict) -> float:
+    """A cell's throughput over the raw ideal measured beside it (``ideal_per_s``, benchmarks/scheduler_cpu.py
+    ``bracketed``), or, for runs recorded before that, over the round's raw ideal."""
+    return cell["throughput_per_s"] / cell.get("ideal_per_s", round_["raw_ideal"]["throughput_per_s"])
+
+
 def _median_ratio(rounds: list[dict], numerator: str, denominator: str) -> float:
-    return round(statistics.median(r[numerator]["throughput_per_s"] / r[denominator]["throughput_per_s"] for r in rounds), 3)
+    """Median over rounds of numerator / denominator throughput. Against raw_ideal: each cell's own
+    yardstick; between two served variants: the ratio of their vs-ideal ratios, so the machine's drift
+    between the two cells cancels (both equal the plain throughput ratio when the ideal held still)."""
+    if denominator == "raw_ideal":
+        return round(statistics.median(_vs_ideal(r[numerator], r) for r in rounds), 3)
+    return round(statistics.median(_vs_ideal(r[numerator], r) / _vs_ideal(r[denominator], r) for r in rounds), 3)
 
 
 def summarize(rounds: dict) -> dict:
@@ -60,7 +73,21 @@ def summarize(rounds: dict) -> dict:
             if "naive" in cells[0]:
                 ratios[concurrency]["fastpath_p50_vs_naive_p50"] = round(statistics.median(
                     _ms(r["fastpath"]["latencies_s"], 50) / _ms(r["naive"]["latencies_s"], 50) for r in cells), 3)
-    return {"raw": raw, "served": served, "ratios": ratios, "mean_tokens_per_text": round(rounds["mean_tokens"], 2)}
+    return {"raw": raw, "served": served, "ratios": ratios, "rounds": _per_round(rounds),
+            "mean_tokens_per_text": round(rounds["mean_tokens"], 2)}
+
+
+def _per_round(rounds: dict) -> dict:
+    """{concurrency: [{fastpath_vs_ideal, other_cores_max}, ...]}: each round's ratio beside the most CPU
+    other processes took during any of its cells, so a round that moved can be told from a quiet one."""
+    out: dict = {}
+    for concurrency, cells in rounds.items():
+        if concurrency in ("raw", "mean_tokens") or "fastpath" not in cells[0]:
+            continue
+        out[concurrency] = [{"fastpath_vs_ideal": round(_vs_ideal(r["fastpath"], r), 3),
+                             "other_cores_max": max((c["cpu"]["other_cores"] for c in r.values() if "cpu" in c), default=None)}
+                            for r in cells]
+    return out
 
 
 def goals(report: dict) -> dict:
@@ -107,8 +134,9 @@ def markdown(report: dict) -> str:
         f"Workload: {workload['source']}, {workload['sentences']} sentences, one text per request, tritonclient "
         f"gRPC (asyncio) closed loop; {workload['rounds']} rounds per concurrency, each cell "
         f"{workload['warmup_s']:g} s warm-up + {workload['duration_s']:g} s measured. Throughput is the median "
-        "over rounds; p50/p99 and padding waste pool all rounds; `vs ideal` is the median of within-round ratios "
-        "to raw_ideal measured in the same round.",
+        "over rounds; p50/p99 and padding waste pool all rounds; `vs ideal` is the median over rounds of each "
+        "cell's throughput over the raw_ideal runs just before and after it (older runs: the round's first and "
+        "last raw_ideal); a ratio between two served variants is the ratio of their `vs ideal` ratios.",
         "",
         "## Raw engine (tokenize + pad + ONNX Runtime fp32; run inside a python-backend stub, no serving path)",
         "",
@@ -133,6 +161,11 @@ def markdown(report: dict) -> str:
                          f"{cell['p99_ms']} | {cell['padding_waste']:.3f} | {cell['errors']} |")
     lines += ["", "Within-round ratios (median over rounds): " + "; ".join(
         f"c={c}: " + ", ".join(f"{k} {v}" for k, v in r.items()) for c, r in ratios.items())]
+    if report.get("rounds"):
+        lines += ["", "Per round: fastpath / raw_ideal, and the most CPU other processes (not this benchmark, "
+                      "tritonserver or its stubs) took during any cell of the round (benchmarks/cpu_meter.py): "
+                  + "; ".join(f"c={c}: " + ", ".join(f"{r['fastpath_vs_ideal']:.2f} ({r['other_cores_max']} cores)"
+                                                    for r in rs) for c, rs in report["rounds"].items())]
     if "int8_served_cosine" in report:
         cos = report["int8_served_cosine"]
         lines += ["", f"Served INT8 (`fastpath_int8`, model_repository/text_embedding/2) vs served FP32 (`fastpath`) embeddings, "
