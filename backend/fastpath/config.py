@@ -107,7 +107,9 @@ class TextEmbeddingConfig:
         device: ``cpu`` or ``cuda`` / ``cuda:N`` (torch runtime; onnxruntime runs on the CPU).
         artifact: ONNX file name inside the model version directory.
         tokenizer: tokenizer file name inside the model version directory (HF ``tokenizer.json``).
-        intra_op_threads: ONNX Runtime intra-op threads; 0 lets ONNX Runtime choose (one per core).
+        intra_op_threads: ONNX Runtime intra-op threads; 0: one per CPU the process may use (ONNX Runtime's
+            own default when that is the whole machine; the affinity mask or cgroup CPU quota otherwise:
+            :func:`fastpath.engines.cpus.ort_intra_op_threads`).
         intra_op_spinning: ONNX Runtime's ``session.intra_op.allow_spinning``: its worker threads
             busy-wait between operators (true, ONNX Runtime's default) or sleep (false).
         max_seq_length: truncation length in tokens, [CLS] and [SEP] included. 256 is

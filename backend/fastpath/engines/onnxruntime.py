@@ -10,6 +10,7 @@ import numpy as np
 import onnxruntime as ort
 
 from fastpath.engines.base import Engine, TensorSpec
+from fastpath.engines.cpus import ort_intra_op_threads
 from fastpath.errors import ConfigError, EngineError
 
 _ORT_TYPES = {
@@ -32,7 +33,8 @@ class OnnxRuntimeEngine(Engine):
 
     Args:
         path: the ``.onnx`` file.
-        intra_op_threads: threads per operator; 0 lets ONNX Runtime use one per physical core.
+        intra_op_threads: threads per operator; 0: one per CPU the process may use
+            (:func:`fastpath.engines.cpus.ort_intra_op_threads`).
         providers: execution providers in priority order (default: CPU only).
         allow_spinning: ONNX Runtime's ``session.intra_op.allow_spinning`` for the main session.
         lanes: extra sessions for :meth:`infer_lane` (0: none), ``lane_threads`` intra-op threads
@@ -85,7 +87,7 @@ def _session(path: str, providers: tuple[str | tuple[str, dict], ...], intra_op_
              allow_spinning: bool) -> ort.InferenceSession:
     """An ``InferenceSession`` with FastPath's options; raises EngineError when the model does not load."""
     options = ort.SessionOptions()
-    options.intra_op_num_threads = intra_op_threads
+    options.intra_op_num_threads = ort_intra_op_threads(intra_op_threads)
     # ONNX Runtime's documented session option: worker threads busy-wait for the next operator
     # ("1", its default) or sleep ("0"), which leaves the cores to Triton, clients and tokenization.
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
@@ -119,7 +121,7 @@ def load(
         path: the ``.onnx`` file (fp32 or INT8 QDQ).
         device: ``"cpu"`` (CPU execution provider) or ``"cuda"`` / ``"cuda:N"`` (CUDA execution
             provider with one CUDA graph per bucket; needs onnxruntime-gpu).
-        intra_op_threads: CPU threads per operator (CPU only); 0 = one per physical core.
+        intra_op_threads: CPU threads per operator (CPU only); 0: one per CPU the process may use.
         allow_spinning: CPU only: ONNX Runtime's ``session.intra_op.allow_spinning`` (worker threads
             busy-wait between operators when True, ONNX Runtime's default).
         lanes, lane_threads: CPU only: extra sessions for ``infer_lane`` (see OnnxRuntimeEngine).

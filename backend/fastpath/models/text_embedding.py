@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from tokenizers import Encoding
 
 from fastpath.config import TextEmbeddingConfig
 from fastpath.engines import Engine, load_engine
+from fastpath.engines.cpus import process_cpus
 from fastpath.errors import ArtifactError, EngineError
 from fastpath.text import TextTokenizer
 
@@ -76,11 +76,8 @@ def plan_batches(lengths: Sequence[int], max_batch: int) -> list[list[int]]:
 
 
 def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, e.g. a container's cpuset)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
+    """CPUs this process may run on (affinity mask, cgroup CPU quota: :func:`fastpath.engines.cpus.process_cpus`)."""
+    return process_cpus()
 
 
 def engine_lanes(config: TextEmbeddingConfig) -> tuple[int, int]:

@@ -24,7 +24,8 @@ class TextDetectionConfig:
         runtime: engine runtime, one of ``RUNTIMES``.
         precision: ``fp32`` | ``fp16`` | ``int8`` | ``fp8``; selects the artifact of that precision.
         artifact: ONNX file name inside the model version directory.
-        intra_op_threads: ONNX Runtime intra-op threads; 0 lets ONNX Runtime choose.
+        intra_op_threads: ONNX Runtime intra-op threads; 0: one per CPU the process may use
+            (:func:`fastpath.engines.cpus.ort_intra_op_threads`).
         limit_side_len_px: the longer resized side is at most this many pixels (a multiple of 32).
         max_image_pixels: largest accepted height * width of one image; larger images get a 400
             before any decode or resize buffer is allocated (../shared/cases K07, K10). The default

@@ -1,0 +1,53 @@
+"""How many CPUs this process may use, and how many intra-op threads an ONNX Runtime CPU session gets.
+
+ONNX Runtime sizes a session's default thread pool (``intra_op_num_threads = 0``) from the host's
+physical cores and pins one worker to each; it looks at neither the process's affinity mask
+(taskset, numactl, a container's cpuset) nor its cgroup CPU quota (``docker --cpus``, Kubernetes CPU
+limits): microsoft/onnxruntime#29510. What that does, measured (scripts/ort_threads_probe.py):
+
+* affinity mask: on the H200 host's 16 cores under ``taskset -c 0,1``, a default session started
+  15 workers and pinned them to all 16 cores, out of the mask (batch 64: 73 ms, the same as
+  unpinned; 2 threads inside the mask: 329 ms). An instance confined to two cores took sixteen.
+  Inside a cgroup cpuset the same pinning fails instead (ONNX Runtime logs
+  ``pthread_setaffinity_np failed``: microsoft/onnxruntime#8313).
+* CPU quota: on the 2-core dev machine in a cgroup of 1 CPU's quota, the default 2-thread pool
+  ran batch 64 in 496 ms against 433 ms for one thread (more throughput with one), while its
+  batch-1 median was lower (4.9 vs 9.0 ms: two threads burst within the quota period).
+
+So 0 means one thread per CPU the process may use: the deployment's CPU allotment is respected,
+as a Triton user pinning instances or setting CPU limits expects. On a machine the process may
+use whole, ONNX Runtime's own default is kept unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+
+from joblib import cpu_count
+
+
+def process_cpus() -> int:
+    """CPUs this process may run on: the smallest of the machine's CPUs, the affinity mask and the
+    cgroup CPU quota (rounded up), and ``LOKY_MAX_CPU_COUNT`` when set; at least 1.
+
+    Computed by ``joblib.cpu_count(only_physical_cores=False)`` (loky), which reads all four.
+    """
+    return max(1, int(cpu_count(only_physical_cores=False)))
+
+
+def ort_intra_op_threads(requested: int) -> int:
+    """``intra_op_num_threads`` for an ONNX Runtime CPU session asked for ``requested`` threads.
+
+    ``requested`` > 0 is kept. 0 stays 0 (ONNX Runtime's default: one pinned thread per physical
+    core) when the process may use every CPU of the machine, and becomes :func:`process_cpus`
+    when it may not, so the pool never outnumbers the CPUs the process has.
+
+    Raises:
+        ValueError: ``requested`` < 0.
+    """
+    if requested < 0:
+        raise ValueError(f"intra_op_threads must be >= 0, got {requested}")
+    if requested:
+        return requested
+    cpus = process_cpus()
+    return cpus if cpus < (os.cpu_count() or cpus) else 0
