@@ -353,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nice", type=int, default=0,
                         help="add to this process's nice value (inherited by tritonserver and its stubs); a "
                              "negative value (root only) shields the measurement from other CPU-bound jobs")
+    parser.add_argument("--machine-note", default="2-core dev machine, shared; its speed drifts, so compare ratios within a round",
+                        help="what the report says of the machine")
     args = parser.parse_args(argv)
     if args.nice:
         os.nice(args.nice)
@@ -367,10 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     rounds = run_rounds(texts, args)
     report = {
         "command": " ".join([".venv/bin/python benchmarks/scheduler_cpu.py"] + (argv if argv is not None else sys.argv[1:])),
-        "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+        "machine": {"cpus": os.cpu_count(), "process_cpus": len(os.sched_getaffinity(0)),
+                    "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
                     "nice": os.nice(0),
-                    "note": "2-core machine shared with other helpers' CPU-bound jobs during the run; "
-                            "compare ratios within a round"},
+                    "note": args.machine_note},
         "workload": {"sentences": len(texts), "source": "fastpath.corpus.pydoc_sentences(), shuffled (seed 0)",
                      "texts_per_request": 1, "rounds": args.rounds, "warmup_s": args.warmup_s,
                      "duration_s": args.duration_s},

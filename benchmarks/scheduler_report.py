@@ -129,7 +129,7 @@ def markdown(report: dict) -> str:
         "",
         f"Command: `{report['command']}` (wall time {report['wall_s']:.0f} s).",
         "",
-        f"Machine: {machine['cpus']} CPUs; load average {machine['loadavg_before'][0]:.1f} before, "
+        f"Machine: {machine['cpus']} CPUs ({machine.get('process_cpus', machine['cpus'])} in the benchmark's affinity mask); load average {machine['loadavg_before'][0]:.1f} before, "
         f"{machine['loadavg_after'][0]:.1f} after; benchmark nice value {machine.get('nice', 0)}. {machine['note']}.",
         f"Workload: {workload['source']}, {workload['sentences']} sentences, one text per request, tritonclient "
         f"gRPC (asyncio) closed loop; {workload['rounds']} rounds per concurrency, each cell "
