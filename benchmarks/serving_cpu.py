@@ -1,0 +1,170 @@
+"""CPU cost of the serving path per request, by process, and what it leaves the engine on this machine.
+
+Run from the repository root with the artifacts built (about 2 minutes on a 2-core machine):
+
+    .venv/bin/python benchmarks/serving_cpu.py
+
+One tritonserver serves echo_embedding (tokenizes and answers zeros: Triton's and the python
+backend's own path, no engine), naive_embedding, and FastPath's text_embedding as shipped
+(benchmarks/scheduler_cpu.py builds the repository). Each is loaded by the same closed-loop
+tritonclient gRPC (asyncio) client, one text per request, at ``--concurrency`` (default 32); per
+model the CPU seconds of the client (this process), tritonserver and the model's stub process(es)
+are read with psutil before and after and divided by the requests completed.
+
+The ceiling. On a machine of ``C`` cores whose ideal raw engine (raw_ideal: batches of 64 of equal
+length, measured here in a stub) runs ``I`` texts/s, the engine needs ``C / I`` CPU seconds per
+text. If serving a request costs ``S`` CPU seconds elsewhere (echo's client + tritonserver + stub),
+no served model can exceed ``C / (C / I + S)`` texts/s, i.e. ``1 / (1 + S * I / C)`` of ideal (a
+little low: echo's stub also tokenizes, which the raw ideal pays too; CPU seconds include the
+requests still in flight when the window closes, ~3% at concurrency 32). Writes
+docs/benchmarks/serving_cpu.json and .md (``--out`` changes the stem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "tests"))
+
+from scheduler_cpu import ARTIFACTS, RawEngine, build_repository, ideal_sample, load  # noqa: E402
+
+MODELS = ("echo_embedding", "naive_embedding", "text_embedding")
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    try:
+        times = process.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return times.user + times.system
+
+
+def components(server_pid: int) -> dict[str, list[psutil.Process]]:
+    """{"client": [this process], "tritonserver": [it], "stub:<model>": [its stubs], ...}."""
+    server = psutil.Process(server_pid)
+    out: dict[str, list[psutil.Process]] = {"client": [psutil.Process()], "tritonserver": [server]}
+    for child in server.children(recursive=True):
+        try:
+            cmdline = " ".join(child.cmdline())
+        except psutil.NoSuchProcess:
+            continue
+        model = next((m for m in MODELS + ("raw_engine_bench",) if f"/{m}/" in cmdline), "other")
+        out.setdefault(f"stub:{model}", []).append(child)
+    return out
+
+
+def measure(server, model: str, texts: list[str], concurrency: int, args) -> dict:
+    """Throughput and CPU ms per request of each process while ``model`` serves ``concurrency`` clients."""
+    procs = components(server.pid)
+    before = {name: sum(cpu_seconds(p) for p in group) for name, group in procs.items()}
+    started = time.perf_counter()
+    cell = asyncio.run(load(server.grpc_url, model, texts, concurrency, 0.0, args.duration_s))
+    wall = time.perf_counter() - started
+    after = {name: sum(cpu_seconds(p) for p in group) for name, group in procs.items()}
+    requests = cell["throughput_per_s"] * args.duration_s  # completed in the window (no warm-up: whole wall)
+    used = {name: after[name] - before[name] for name in procs}
+    own = {"client": used["client"], "tritonserver": used["tritonserver"], "stub": used.get(f"stub:{model}", 0.0)}
+    return {"texts_per_s": round(cell["throughput_per_s"], 1), "errors": cell["errors"],
+            "cpu_ms_per_request": {k: round(v / requests * 1e3, 3) for k, v in own.items()},
+            "cores": {k: round(v / wall, 3) for k, v in own.items()},
+            "other_processes_cores": round(sum(v for k, v in used.items() if k not in ("client", "tritonserver", f"stub:{model}")) / wall, 3)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration-s", type=float, default=6.0)
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks" / "serving_cpu")
+    args = parser.parse_args(argv)
+
+    from conftest import start_server
+    from fastpath.corpus import pydoc_sentences
+    from fastpath.text import TextTokenizer
+
+    texts = pydoc_sentences()
+    random.Random(0).shuffle(texts)
+    tokenizer = TextTokenizer(ARTIFACTS / "tokenizer.json", max_seq_length=256)
+    lengths = [len(e.ids) for e in tokenizer.encode(texts)]
+    sorted_texts = [t for _, t in sorted(zip(lengths, texts), key=lambda pair: pair[0])]
+    cores = len(os.sched_getaffinity(0))
+    rounds: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="fastpath-serving-cpu-") as tmp:
+        server = start_server(Path(tmp), models=MODELS + ("raw_engine_bench",), repository=build_repository(Path(tmp)))
+        try:
+            raw = RawEngine(server, texts, sum(lengths) / len(lengths))
+            raw.measure("raw_ideal", ideal_sample(sorted_texts, 0))  # warm-up
+            for index in range(args.rounds):
+                cells = {"raw_ideal": raw.measure("raw_ideal", ideal_sample(sorted_texts, index))["throughput_per_s"]}
+                for model in (MODELS if index % 2 == 0 else MODELS[::-1]):
+                    asyncio.run(load(server.grpc_url, model, texts, args.concurrency, 0.0, 1.0))  # warm
+                    cells[model] = measure(server, model, texts, args.concurrency, args)
+                cells["raw_ideal"] = (cells["raw_ideal"] + raw.measure(
+                    "raw_ideal", ideal_sample(sorted_texts, index + 1))["throughput_per_s"]) / 2
+                rounds.append(cells)
+                print(f"round {index}: raw_ideal {cells['raw_ideal']:.0f}/s  " + "  ".join(
+                    f"{m} {cells[m]['texts_per_s']}/s {cells[m]['cpu_ms_per_request']}" for m in MODELS), flush=True)
+        finally:
+            server.stop()
+    report = summarize(rounds, cores, args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+def summarize(rounds: list[dict], cores: int, args) -> dict:
+    """Medians over rounds per model, and each round's ceiling from echo's serving cost."""
+    models = {}
+    for model in MODELS:
+        cells = [r[model] for r in rounds]
+        models[model] = {
+            "texts_per_s": statistics.median(c["texts_per_s"] for c in cells),
+            "cpu_ms_per_request": {k: round(statistics.median(c["cpu_ms_per_request"][k] for c in cells), 3)
+                                   for k in cells[0]["cpu_ms_per_request"]},
+            "vs_ideal": round(statistics.median(r[model]["texts_per_s"] / r["raw_ideal"] for r in rounds), 3),
+            "other_processes_cores_max": max(c["other_processes_cores"] for c in cells),
+        }
+    ceilings = []
+    for r in rounds:
+        serving_s = sum(r["echo_embedding"]["cpu_ms_per_request"].values()) / 1e3
+        ceilings.append(1 / (1 + serving_s * r["raw_ideal"] / cores))
+    return {"command": " ".join([".venv/bin/python benchmarks/serving_cpu.py"] + sys.argv[1:]),
+            "cores": cores, "concurrency": args.concurrency, "rounds": args.rounds, "duration_s": args.duration_s,
+            "raw_ideal_per_s": [round(r["raw_ideal"], 1) for r in rounds], "models": models,
+            "ceiling_vs_ideal": round(statistics.median(ceilings), 3),
+            "ceiling_vs_ideal_rounds": [round(c, 3) for c in ceilings]}
+
+
+def markdown(report: dict) -> str:
+    lines = ["# Serving-path CPU per request (benchmarks/serving_cpu.py)", "",
+             f"Command: `{report['command']}`. {report['cores']} cores, concurrency {report['concurrency']}, "
+             f"{report['rounds']} rounds of {report['duration_s']:g} s per model; raw ideal per round "
+             f"{report['raw_ideal_per_s']} texts/s. Medians over rounds.", "",
+             "| model | texts/s | vs ideal | client ms/req | tritonserver ms/req | stub ms/req | other processes (cores, max) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for model, cell in report["models"].items():
+        cpu = cell["cpu_ms_per_request"]
+        lines.append(f"| {model} | {cell['texts_per_s']} | {cell['vs_ideal']} | {cpu['client']} | {cpu['tritonserver']} | "
+                     f"{cpu['stub']} | {cell['other_processes_cores_max']} |")
+    lines += ["", f"Ceiling for any served model, from echo's serving CPU and the raw ideal (see the module docstring): "
+                  f"**{report['ceiling_vs_ideal']}** of ideal (rounds {report['ceiling_vs_ideal_rounds']})."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
