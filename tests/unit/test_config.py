@@ -69,14 +69,14 @@ def test_concurrent_batches_resolve_to_engine_lanes(monkeypatch):
     """0 = 2 lanes on 2+ usable cores (1 on one core); threads split between lanes; only ONNX Runtime on the CPU."""
     from fastpath.models import text_embedding
 
-    monkeypatch.setattr(text_embedding, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(text_embedding, "process_cpus", lambda: 2)
     assert text_embedding.engine_lanes(TextEmbeddingConfig()) == (2, 1)
     assert text_embedding.engine_lanes(TextEmbeddingConfig(concurrent_batches=1)) == (0, 1)
     assert text_embedding.engine_lanes(TextEmbeddingConfig(concurrent_batches=3)) == (3, 1)
-    monkeypatch.setattr(text_embedding, "usable_cpus", lambda: 16)
+    monkeypatch.setattr(text_embedding, "process_cpus", lambda: 16)
     assert text_embedding.engine_lanes(TextEmbeddingConfig()) == (2, 8)
     assert text_embedding.engine_lanes(TextEmbeddingConfig(concurrent_batches=4, intra_op_threads=8)) == (4, 2)
-    monkeypatch.setattr(text_embedding, "usable_cpus", lambda: 1)
+    monkeypatch.setattr(text_embedding, "process_cpus", lambda: 1)
     assert text_embedding.engine_lanes(TextEmbeddingConfig()) == (0, 1)
     assert text_embedding.engine_lanes(TextEmbeddingConfig(runtime="torch", device="cuda")) == (0, 1)
     assert text_embedding.engine_options(TextEmbeddingConfig(concurrent_batches=2))["lanes"] == 2

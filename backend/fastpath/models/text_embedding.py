@@ -75,21 +75,16 @@ def plan_batches(lengths: Sequence[int], max_batch: int) -> list[list[int]]:
     return [order[start : start + max_batch] for start in range(0, len(order), max_batch)]
 
 
-def usable_cpus() -> int:
-    """CPUs this process may run on (affinity mask, cgroup CPU quota: :func:`fastpath.engines.cpus.process_cpus`)."""
-    return process_cpus()
-
-
 def engine_lanes(config: TextEmbeddingConfig) -> tuple[int, int]:
     """(lanes, threads per lane) of ``config``'s engine; (0, 1): no lanes, one batch at a time.
 
-    Only ONNX Runtime on the CPU has lanes. ``concurrent_batches`` 0 means 2 lanes when
-    :func:`usable_cpus` >= 2. Each lane gets ``intra_op_threads`` (0: the usable CPUs) divided by
-    the lanes, at least 1.
+    Only ONNX Runtime on the CPU has lanes. ``concurrent_batches`` 0 means 2 lanes when the process
+    may use 2 or more CPUs (:func:`~fastpath.engines.cpus.process_cpus`). Each lane gets
+    ``intra_op_threads`` (0: the process's CPUs) divided by the lanes, at least 1.
     """
     if config.runtime != "onnxruntime" or config.device != "cpu":
         return 0, 1
-    cpus = usable_cpus()
+    cpus = process_cpus()
     lanes = config.concurrent_batches or (2 if cpus >= 2 else 1)
     if lanes <= 1:
         return 0, 1

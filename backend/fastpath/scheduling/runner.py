@@ -25,8 +25,7 @@ Why lanes: docs/design/scheduler.md ("Engine lanes").
 
 Texts are tokenized before :meth:`BatchRunner.submit` (in Triton's ``execute`` thread), which also
 overlaps the engine. Every accepted ticket is answered exactly once: with its rows, or with the
-error of the batch that failed, its timeout, its cancellation, or shutdown
-(:class:`~fastpath.scheduling.answers.BatchPreparer` stages batches and answers the texts that leave them).
+error of the batch that failed, its timeout, its cancellation, or shutdown (``answers.BatchPreparer``).
 """
 
 from __future__ import annotations
@@ -41,9 +40,9 @@ from typing import Any
 from fastpath.errors import UnavailableError
 from fastpath.profiling import PROFILE
 from fastpath.scheduling.answers import BatchPreparer
+from fastpath.scheduling.batch import Batch
 from fastpath.scheduling.clock import Clock, MonotonicClock
 from fastpath.scheduling.hooks import BatchHandler, SchedulerObserver
-from fastpath.scheduling.batch import Batch
 from fastpath.scheduling.queue import BatchQueue
 from fastpath.scheduling.tickets import WorkItem
 
