@@ -45,3 +45,26 @@ def test_a_session_pinned_to_one_cpu_starts_no_worker_threads():
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.split() == ["1", "1", "0"]
+
+
+def test_a_bad_loky_max_cpu_count_names_the_variable(monkeypatch):
+    """The real joblib reads LOKY_MAX_CPU_COUNT; a value that is not a number fails naming it (at model load)."""
+    from fastpath.errors import ConfigError
+
+    monkeypatch.setenv("LOKY_MAX_CPU_COUNT", "abc")
+    with pytest.raises(ConfigError, match="LOKY_MAX_CPU_COUNT = 'abc': expected a whole number of CPUs"):
+        cpus.ort_intra_op_threads(0)
+    monkeypatch.setenv("LOKY_MAX_CPU_COUNT", "1")
+    assert cpus.process_cpus() == 1
+
+
+def test_more_threads_than_cpus_is_kept_with_a_warning(monkeypatch, caplog):
+    monkeypatch.setattr(cpus, "cpu_count", lambda only_physical_cores=False: 2)
+    cpus._warn_oversubscribed.cache_clear()
+    with caplog.at_level("WARNING", logger="fastpath.engines.cpus"):
+        assert cpus.ort_intra_op_threads(64) == 64
+        assert cpus.ort_intra_op_threads(64) == 64
+        assert cpus.ort_intra_op_threads(2) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "intra_op_threads=64 is more than the 2 CPU(s) this process may use (affinity mask, CPU quota): "
+        "its threads will take turns on them; 0 sizes the pool to the CPUs"]
