@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from scheduler_cpu import ARTIFACTS, RawEngine, build_repository, ideal_sample, load  # noqa: E402
+from scheduler_cpu import ARTIFACTS, FASTPATH_VARIANTS, RawEngine, build_repository, ideal_sample, load  # noqa: E402
 
 MODELS = ("echo_embedding", "naive_embedding", "text_embedding")
 
@@ -52,7 +52,7 @@ def cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-def components(server_pid: int) -> dict[str, list[psutil.Process]]:
+def components(server_pid: int, models: tuple[str, ...]) -> dict[str, list[psutil.Process]]:
     """{"client": [this process], "tritonserver": [it], "stub:<model>": [its stubs], ...}."""
     server = psutil.Process(server_pid)
     out: dict[str, list[psutil.Process]] = {"client": [psutil.Process()], "tritonserver": [server]}
@@ -61,14 +61,14 @@ def components(server_pid: int) -> dict[str, list[psutil.Process]]:
             cmdline = " ".join(child.cmdline())
         except psutil.NoSuchProcess:
             continue
-        model = next((m for m in MODELS + ("raw_engine_bench",) if f"/{m}/" in cmdline), "other")
+        model = next((m for m in models + ("raw_engine_bench",) if f"/{m}/" in cmdline), "other")
         out.setdefault(f"stub:{model}", []).append(child)
     return out
 
 
 def measure(server, model: str, texts: list[str], concurrency: int, args) -> dict:
     """Throughput and CPU ms per request of each process while ``model`` serves ``concurrency`` clients."""
-    procs = components(server.pid)
+    procs = components(server.pid, MODELS + tuple(args.extra))
     before = {name: sum(cpu_seconds(p) for p in group) for name, group in procs.items()}
     started = time.perf_counter()
     cell = asyncio.run(load(server.grpc_url, model, texts, concurrency, 0.0, args.duration_s))
@@ -89,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration-s", type=float, default=6.0)
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks" / "serving_cpu")
+    parser.add_argument("--extra", nargs="*", default=[], choices=sorted(FASTPATH_VARIANTS),
+                        help="FastPath variants (benchmarks/scheduler_cpu.py FASTPATH_VARIANTS) measured beside the three models")
     args = parser.parse_args(argv)
+    models = MODELS + tuple(args.extra)
 
     from conftest import start_server
     from fastpath.corpus import pydoc_sentences
@@ -103,20 +106,20 @@ def main(argv: list[str] | None = None) -> int:
     cores = len(os.sched_getaffinity(0))
     rounds: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="fastpath-serving-cpu-") as tmp:
-        server = start_server(Path(tmp), models=MODELS + ("raw_engine_bench",), repository=build_repository(Path(tmp)))
+        server = start_server(Path(tmp), models=models + ("raw_engine_bench",), repository=build_repository(Path(tmp)))
         try:
             raw = RawEngine(server, texts, sum(lengths) / len(lengths))
             raw.measure("raw_ideal", ideal_sample(sorted_texts, 0))  # warm-up
             for index in range(args.rounds):
                 cells = {"raw_ideal": raw.measure("raw_ideal", ideal_sample(sorted_texts, index))["throughput_per_s"]}
-                for model in (MODELS if index % 2 == 0 else MODELS[::-1]):
+                for model in (models if index % 2 == 0 else models[::-1]):
                     asyncio.run(load(server.grpc_url, model, texts, args.concurrency, 0.0, 1.0))  # warm
                     cells[model] = measure(server, model, texts, args.concurrency, args)
                 cells["raw_ideal"] = (cells["raw_ideal"] + raw.measure(
                     "raw_ideal", ideal_sample(sorted_texts, index + 1))["throughput_per_s"]) / 2
                 rounds.append(cells)
                 print(f"round {index}: raw_ideal {cells['raw_ideal']:.0f}/s  " + "  ".join(
-                    f"{m} {cells[m]['texts_per_s']}/s {cells[m]['cpu_ms_per_request']}" for m in MODELS), flush=True)
+                    f"{m} {cells[m]['texts_per_s']}/s {cells[m]['cpu_ms_per_request']}" for m in models), flush=True)
         finally:
             server.stop()
     report = summarize(rounds, cores, args)
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 def summarize(rounds: list[dict], cores: int, args) -> dict:
     """Medians over rounds per model, and each round's ceiling from echo's serving cost."""
     models = {}
-    for model in MODELS:
+    for model in MODELS + tuple(args.extra):
         cells = [r[model] for r in rounds]
         models[model] = {
             "texts_per_s": statistics.median(c["texts_per_s"] for c in cells),
@@ -146,6 +149,7 @@ def summarize(rounds: list[dict], cores: int, args) -> dict:
     return {"command": " ".join([".venv/bin/python benchmarks/serving_cpu.py"] + sys.argv[1:]),
             "cores": cores, "concurrency": args.concurrency, "rounds": args.rounds, "duration_s": args.duration_s,
             "raw_ideal_per_s": [round(r["raw_ideal"], 1) for r in rounds], "models": models,
+            "per_round": rounds,
             "ceiling_vs_ideal": round(statistics.median(ceilings), 3),
             "ceiling_vs_ideal_rounds": [round(c, 3) for c in ceilings]}
 
