@@ -20,6 +20,15 @@ import time
 import psutil
 
 
+def cpu_seconds(process: psutil.Process) -> float:
+    """User + system CPU seconds of ``process`` so far; 0 once it has exited."""
+    try:
+        times = process.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return times.user + times.system
+
+
 def _busy(times) -> float:
     return sum(getattr(times, field, 0.0) for field in ("user", "nice", "system", "irq", "softirq", "steal"))
 
@@ -31,14 +40,8 @@ class CpuMeter:
         self.root = psutil.Process()
 
     def _ours(self) -> float:
-        total = 0.0
-        for process in [self.root, *self.root.children(recursive=True)]:
-            try:
-                times = process.cpu_times()
-            except psutil.NoSuchProcess:  # exited since the listing: its time is lost to "other"
-                continue
-            total += times.user + times.system
-        return total
+        # a process that exited since the listing counts 0: its time is lost to "other"
+        return sum(cpu_seconds(process) for process in [self.root, *self.root.children(recursive=True)])
 
     def sample(self) -> tuple[float, float, float, float]:
         """(wall s, system busy CPU s, our tree's CPU s, steal s) now."""

@@ -39,17 +39,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
+from cpu_meter import cpu_seconds  # noqa: E402
 from scheduler_cpu import ARTIFACTS, FASTPATH_VARIANTS, RawEngine, build_repository, ideal_sample, load  # noqa: E402
 
 MODELS = ("echo_embedding", "naive_embedding", "text_embedding")
-
-
-def cpu_seconds(process: psutil.Process) -> float:
-    try:
-        times = process.cpu_times()
-    except psutil.NoSuchProcess:
-        return 0.0
-    return times.user + times.system
 
 
 def components(server_pid: int, models: tuple[str, ...]) -> dict[str, list[psutil.Process]]:
