@@ -30,7 +30,7 @@ class SwapAgent:
         slots: the instance's engine slots.
         load: version -> engine (see :meth:`EngineSlots.swap`).
         validate: (engine, version) -> None, raising on failure.
-        poll_s: seconds between ``stat`` calls on desired.json (one ``stat`` of one small file:
+        poll_s: seconds between ``stat`` calls on desired.json (inode and mtime; one ``stat`` of one small file:
             at 5 ms, 200 system calls a second, and a command waits 2.5 ms on average to be seen).
         details: extra fields for the status report (e.g. the last swap's stage timings).
     """
@@ -43,7 +43,7 @@ class SwapAgent:
         self._details = details
         desired = plane.desired() or {}
         self.generation = int(desired.get("generation", 0))  # commands posted before this instance started are history
-        self._seen_mtime_ns = plane.desired_mtime_ns()
+        self._seen_stamp = plane.desired_stamp()
         self._last: dict[str, Any] = {"ok": True, "error": None}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"fastpath-swap-{instance}", daemon=True)
@@ -59,10 +59,10 @@ class SwapAgent:
 
     def poll_once(self) -> bool:
         """Apply a newly posted command, if any. Returns True when one was applied."""
-        mtime = self.plane.desired_mtime_ns()
-        if mtime == self._seen_mtime_ns:
+        stamp = self.plane.desired_stamp()
+        if stamp == self._seen_stamp:
             return False
-        self._seen_mtime_ns = mtime
+        self._seen_stamp = stamp
         desired = self.plane.desired()
         if not desired or int(desired["generation"]) <= self.generation:
             return False

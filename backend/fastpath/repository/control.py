@@ -8,14 +8,16 @@ server):
     <state>/<model>/desired.json              the latest command: {"generation", "command", "version", ...}
     <state>/<model>/instances/<name>.json     each serving instance's status, rewritten as a heartbeat
 
-The admin model (``fastpath_admin``) writes ``desired.json`` atomically (temp file + rename) and waits
+The admin model (``fastpath_admin``) writes ``desired.json`` atomically (temp file + rename, posts
+serialized by a ``flock``) and waits
 until every live instance reports that generation. Each serving instance polls ``desired.json``'s
-mtime (a ``stat`` per ``poll_s``) from a background thread and applies the command to its
+inode and mtime (a ``stat`` per ``poll_s``) from a background thread and applies the command to its
 :class:`~fastpath.repository.slots.EngineSlots`. No stub is respawned; nothing new listens on a port.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -64,18 +66,32 @@ class ControlPlane:
         """The latest command, or None."""
         return _read_json(self.desired_path)
 
-    def desired_mtime_ns(self) -> int:
-        """mtime of desired.json in ns (0 when absent): the cheap change check instances poll."""
+    def desired_stamp(self) -> tuple[int, int]:
+        """(inode, mtime in ns) of desired.json ((0, 0) when absent): the cheap change check instances poll.
+
+        Each post replaces the file with a new one, so the inode changes even when two posts land
+        within one tick of a filesystem's coarse timestamps.
+        """
         try:
-            return self.desired_path.stat().st_mtime_ns
+            stat = self.desired_path.stat()
         except FileNotFoundError:
-            return 0
+            return (0, 0)
+        return (stat.st_ino, stat.st_mtime_ns)
 
     def post(self, command: str, **fields: Any) -> int:
-        """Write a new command; returns its generation (previous + 1)."""
-        previous = self.desired() or {}
-        generation = int(previous.get("generation", 0)) + 1
-        _write_json_atomic(self.desired_path, {"generation": generation, "command": command, "posted_at": time.time(), **fields})
+        """Write a new command; returns its generation (previous + 1).
+
+        Posts are serialized with an exclusive ``flock`` on ``<model>/.post.lock``: the admin model
+        may run several instances (processes) and threads, and an unserialized read-increment-write
+        let a stale post overwrite a newer generation, so the instance never saw it and its caller
+        waited out the timeout (tests/unit/repository/test_control.py, concurrent swaps, 3 in 60 runs).
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / ".post.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            previous = self.desired() or {}
+            generation = int(previous.get("generation", 0)) + 1
+            _write_json_atomic(self.desired_path, {"generation": generation, "command": command, "posted_at": time.time(), **fields})
         return generation
 
     def report(self, instance: str, status: dict[str, Any]) -> None:

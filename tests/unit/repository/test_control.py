@@ -120,3 +120,24 @@ def test_status_reports_pickup_and_the_instance_details(tmp_path):
     status = reply["instances"]["m_0"]
     assert 0 <= status["pickup_s"] < 5 and status["seconds"] >= 0
     assert status["last_swap_stages_s"] == {"session_s": 0.25}
+
+
+def test_concurrent_posts_get_distinct_generations_and_the_last_one_stays(tmp_path):
+    """Posts are serialized: without the lock a stale read-increment-write could overwrite a newer
+    generation, and the instance never saw the command its caller waited for."""
+    plane = ControlPlane(tmp_path / "state", "m")
+    generations = []
+    lock = threading.Lock()
+
+    def post(version):
+        generation = ControlPlane(tmp_path / "state", "m").post("swap", version=version)
+        with lock:
+            generations.append(generation)
+
+    threads = [threading.Thread(target=post, args=(v,)) for v in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(generations) == list(range(1, 41))
+    assert plane.desired()["generation"] == 40
