@@ -68,7 +68,8 @@ SERVED = {"naive": "naive_embedding", "stack_pad": "stack_pad_embedding", "fastp
           "fastpath_2x1": "text_embedding_2x1", "fastpath_nospin": "text_embedding_ns", "fastpath_int8": "text_embedding_int8",
           "fastpath_1lane": "text_embedding_1lane", "fastpath_lanes3": "text_embedding_l3",
           "fastpath_noinline": "text_embedding_noinline", "fastpath_nobatcher": "text_embedding_nb",
-          "fastpath_nocancel": "text_embedding_nc", "fastpath_nometrics": "text_embedding_nm"}
+          "fastpath_nocancel": "text_embedding_nc", "fastpath_nometrics": "text_embedding_nm",
+          "fastpath_cancelask_all": "text_embedding_cc0"}
 DEFAULT_VARIANTS = ("naive", "stack_pad", "fastpath", "fastpath_1lane", "fastpath_return_2x1")
 # FastPath variants (--variants), each the shipped config (one instance, engine lanes, response senders,
 # Triton's batcher at 0 us) changed as listed: model name -> (FastPath parameters to set, instance count,
@@ -89,6 +90,8 @@ FASTPATH_VARIANTS = {
     "text_embedding_noinline": ({"inline_when_idle": "false"}, 1, 0, "1"),
     "text_embedding_nb": ({}, 1, None, "1"),  # no Triton batcher in front: one request per execute() call
     "text_embedding_nc": ({"check_cancellation": "false"}, 1, 0, "1"),  # no is_cancelled() probe per request
+    # an is_cancelled() probe for every request, however briefly it waited (the default before 2026-11-30, fifth session)
+    "text_embedding_cc0": ({"cancel_check_after_us": "0"}, 1, 0, "1"),
     "text_embedding_nm": ({"metrics": "false"}, 1, 0, "1"),  # no custom metrics
 }
 

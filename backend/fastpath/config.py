@@ -215,6 +215,16 @@ class SchedulerConfig:
             is answered UNAVAILABLE.
         warmup: run a few batch shapes at load to warm the engine and seed the cost model.
         check_cancellation: skip (and answer CANCELLED) texts whose request was cancelled.
+        cancel_check_after_us: ask a request whether it was cancelled only once it has waited this
+            long in FastPath's queue when its batch forms; 0 = ask every request. In Triton 2.51's
+            python backend each ``is_cancelled()`` is a stub-to-server round trip: ~0.5 ms of CPU
+            per request at concurrency 32 on the 2-core dev machine, where a text's engine work is
+            ~7 ms of CPU (docs/benchmarks/scheduler_cpu_runs.md, "Variants, CPU per request"). Asking
+            every request pays only if more than ~7% of them are cancelled; clients cancel when
+            their deadline passes, which happens after long waits, in overload, where every queued
+            request has waited long and is asked. A request cancelled sooner still runs; Triton
+            drops its answer. The default (250 ms) is above the queue waits of a loaded but healthy
+            server (p99 latency 260-310 ms at concurrency 32 on the dev machine, engine time included).
         response_mode: how answers reach Triton. ``sender`` (default): ``execute()`` returns at once
             and each request is answered through its response sender as soon as its rows are
             ready, so one instance batches across ``execute()`` calls. ``return``: ``execute()``
@@ -258,6 +268,7 @@ class SchedulerConfig:
     drain_timeout_s: float = 30.0
     warmup: bool = True
     check_cancellation: bool = True
+    cancel_check_after_us: int = 250_000
     response_mode: str = "sender"
     inline_when_idle: bool = True
     metrics: bool = True
@@ -290,6 +301,8 @@ class SchedulerConfig:
         check_parameter(self.min_padding_gain >= 1.0, "min_padding_gain", self.min_padding_gain, ">= 1.0")
         check_parameter(self.deadline_margin_us >= 0, "deadline_margin_us", self.deadline_margin_us, ">= 0")
         check_parameter(self.stage_lead_us >= 0, "stage_lead_us", self.stage_lead_us, ">= 0")
+        check_parameter(self.cancel_check_after_us >= 0, "cancel_check_after_us", self.cancel_check_after_us,
+                        ">= 0 (0 = ask every request)")
         check_parameter(self.drain_timeout_s > 0, "drain_timeout_s", self.drain_timeout_s, "> 0")
 
 

@@ -4,6 +4,7 @@ timeout rejections as UNAVAILABLE, custom metrics on the metrics port, and drain
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import re
 import shutil
 import time
@@ -289,3 +290,48 @@ def test_return_mode_answers_each_request_once_with_its_own_rows(return_mode_ser
     assert return_mode_server.is_ready(models=[MODEL])
     # Triton counts those 400s as successes; FastPath's own counter sees each one
     assert _metric_sum(_metrics(return_mode_server), "fastpath_invalid_requests_total", model=MODEL) == len(bad)
+
+
+@pytest.fixture(scope="module")
+def ask_all_server(tmp_path_factory):
+    """text_embedding asking every request whether it was cancelled (cancel_check_after_us 0), with
+    batches of at most 4 texts so a burst queues behind the engine."""
+    def edit(config):
+        config = re.sub(r'(key: "batch_buckets" value: \{ string_value: )"[^"]*"', r'\1"1,2,4"', config)
+        return re.sub(r'(key: "cancel_check_after_us" value: \{ string_value: )"[^"]*"', r'\1"0"', config)
+
+    yield from _variant_server(tmp_path_factory, "ask_all", edit)
+
+
+def test_cancelled_requests_fail_alone_and_queued_ones_never_run(ask_all_server):
+    """gRPC cancellation under Triton 2.51: of a burst of long texts, the requests the client cancels
+    while they wait in FastPath's queue are answered CANCELLED server-side and never run (counted as
+    fastpath_rejected_texts_total{reason="cancelled"}); those cancelled after their batch formed run
+    and their answers go nowhere. Every request the client kept gets its embedding, and the server
+    carries on."""
+    import threading
+
+    text = " ".join(["cancellation"] * 120)
+    client = grpcclient.InferenceServerClient(ask_all_server.grpc_url)
+    before = _metric_sum(_metrics(ask_all_server), "fastpath_rejected_texts_total", reason="cancelled")
+    done = threading.Condition()
+    results: dict[int, tuple[object, object]] = {}
+
+    def callback(index, result, error):
+        with done:
+            results[index] = (result, error)
+            done.notify_all()
+
+    calls = [client.async_infer(MODEL, _inputs(grpcclient, [text]), functools.partial(callback, i)) for i in range(32)]
+    for call in calls[8:]:
+        call.cancel()
+    with done:
+        assert done.wait_for(lambda: len(results) == 32, timeout=120), f"{len(results)} of 32 answered"
+    for index in range(8):
+        result, error = results[index]
+        assert error is None and result.as_numpy("EMBEDDING").shape == (1, 384)
+    assert all(results[i][1] is not None and "CANCELLED" in str(results[i][1].status()) for i in range(8, 32))
+    cancelled = _metric_sum(_metrics(ask_all_server), "fastpath_rejected_texts_total", reason="cancelled") - before
+    assert 1 <= cancelled <= 24, cancelled
+    assert ask_all_server.is_ready(models=[MODEL])
+    assert _embed(ask_all_server, ["still serving"]).shape == (1, 384)

@@ -80,6 +80,7 @@ class BatchRunner:
         observer: metrics hooks.
         stage_lead_s: form and stage the next batch this long before the running one is predicted to end.
         check_cancellation: ask each ticket whether its client cancelled before running its texts.
+        cancel_check_after_s: ask only tickets that waited at least this long (``answers.BatchPreparer``).
         name: thread-name prefix.
         lanes: engine threads (batches that may run at once); 1 = the handler's ``run(staged)`` only.
 
@@ -89,7 +90,7 @@ class BatchRunner:
 
     def __init__(self, queue: BatchQueue, handler: BatchHandler, *, clock: Clock | None = None,
                  observer: SchedulerObserver | None = None, stage_lead_s: float = 1e-3,
-                 check_cancellation: bool = True, name: str = "fastpath", lanes: int = 1) -> None:
+                 check_cancellation: bool = True, cancel_check_after_s: float = 0.0, name: str = "fastpath", lanes: int = 1) -> None:
         if lanes < 1:
             raise ValueError(f"lanes must be >= 1, got {lanes}")
         self.queue = queue
@@ -98,7 +99,7 @@ class BatchRunner:
         self.clock = clock or MonotonicClock()
         self.observer = observer or SchedulerObserver()
         self.stage_lead_s = stage_lead_s
-        self._answers = BatchPreparer(queue, handler, self.observer, self.clock, check_cancellation)
+        self._answers = BatchPreparer(queue, handler, self.observer, self.clock, check_cancellation, cancel_check_after_s)
         self._cond = threading.Condition()
         self._slot: tuple[Batch, Any] | None = None
         self._running: dict[int, tuple[Batch, float]] = {}  # lane -> (the batch it runs, its predicted end)
@@ -125,9 +126,6 @@ class BatchRunner:
             for thread in self._threads:
                 thread.start()
         return self
-
-    def now(self) -> float:
-        return self.clock.now()
 
     def submit(self, items: Sequence[WorkItem], *, timeout_s: float | None = None) -> None:
         """Queue one request's texts; its ticket will be answered exactly once.

@@ -96,7 +96,8 @@ class TextDetectionModel:
                                 max_queue_delay_s=sched.max_queue_delay_us * 1e-6, max_items=sched.max_queue_texts,
                                 deadline_margin_s=sched.deadline_margin_us * 1e-6, min_padding_gain=sched.min_padding_gain)
         self.runner = BatchRunner(queue, self.handler, observer=self.metrics, stage_lead_s=sched.stage_lead_us * 1e-6,
-                                  check_cancellation=sched.check_cancellation, name=args.get("model_name", MODEL_NAME))
+                                  check_cancellation=sched.check_cancellation,
+                                  cancel_check_after_s=sched.cancel_check_after_us * 1e-6, name=args.get("model_name", MODEL_NAME))
         if sched.warmup:
             warm_up(self.handler, queue.costs, self.runner.clock, sched.batch_buckets)
         self.runner.start()

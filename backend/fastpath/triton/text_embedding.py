@@ -149,7 +149,8 @@ class TextEmbeddingModel:
             pad_to_longest=not self.embedder.engine.buckets,
         )
         self.runner = BatchRunner(queue, self.handler, observer=self.metrics, stage_lead_s=sched.stage_lead_us * 1e-6,
-                                  check_cancellation=sched.check_cancellation, name=args.get("model_name", "fastpath"),
+                                  check_cancellation=sched.check_cancellation,
+                                  cancel_check_after_s=sched.cancel_check_after_us * 1e-6, name=args.get("model_name", "fastpath"),
                                   lanes=self.lanes)
         if sched.warmup:
             warm_up(self.handler, queue, self.runner.clock)

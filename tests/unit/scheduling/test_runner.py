@@ -125,6 +125,33 @@ def test_a_cancelled_request_is_answered_cancelled_and_never_runs(runner, handle
     assert ("cancelled", 1) in runner.observer.rejections
 
 
+@pytest.mark.parametrize("waited_s, asked", [(0.0, False), (20e-3, True)])
+def test_only_requests_that_waited_cancel_check_after_s_are_asked(clock, handler, answers, waited_s, asked):
+    """cancel_check_after_s = 10 ms: a cancelled request whose batch forms sooner is not asked (each
+    ask is a stub-to-server round trip) and runs; one that waited 20 ms is asked and answered CANCELLED."""
+    runner = BatchRunner(make_queue(CPU, max_queue_delay_s=0.0), handler, clock=clock, observer=Recorder(),
+                         stage_lead_s=1e-3, cancel_check_after_s=10e-3).start()
+    try:
+        handler.gate = threading.Event()
+        runner.submit(request(answers, [10], label="running"))
+        handler.wait_staged(1)
+        asks = []
+        cancelled = request(answers, [10], cancelled=lambda: asks.append(clock.now()) or True, label="cancelled")
+        runner.submit(cancelled)
+        clock.advance(waited_s)  # the next batch forms once the running one nears its predicted end
+        handler.gate.set()
+        answers.wait_for(2)
+        results, error = answers.of(cancelled[0].ticket)
+        if asked:
+            assert len(asks) == 1 and isinstance(error, RequestCancelledError) and results is None
+            assert ("cancelled", 1) in runner.observer.rejections
+        else:
+            assert asks == [] and error is None and results == [20]
+    finally:
+        handler.gate.set()
+        runner.close(drain_timeout_s=10)
+
+
 def test_a_request_still_queued_at_its_timeout_gets_unavailable(runner, handler, answers, clock):
     handler.gate = threading.Event()
     runner.submit(request(answers, [10], label="running"))

@@ -40,6 +40,7 @@ def test_unknown_key_is_named_with_every_known_parameter():
         ("min_padding_gain", "0.9", ">= 1.0"),
         ("default_priority_level", "3", "1..priority_levels"),
         ("warmup", "maybe", "not a valid bool"),
+        ("cancel_check_after_us", "-5", r">= 0 \(0 = ask every request\)"),
     ],
 )
 def test_bad_values_name_key_and_expectation(key, value, match):
