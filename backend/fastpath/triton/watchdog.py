@@ -9,7 +9,9 @@ waits forever for the dead server's reply while holding the GIL, so no Python th
 act (seen with py-spy: the metrics flusher in ``Metric.set``, every other thread parked).
 
 So the watchdog is a separate process, a POSIX ``sh`` loop started from the stub: once a second it
-reads the stub's ``/proc/<pid>/stat``; when the stub's parent is no longer the tritonserver that
+reads the stub's ``/proc/<pid>/stat`` (with the shell's own ``read``: the only process it starts per
+second is ``sleep``; it started ``cut`` twice a second before, one more fork and exec per stub per
+second); when the stub's parent is no longer the tritonserver that
 started it, it sends SIGKILL to the stub, but only if the process is still the same stub (same start
 time, so a reused PID is never touched). When the stub exits normally the loop ends by itself.
 (``PR_SET_PDEATHSIG`` in the stub would fire when the *thread* of tritonserver that spawned it ends,
@@ -27,11 +29,15 @@ from pathlib import Path
 LOG = logging.getLogger(__name__)
 _started = threading.Event()
 
-# $1 stub pid, $2 tritonserver pid, $3 the stub's start time (field 22 of /proc/<pid>/stat)
+# $1 stub pid, $2 tritonserver pid, $3 the stub's start time (field 22 of /proc/<pid>/stat).
+# fields(): the parent pid (field 4) and start time (field 22) of process $1, empty once it is gone;
+# the fields after "pid (comm) " are split, so a comm holding spaces or parentheses cannot shift them.
 WATCH_SCRIPT = r"""
-field() { cut -d' ' -f"$2" "/proc/$1/stat" 2>/dev/null; }
-while [ "$(field "$1" 4)" = "$2" ]; do sleep 1; done
-if [ "$(field "$1" 22)" = "$3" ]; then kill -9 "$1"; fi
+set -f
+fields() { ppid=; start=; IFS= read -r line 2>/dev/null < "/proc/$1/stat" || return 0; set -- ${line##*) }; ppid=$2; start=${20}; }
+fields "$1"
+while [ "$ppid" = "$2" ]; do sleep 1; fields "$1"; done
+if [ "$start" = "$3" ]; then kill -9 "$1"; fi
 """
 
 

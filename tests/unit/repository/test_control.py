@@ -6,6 +6,7 @@ import pytest
 
 from fastpath.errors import InvalidInputError
 from fastpath.repository.admin import AdminService, PermissionDeniedError
+from fastpath.repository import agent as agent_module
 from fastpath.repository.agent import SwapAgent
 from fastpath.repository.control import ControlPlane
 from fastpath.repository.slots import EngineSlots, SwapError
@@ -24,15 +25,16 @@ def _refuse_3(engine, version):
         raise ValueError("golden check failed: cosine 0.42 below 0.99")
 
 
-@pytest.fixture()
-def setup(tmp_path):
+@pytest.fixture(params=[True, False], ids=["inotify", "polling"])
+def setup(tmp_path, request):
     repository = tmp_path / "repo"
     for version in (1, 2, 3):
         (repository / "m" / str(version)).mkdir(parents=True)
     (repository / "m" / "config.pbtxt").write_text('name: "m"')
     state = tmp_path / "state"
     slots = EngineSlots(1, Engine(1))
-    agents = [SwapAgent(ControlPlane(state, "m"), "m_0", slots, Engine, _refuse_3, poll_s=0.002).start()]
+    agents = [SwapAgent(ControlPlane(state, "m"), "m_0", slots, Engine, _refuse_3, poll_s=0.002, watch=request.param).start()]
+    assert agents[0].watching is request.param
     service = AdminService(repository, state, "s3cret", timeout_s=10)
     yield service, slots
     for agent in agents:
@@ -141,3 +143,27 @@ def test_concurrent_posts_get_distinct_generations_and_the_last_one_stays(tmp_pa
         thread.join()
     assert sorted(generations) == list(range(1, 41))
     assert plane.desired()["generation"] == 40
+
+
+def test_a_watching_agent_is_woken_by_the_post_and_otherwise_sleeps(tmp_path, monkeypatch):
+    """With inotify the agent's thread sleeps until desired.json is replaced: with the safety-net
+    re-check pushed to 60 s, a swap still completes (the post woke it), and while idle it reads the
+    file's stat only at heartbeats, where polling every 5 ms read it ~100 times in 0.5 s."""
+    monkeypatch.setattr(agent_module, "WATCH_RECHECK_S", 60.0)
+    (tmp_path / "repo" / "m" / "2").mkdir(parents=True)
+    (tmp_path / "repo" / "m" / "config.pbtxt").write_text('name: "m"')
+    plane = ControlPlane(tmp_path / "state", "m")
+    stats = []
+    stamp = plane.desired_stamp
+    monkeypatch.setattr(plane, "desired_stamp", lambda: stats.append(1) or stamp())
+    slots = EngineSlots(1, Engine(1))
+    agent = SwapAgent(plane, "m_0", slots, Engine, _refuse_3, poll_s=0.005).start()
+    try:
+        assert agent.watching
+        threading.Event().wait(0.5)
+        assert len(stats) <= 2
+        reply = AdminService(tmp_path / "repo", tmp_path / "state", "k", timeout_s=10).handle(
+            {"command": "swap", "model": "m", "version": 2, "key": "k"})
+    finally:
+        agent.stop()
+    assert reply["active_version"] == 2 and slots.active_version == 2
