@@ -19,6 +19,8 @@ def _pooled(cells: list[dict]) -> dict:
     return {
         "throughput_per_s": round(statistics.median(cell["throughput_per_s"] for cell in cells), 2),
         "rounds_throughput_per_s": [round(cell["throughput_per_s"], 2) for cell in cells],
+        # the raw_ideal runs just before and after the cell in each round (its yardstick is the faster)
+        "rounds_ideal_runs_per_s": [[round(v, 1) for v in cell["ideal_runs_per_s"]] for cell in cells if "ideal_runs_per_s" in cell],
         "p50_ms": _ms(latencies, 50),
         "p99_ms": _ms(latencies, 99),
         "padding_waste": round(padded / real, 4) if real else float("nan"),
@@ -30,7 +32,8 @@ def _pooled(cells: list[dict]) -> dict:
 
 def _vs_ideal(cell: dict, round_: dict) -> float:
     """A cell's throughput over the raw ideal measured beside it (``ideal_per_s``, benchmarks/scheduler_cpu.py
-    ``bracketed``), or, for runs recorded before that, over the round's raw ideal."""
+    ``bracketed``: the faster of the runs before and after it; their mean in runs before 2026-11-30's fifth
+    session), or, for runs recorded before per-cell yardsticks, over the round's raw ideal."""
     return cell["throughput_per_s"] / cell.get("ideal_per_s", round_["raw_ideal"]["throughput_per_s"])
 
 
@@ -135,8 +138,8 @@ def markdown(report: dict) -> str:
         f"gRPC (asyncio) closed loop; {workload['rounds']} rounds per concurrency, each cell "
         f"{workload['warmup_s']:g} s warm-up + {workload['duration_s']:g} s measured. Throughput is the median "
         "over rounds; p50/p99 and padding waste pool all rounds; `vs ideal` is the median over rounds of each "
-        "cell's throughput over the raw_ideal runs just before and after it (older runs: the round's first and "
-        "last raw_ideal); a ratio between two served variants is the ratio of their `vs ideal` ratios.",
+        "cell's throughput over the faster of the raw_ideal runs just before and after it (runs before 2026-11-30's "
+        "fifth session: their mean; older runs: the round's first and last raw_ideal); a ratio between two served variants is the ratio of their `vs ideal` ratios.",
         "",
         "## Raw engine (tokenize + pad + ONNX Runtime fp32; run inside a python-backend stub, no serving path)",
         "",
