@@ -57,8 +57,7 @@ LANES_LINGER_S = 0.25
 # claim_idle(): how long the runner must have been idle. A closed-loop client at concurrency 1 leaves
 # it idle for a whole client round trip (~1.1-1.4 ms through Triton on the dev machine: echo_embedding
 # in docs/benchmarks/scheduler_cpu.md); when requests wait in Triton's queue, the next execute() follows
-# the last answer within a stub round trip, and running it inline would turn batching into one call
-# per request.
+# the last answer within a stub round trip, and running it inline would turn batching into one call per request.
 INLINE_MIN_IDLE_S = 0.5e-3
 
 
@@ -148,7 +147,8 @@ class BatchRunner:
             except UnavailableError:
                 self.observer.rejected("shutdown" if self.queue.closed else "queue_full", len(items))
                 raise
-            self._cond.notify_all()
+            if not self._inline:  # under claim_idle the threads keep off the queue: waking them only costs the GIL
+                self._cond.notify_all()
 
     def claim_idle(self) -> bool:
         """Claim an idle runner for one caller that will queue texts and :meth:`drain_inline` them.
@@ -169,7 +169,8 @@ class BatchRunner:
         with self._cond:
             self._inline = False
             self._last_busy_s = self.clock.now()
-            self._cond.notify_all()
+            if len(self.queue) or self.queue.closed:  # work the threads left alone, or close() waiting
+                self._cond.notify_all()
 
     def drain_inline(self) -> None:
         """Run every queued text to completion on the calling thread (``response_mode=return``).
@@ -394,5 +395,6 @@ class BatchRunner:
             with self._cond:
                 self._finishing.remove(done.batch)
                 self._last_busy_s = self.clock.now()
-                self._cond.notify_all()
+                if self.queue.closed:  # only close() waits on a delivery (for the runner to go idle)
+                    self._cond.notify_all()
             PROFILE.lap("scheduler.finish", mark, len(done.batch.items))
