@@ -10,8 +10,9 @@ server):
 
 The admin model (``fastpath_admin``) writes ``desired.json`` atomically (temp file + rename, posts
 serialized by a ``flock``) and waits
-until every live instance reports that generation. Each serving instance polls ``desired.json``'s
-inode and mtime (a ``stat`` per ``poll_s``) from a background thread and applies the command to its
+until every live instance reports that generation. Each serving instance's background thread
+(:class:`~fastpath.repository.agent.SwapAgent`) is woken by an inotify watch of ``<model>/`` (or polls
+``desired.json``'s inode and mtime where inotify is unavailable) and applies the command to its
 :class:`~fastpath.repository.slots.EngineSlots`. No stub is respawned; nothing new listens on a port.
 """
 
