@@ -14,18 +14,17 @@ Three threads form a pipeline, so host work for batch N+1 overlaps the engine ru
                 engine already runs the next batch. When nothing else is in flight, the engine thread
                 delivers the batch itself (no hand-off at low load).
 
-With ``lanes`` > 1 there is one engine thread per lane, all fed from the one queue, so up to
-``lanes`` batches run at once (``handler.run(staged, lane=i)``: on a CPU, one single-threaded
-ONNX Runtime session per lane). A batch that runs alone (no other lane busy, nothing queued
-behind it) runs with ``lane=None``: the handler's wide engine, all cores on one batch, which is
-what a lone request at low load wants. Once batches overlap, every batch runs on a lane until none
-has overlapped for ``LANES_LINGER_S``: a wide ONNX Runtime session's worker keeps spinning after its
-run and slows the lanes beside it, so load that comes and goes must not flip between the two.
-Why lanes: docs/design/scheduler.md ("Engine lanes").
+With ``lanes`` > 1 there is one engine thread per lane, all fed from the one queue, so up to ``lanes`` batches
+run at once (``handler.run(staged, lane=i)``: on a CPU, one single-threaded ONNX Runtime session per lane). A
+batch that runs alone (no other lane busy, nothing queued behind it) runs with ``lane=None``: the handler's wide
+engine, all cores on one batch, which is what a lone request at low load wants. Once batches overlap, every
+batch runs on a lane until none has overlapped for ``LANES_LINGER_S``: a wide ONNX Runtime session's worker
+keeps spinning after its run and slows the lanes beside it, so load that comes and goes must not flip between
+the two. Why lanes: docs/design/scheduler.md ("Engine lanes").
 
-Texts are tokenized before :meth:`BatchRunner.submit` (in Triton's ``execute`` thread), which also
-overlaps the engine. Every accepted ticket is answered exactly once: with its rows, or with the
-error of the batch that failed, its timeout, its cancellation, or shutdown (``answers.BatchPreparer``).
+Texts are tokenized before :meth:`BatchRunner.submit` (in Triton's ``execute`` thread), which also overlaps the
+engine. Every accepted ticket is answered exactly once: with its rows, or with the error of the batch that
+failed, its timeout, its cancellation, or shutdown (``answers.BatchPreparer``).
 """
 
 from __future__ import annotations
@@ -48,16 +47,15 @@ from fastpath.scheduling.tickets import WorkItem
 
 LOG = logging.getLogger(__name__)
 
-# With lanes: how long after batches last overlapped (or queued behind one another) a lone batch may
-# run wide again. Measured on the 2-core dev machine: a wide two-thread ONNX Runtime session run every
-# 30 ms cut two lanes beside it from ~190 to ~120 texts/s (its spinning worker), so the switch back
-# waits well past one such period.
+# With lanes: how long after batches last overlapped (or queued behind one another) a lone batch may run wide
+# again. On the 2-core dev machine a wide two-thread ONNX Runtime session run every 30 ms cut two lanes beside
+# it from ~190 to ~120 texts/s (its spinning worker), so the switch back waits well past one such period.
 LANES_LINGER_S = 0.25
 
-# claim_idle(): how long the runner must have been idle. A closed-loop client at concurrency 1 leaves
-# it idle for a whole client round trip (~1.1-1.4 ms through Triton on the dev machine: echo_embedding
-# in docs/benchmarks/scheduler_cpu.md); when requests wait in Triton's queue, the next execute() follows
-# the last answer within a stub round trip, and running it inline would turn batching into one call per request.
+# claim_idle(): how long the runner must have been idle. A closed-loop client at concurrency 1 leaves it idle
+# for a whole client round trip (~1.1-1.4 ms through Triton on the dev machine: echo_embedding in
+# docs/benchmarks/scheduler_cpu.md); when requests wait in Triton's queue, the next execute() follows the last
+# answer within a stub round trip, and running it inline would turn batching into one call per request.
 INLINE_MIN_IDLE_S = 0.5e-3
 
 
@@ -99,7 +97,8 @@ class BatchRunner:
         self.observer = observer or SchedulerObserver()
         self.stage_lead_s = stage_lead_s
         self._answers = BatchPreparer(queue, handler, self.observer, self.clock, check_cancellation, cancel_check_after_s)
-        self._cond = threading.Condition()
+        lock = threading.RLock()  # one lock, two conditions: the completion thread is not woken by every submit
+        self._cond, self._delivered = threading.Condition(lock), threading.Condition(lock)
         self._slot: tuple[Batch, Any] | None = None
         self._running: dict[int, tuple[Batch, float]] = {}  # lane -> (the batch it runs, its predicted end)
         self._lanes_until_s = float("-inf")  # batches run on lanes, never wide, until then
@@ -204,8 +203,7 @@ class BatchRunner:
     # -- shutdown ---------------------------------------------------------------------------------
 
     def _idle(self) -> bool:
-        return not (len(self.queue) or self._slot or self._running or self._staging
-                    or self._completions or self._finishing)
+        return not (len(self.queue) or self._slot or self._running or self._staging or self._completions or self._finishing)
 
     def close(self, drain_timeout_s: float = 30.0) -> None:
         """Stop accepting, run what is queued (drain), then stop the threads.
@@ -230,6 +228,7 @@ class BatchRunner:
             self._completions.clear()
             self._stopping = True
             self._cond.notify_all()
+            self._delivered.notify_all()
         error = UnavailableError(
             f"the model was unloaded before this request finished (drain_timeout_s={drain_timeout_s}); retry"
         )
@@ -326,6 +325,7 @@ class BatchRunner:
                 self._finishing.append(batch)
             else:
                 self._completions.append(done)
+                self._delivered.notify()
             self._cond.notify_all()
         if inline:
             self._complete(done)
@@ -369,7 +369,7 @@ class BatchRunner:
             while not self._completions:
                 if self._stopping:
                     return False
-                self.clock.wait_until(self._cond, None)
+                self.clock.wait_until(self._delivered, None)
             done = self._completions.popleft()
             self._finishing.append(done.batch)
         self._complete(done)
