@@ -31,6 +31,9 @@ DETECTION_MODEL = "text_detection"
 TEXT_INPUT = "TEXT"
 EMBEDDING_OUTPUT = "EMBEDDING"
 ADMIN_HEADER = "fastpath-admin-key"  # the header `fastpath serve` restricts Triton's model-repository API to
+# Over gRPC Triton 2.51 expects the restricted-protocol key with this prefix (its refusal names the header it
+# wanted: "This protocol is restricted, expecting header 'triton-grpc-protocol-fastpath-admin-key'").
+GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"
 ADMIN_KEY_ENV = "FASTPATH_ADMIN_KEY"
 ADMIN_MODEL = "fastpath_admin"  # model-version control through Triton's own endpoints (issue 5)
 MUTATING_COMMANDS = ("swap", "rollback")
@@ -149,7 +152,8 @@ class ClientCore:
         self._on_retry = on_retry
         self._specs: dict[str, ModelSpec] = {}
         self._admin_key = os.environ.get(ADMIN_KEY_ENV, "") if admin_key is None else admin_key
-        self._admin_headers = {ADMIN_HEADER: self._admin_key} if self._admin_key else None
+        header = ADMIN_HEADER if protocol == "http" else GRPC_RESTRICTED_PREFIX + ADMIN_HEADER
+        self._admin_headers = {header: self._admin_key} if self._admin_key else None
         self.shm_refused: str | None = None
         self._pending_unregister: list[str] = []
         self._pool = RegionPool()

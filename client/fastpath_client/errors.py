@@ -105,6 +105,9 @@ def _class_for(status: str, message: str) -> type[FastPathClientError]:
         return InvalidInputError if "larger than max" in message or "limit" in message else UnavailableError
     if status == "UNAVAILABLE" and "failed to connect" in message.lower():
         return ServerConnectionError
+    if "protocol is restricted" in message or "API is restricted" in message:
+        # Triton 2.51 refuses a restricted endpoint without its key as gRPC UNAVAILABLE: not retryable
+        return PermissionDeniedError
     return _HTTP_CLASSES.get(status) or _GRPC_CLASSES.get(status) or ServerError
 
 

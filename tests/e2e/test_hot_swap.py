@@ -155,3 +155,22 @@ def test_twenty_swaps_return_memory_to_baseline(swap_server):
     assert _status(server)["active_version"] == 1
     assert _stub_rss_kib(model_dir.parent) <= baseline * 1.05
     assert _status(server)["instances"]["text_embedding_0_0"]["draining"] == 0
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_sdk_sends_the_admin_key_triton_expects_on_each_protocol(swap_server, protocol):
+    """Fresh-user trial: over gRPC Triton 2.51 wants the restricted-protocol key as header
+    ``triton-grpc-protocol-fastpath-admin-key`` (the SDK sent ``fastpath-admin-key`` and was refused),
+    and refuses a missing key as UNAVAILABLE, which the SDK retried 5 times; it is a
+    PermissionDeniedError, not retried."""
+    from fastpath_client import Client, PermissionDeniedError
+
+    server, _ = swap_server
+    url = server.http_url if protocol == "http" else server.grpc_url
+    with Client(url, protocol, admin_key=KEY) as client:
+        assert "1" in [v["version"] for v in client.versions("text_embedding")]
+    retries = []
+    with Client(url, protocol, admin_key="", on_retry=lambda n, e, d: retries.append(e)) as client:
+        with pytest.raises(PermissionDeniedError, match="restricted"):
+            client.versions("text_embedding")
+    assert retries == []

@@ -83,7 +83,7 @@ class AdminService:
         if not self._key:
             raise PermissionDeniedError("swaps are disabled: tritonserver was started without FASTPATH_ADMIN_KEY")
         if not isinstance(key, str) or not hmac.compare_digest(key.encode(), self._key.encode()):
-            raise PermissionDeniedError("admin key missing or wrong: set FASTPATH_ADMIN_KEY to the key `fastpath serve` printed")
+            raise PermissionDeniedError("admin key missing or wrong: set FASTPATH_ADMIN_KEY to the server's key (`fastpath serve` logs the file it wrote it to, ~/.cache/fastpath/admin_key.<port>)")
 
     def _await(self, model: str, plane: ControlPlane, generation: int) -> dict[str, Any]:
         deadline = self._clock() + self.timeout_s
