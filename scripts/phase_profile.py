@@ -1,0 +1,63 @@
+"""Where one model's serving time goes at a given concurrency: FastPath's phase profile under load.
+
+Run from the repository root with the artifacts built:
+
+    .venv/bin/python scripts/phase_profile.py --model text_embedding --concurrency 1 --seconds 8
+
+Starts one tritonserver on the benchmark repository of ``benchmarks/scheduler_cpu.py`` with
+``FASTPATH_PHASE_PROFILE`` set (fastpath.profiling: seconds and counts per phase, written by the stub
+at unload), loads ``--model`` with a tritonclient gRPC closed loop of one text per request, and
+prints throughput, p50 latency and each phase's total seconds, count, and milliseconds per call;
+``execute.total``'s count is the number of requests (one per ``execute()`` call at c=1).
+Used on 2026-11-30 to find that at c=1 the scheduler planned ~2.7 times per request (idle engine
+threads woken by every submit); after the runner's targeted notifies, once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "tests"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="text_embedding")
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="fastpath-phases-") as tmp:
+        os.environ["FASTPATH_PHASE_PROFILE"] = str(Path(tmp) / "profile")  # inherited by tritonserver's stubs
+        from conftest import start_server
+        from fastpath.corpus import pydoc_sentences
+        from scheduler_cpu import build_repository, load
+
+        texts = pydoc_sentences()
+        random.Random(0).shuffle(texts)
+        server = start_server(Path(tmp), models=(args.model,), repository=build_repository(Path(tmp)))
+        try:
+            cell = asyncio.run(load(server.grpc_url, args.model, texts, args.concurrency, 1.0, args.seconds))
+        finally:
+            server.stop()  # the stub writes its profile at unload
+        print(f"{args.model} at concurrency {args.concurrency}: {cell['throughput_per_s']:.1f} texts/s, "
+              f"p50 {statistics.median(cell['latencies_s']) * 1e3:.2f} ms")
+        for path in sorted((Path(tmp) / "profile").glob("*.json")):
+            phases = json.loads(path.read_text())["phases"]
+            print(f"{path.stem}: phase, seconds, count, ms per call (totals include the 1 s warm-up)")
+            for name, value in sorted(phases.items()):
+                print(f"  {name:28s} {value['seconds']:8.3f} {value['count']:7d} {value['seconds'] / max(1, value['count']) * 1e3:8.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
