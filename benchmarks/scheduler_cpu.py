@@ -314,14 +314,30 @@ def run_round(raw: RawEngine, server, metrics_url: str, texts: list[str], sorted
     return bracketed(steps, lambda: raw.measure("raw_ideal", ideal_sample(sorted_texts, next(ideal_samples))))
 
 
-def run_rounds(texts: list[str], args) -> dict:
-    """{concurrency: [round, ...]}, each round {variant: cell}; plus the raw-only rounds under key "raw"."""
-    from conftest import start_server
+def workload_texts() -> list[str]:
+    """The benchmarks' workload: ``fastpath.corpus.pydoc_sentences()`` shuffled with seed 0."""
+    from fastpath.corpus import pydoc_sentences
+
+    texts = pydoc_sentences()
+    random.Random(0).shuffle(texts)
+    return texts
+
+
+def by_length(texts: list[str]) -> tuple[list[int], list[str]]:
+    """Each text's token count (the served tokenizer, 256 tokens at most) and the texts sorted by it
+    (what :func:`ideal_sample` draws equal-length batches from)."""
     from fastpath.text import TextTokenizer
 
     tokenizer = TextTokenizer(ARTIFACTS / "tokenizer.json", max_seq_length=256)
     lengths = [len(e.ids) for e in tokenizer.encode(texts)]
-    sorted_texts = [text for _, text in sorted(zip(lengths, texts), key=lambda pair: pair[0])]
+    return lengths, [text for _, text in sorted(zip(lengths, texts), key=lambda pair: pair[0])]
+
+
+def run_rounds(texts: list[str], args) -> dict:
+    """{concurrency: [round, ...]}, each round {variant: cell}; plus the raw-only rounds under key "raw"."""
+    from conftest import start_server
+
+    lengths, sorted_texts = by_length(texts)
     cursor = [0]
 
     def sample(count: int) -> list[str]:
@@ -381,10 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.nice:
         os.nice(args.nice)
 
-    from fastpath.corpus import pydoc_sentences
-
-    texts = pydoc_sentences()
-    random.Random(0).shuffle(texts)
+    texts = workload_texts()
     random.seed(1)
     started = time.time()
     load_before = os.getloadavg()

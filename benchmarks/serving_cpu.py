@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -40,7 +39,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from cpu_meter import cpu_seconds  # noqa: E402
-from scheduler_cpu import ARTIFACTS, FASTPATH_VARIANTS, RawEngine, build_repository, ideal_sample, load  # noqa: E402
+from scheduler_cpu import FASTPATH_VARIANTS, RawEngine, build_repository, by_length, ideal_sample, load, workload_texts  # noqa: E402
 
 MODELS = ("echo_embedding", "naive_embedding", "text_embedding")
 
@@ -88,14 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     models = MODELS + tuple(args.extra)
 
     from conftest import start_server
-    from fastpath.corpus import pydoc_sentences
-    from fastpath.text import TextTokenizer
 
-    texts = pydoc_sentences()
-    random.Random(0).shuffle(texts)
-    tokenizer = TextTokenizer(ARTIFACTS / "tokenizer.json", max_seq_length=256)
-    lengths = [len(e.ids) for e in tokenizer.encode(texts)]
-    sorted_texts = [t for _, t in sorted(zip(lengths, texts), key=lambda pair: pair[0])]
+    texts = workload_texts()
+    lengths, sorted_texts = by_length(texts)
     cores = len(os.sched_getaffinity(0))
     rounds: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="fastpath-serving-cpu-") as tmp:

@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -39,11 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fastpath-phases-") as tmp:
         os.environ["FASTPATH_PHASE_PROFILE"] = str(Path(tmp) / "profile")  # inherited by tritonserver's stubs
         from conftest import start_server
-        from fastpath.corpus import pydoc_sentences
-        from scheduler_cpu import build_repository, load
+        from scheduler_cpu import build_repository, load, workload_texts
 
-        texts = pydoc_sentences()
-        random.Random(0).shuffle(texts)
+        texts = workload_texts()
         server = start_server(Path(tmp), models=(args.model,), repository=build_repository(Path(tmp)))
         try:
             cell = asyncio.run(load(server.grpc_url, args.model, texts, args.concurrency, 1.0, args.seconds))

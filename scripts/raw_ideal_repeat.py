@@ -14,7 +14,6 @@ fp32, in a stub) ``--runs`` times in a row, printing each run's texts/s and the 
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import tempfile
@@ -24,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from scheduler_cpu import ARTIFACTS, RawEngine, build_repository, ideal_sample  # noqa: E402
+from scheduler_cpu import RawEngine, build_repository, by_length, ideal_sample, workload_texts  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,14 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from conftest import start_server
-    from fastpath.corpus import pydoc_sentences
-    from fastpath.text import TextTokenizer
 
-    texts = pydoc_sentences()
-    random.Random(0).shuffle(texts)
-    tokenizer = TextTokenizer(ARTIFACTS / "tokenizer.json", max_seq_length=256)
-    lengths = [len(e.ids) for e in tokenizer.encode(texts)]
-    sorted_texts = [t for _, t in sorted(zip(lengths, texts), key=lambda pair: pair[0])]
+    texts = workload_texts()
+    lengths, sorted_texts = by_length(texts)
     values = []
     with tempfile.TemporaryDirectory(prefix="fastpath-ideal-") as tmp:
         server = start_server(Path(tmp), models=("raw_engine_bench",), repository=build_repository(Path(tmp)))

@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import collections
 import json
-import random
 import re
 import subprocess
 import sys
@@ -28,13 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from scheduler_cpu import FASTPATH_VARIANTS, build_repository, load  # noqa: E402
+from scheduler_cpu import FASTPATH_VARIANTS, build_repository, load, workload_texts  # noqa: E402
+from serving_cpu import components  # noqa: E402
 
 
 def perf_samples(data: Path) -> list[tuple[str, str, str]]:
@@ -85,10 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from conftest import start_server
-    from fastpath.corpus import pydoc_sentences
 
-    texts = pydoc_sentences()
-    random.Random(0).shuffle(texts)
+    texts = workload_texts()
     with tempfile.TemporaryDirectory(prefix="fastpath-profile-") as tmp:
         server = start_server(Path(tmp), models=(args.model,), repository=build_repository(Path(tmp)))
         try:
@@ -98,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             spy = None
             if args.py_spy:
-                stub = next(c for c in psutil.Process(server.pid).children(recursive=True)
-                            if f"/{args.model}/" in " ".join(c.cmdline()))
+                stub = components(server.pid, (args.model,))[f"stub:{args.model}"][0]
                 spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "-r", "200",
                                         "-d", str(int(args.seconds)), "-f", "raw", "-o", str(Path(tmp) / "spy.txt"),
                                         "-p", str(stub.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
