@@ -91,7 +91,9 @@ def test_scheduler_metrics_are_published(triton_server, sentences):
     assert real > 0 and _metric_sum(text, "fastpath_padded_tokens_total", **labels) >= real
     assert re.search(r'fastpath_batch_execution_us_bucket\{[^}]*batch_size="\d+"[^}]*seq_length="\d+"', text)
     assert "# TYPE fastpath_batch_size histogram" in text
-    assert 'fastpath_rejected_texts_total{model="text_embedding",reason="timeout",version="1"}' in text
+    # every series names the stub that publishes it (pid), so two stubs never share one (Triton issue 8663)
+    assert re.search(r'fastpath_rejected_texts_total\{model="text_embedding",pid="\d+",reason="timeout",version="1"\}', text)
+    assert re.search(r'fastpath_pool_leases_total\{allocator="[^"]+",model="text_embedding",pid="\d+",pool="staging"\}', text)
     # issue 4: every batch was staged in the host staging pool, and every lease came back
     staging = {"model": MODEL, "pool": "staging"}
     assert _metric_sum(text, "fastpath_pool_leases_total", **staging) >= 1

@@ -5,7 +5,21 @@ COUNTER, GAUGE and HISTOGRAM, and a HISTOGRAM metric takes its ``buckets`` at cr
 removed from the endpoint when its Python object is garbage-collected, so this class keeps every
 family and metric alive until :meth:`SchedulerMetrics.close`.
 
-Families (labels: ``model``, ``version``; execution time also ``batch_size`` and ``seq_length``):
+Labels. Every series carries ``model``, ``version`` and ``pid`` (the stub process that publishes it;
+:func:`stub_labels`); execution time also ``batch_size`` and ``seq_length``. Sum over ``pid`` for a
+per-model figure, e.g. ``sum by (model, version) (rate(fastpath_batch_size_sum[1m]))``.
+
+Why ``pid``. In Triton 2.51 two ``pb_utils`` metrics with the same family name and labels share one
+prometheus-cpp series, but each stub's family counts references to it on its own
+(``MetricFamily::Remove`` in triton-inference-server/core src/metric_family.cc). So when one stub
+drops the shared series (a failed or replaced load, one of two instances unloading) the others keep a
+dangling pointer and their next increment writes freed memory: tritonserver died with
+"malloc_consolidate(): unaligned fastbin chunk detected" / SIGSEGV after a failed reload followed by
+a good one, twice (upstream triton-inference-server/server issue 8663, open). A label unique to the
+stub process means no two stubs ever share a series. The cost: a reload or a second instance is a
+new series (the same as prometheus_client's multiprocess ``pid`` label).
+
+Families:
     fastpath_batch_size                      HISTOGRAM  real texts per engine call
     fastpath_batch_padding_fraction          HISTOGRAM  (padded - real tokens) / padded tokens, per call
     fastpath_padded_tokens_total             COUNTER    tokens the engine processed (filler rows included)
@@ -34,6 +48,7 @@ the request path as it happens.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,13 +63,19 @@ US_BUCKETS = [100.0 * 4**k for k in range(9)]
 FRACTION_BUCKETS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 0.9]
 
 
+def stub_labels() -> dict[str, str]:
+    """``{"pid": <this process id>}``: the label that keeps each stub's metric series its own (see
+    the module docstring: shared series crash Triton 2.51 when one stub drops them)."""
+    return {"pid": str(os.getpid())}
+
+
 class SchedulerMetrics(SchedulerObserver):
     """Publishes scheduler events as Triton custom metrics.
 
     Args:
         pb_utils: the ``triton_python_backend_utils`` module.
         model: model name label.
-        version: model version label.
+        version: model version label (each series also gets :func:`stub_labels`).
         batch_buckets: the engine's batch sizes (histogram buckets of ``fastpath_batch_size``).
         buffered: record into local buffers that :meth:`flush` publishes (from a
             :class:`MetricsFlusher`); False: publish each update at once, on the caller's thread.
@@ -63,7 +84,7 @@ class SchedulerMetrics(SchedulerObserver):
     def __init__(self, pb_utils: Any, *, model: str, version: str, batch_buckets: Sequence[int],
                  buffered: bool = False) -> None:
         family = pb_utils.MetricFamily
-        self._labels = {"model": model, "version": version}
+        self._labels = {"model": model, "version": version, **stub_labels()}
         self._families: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._publish_lock = threading.Lock()

@@ -1,7 +1,8 @@
 """Export memory-pool statistics as Triton custom metrics (python backend ``pb_utils.MetricFamily``).
 
 Triton serves them on its metrics port (``/metrics``, default 8002) next to its own ``nv_*``
-metrics. Families (labels: ``model``, ``pool``, ``allocator``):
+metrics. Families (labels: ``model``, ``pool``, ``allocator`` and ``pid``, the stub process: see
+:mod:`fastpath.triton.metrics` for why series must not be shared between stubs):
 
 - gauges: ``fastpath_pool_bytes_in_use``, ``fastpath_pool_bytes_reserved``,
   ``fastpath_pool_capacity_bytes``, ``fastpath_pool_high_water_bytes``,
@@ -26,6 +27,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from fastpath.memory.stats import PoolStats
+from fastpath.triton.metrics import stub_labels
 
 GAUGES = {
     "bytes_in_use": "Bytes of pool blocks currently leased",
@@ -84,7 +86,7 @@ class PoolMetrics:
         self._last: list[dict[str, int]] = []
         for pool in self._pools:
             stats = pool.stats()
-            labels = {"model": model, "pool": stats.name, "allocator": stats.allocator}
+            labels = {"model": model, "pool": stats.name, "allocator": stats.allocator, **stub_labels()}
             gauges = {key: family.Metric(labels=labels) for key, family in self._gauges.items()}
             counters = {key: family.Metric(labels=labels) for key, family in self._counters.items()}
             self._metrics.append((pool, gauges, counters))
