@@ -94,8 +94,13 @@ def text_array(texts: Sequence[str | bytes], *, name: str = "TEXT") -> np.ndarra
     arrive as ``b"abc"``). ``bytes`` items are sent as given, so invalid UTF-8 reaches the server's policy.
 
     Raises:
-        InvalidInputError: ``texts`` is a single str/bytes, or holds something else than str/bytes.
+        InvalidInputError: ``texts`` is a single str/bytes, a numpy ``S``/``U`` array (its trailing NULs
+            are already gone: refused as :func:`wire_array` refuses it for ``infer``), or holds
+            something else than str/bytes.
     """
+    if isinstance(texts, np.ndarray) and texts.dtype.kind in "SU":
+        raise InvalidInputError(f"{name}: numpy {texts.dtype} arrays drop trailing NUL bytes and are refused; "
+                                "pass a list of str/bytes or an object array (np.array(items, dtype=object))")
     if isinstance(texts, (str, bytes)):
         raise InvalidInputError(f"{name}: expected a sequence of texts, got a single {type(texts).__name__}; "
                                 "wrap it in a list: embed([text])")

@@ -27,9 +27,11 @@ def test_levels_follow_triton(value, levels, expected):
     assert priority_level(Request(), sched) == sched.default_priority_level
 
 
-@pytest.mark.parametrize("value", [-1, 1.5, "x", True, [1]])
+@pytest.mark.parametrize(("value", "kind"), [(-1, "a negative integer"), (1.5, "a floating-point number"), ("x", "a string"),
+                                           ("0", "a string"), (True, "a boolean"), ([1], "a list")])
 @pytest.mark.parametrize("levels", [0, 3])
-def test_a_bad_priority_is_refused_even_when_priorities_are_off(value, levels):
+def test_a_bad_priority_is_refused_even_when_priorities_are_off(value, kind, levels):
     sched = SchedulerConfig(priority_levels=levels, default_priority_level=1 if levels else 0)
-    with pytest.raises(InvalidInputError, match=re.escape(f"fastpath_priority = {value!r}: expected a non-negative integer")):
+    expected = f"fastpath_priority = {value!r} is {kind}: expected a non-negative integer, sent as an integer parameter"
+    with pytest.raises(InvalidInputError, match=re.escape(expected)):
         priority_level(Request(fastpath_priority=value), sched)

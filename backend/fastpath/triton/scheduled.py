@@ -25,6 +25,8 @@ from fastpath.scheduling import SchedulerObserver
 
 LOG = logging.getLogger(__name__)
 PRIORITY_PARAMETER = "fastpath_priority"
+# what a request parameter's JSON value is, for error messages (a client that sends "1" sees "a string")
+JSON_KINDS = {str: "string", float: "floating-point number", bool: "boolean", list: "list", dict: "object"}
 
 
 def priority_level(request: Any, sched: SchedulerConfig) -> int:
@@ -46,7 +48,10 @@ def priority_level(request: Any, sched: SchedulerConfig) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
         scale = (f"1 = highest .. {levels}; 0 = the default level {default}" if levels
                  else "priorities are off here (priority_levels = 0): every request runs at the default level")
-        raise InvalidInputError(f"request parameter {PRIORITY_PARAMETER} = {raw!r}: expected a non-negative integer ({scale})")
+        kind = ("a negative integer" if isinstance(raw, int) and not isinstance(raw, bool)
+                 else f"a {JSON_KINDS.get(type(raw), type(raw).__name__)}")
+        raise InvalidInputError(f"request parameter {PRIORITY_PARAMETER} = {raw!r} is {kind}: expected a non-negative integer, "
+                                f"sent as an integer parameter (int64_param over gRPC, a JSON number over HTTP) ({scale})")
     return raw if 1 <= raw <= levels else default
 
 

@@ -46,6 +46,8 @@ def test_text_array_refuses_a_bare_string_and_non_text():
 def test_numpy_s_and_u_arrays_are_refused(array):
     with pytest.raises(InvalidInputError, match="drop trailing NUL"):
         wire_array("TEXT", array)
+    with pytest.raises(InvalidInputError, match="TEXT: numpy .* arrays drop trailing NUL"):  # embed() as infer()
+        text_array(array.ravel())
 
 
 def test_wire_array_datatypes():
