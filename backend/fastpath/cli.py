@@ -16,6 +16,11 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fastpath.server import TritonServer
+    from fastpath.stubs import StubSupervisor
 
 LOG = logging.getLogger("fastpath")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -106,11 +111,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
         LOG.info("try: curl -s localhost:%d/v2/models/text_embedding/infer -d "
                  "'{\"inputs\":[{\"name\":\"TEXT\",\"shape\":[1,1],\"datatype\":\"BYTES\",\"data\":[\"hello world\"]}]}'",
                  options.http_port)
+    supervisor = None
+    if not stop_requested.is_set():
+        supervisor = stub_supervisor(server)
+        supervisor.start()
     while server.poll() is None and not stop_requested.wait(0.5):
-        pass
+        if supervisor is not None and supervisor.failure is not None:
+            LOG.error("stopping tritonserver: %s", supervisor.failure)
+            break
+    if supervisor is not None:
+        supervisor.stop()
     code = server.stop()
     LOG.info("tritonserver exited with code %s", code)
-    return code
+    return 1 if supervisor is not None and supervisor.failure is not None else code
+
+
+def stub_supervisor(server: TritonServer) -> StubSupervisor:
+    """A :class:`~fastpath.stubs.StubSupervisor` of ``server``'s python-backend stubs (not started)."""
+    from fastpath.server import ADMIN_HEADER, group_members
+    from fastpath.stubs import RepositoryApi, StubSupervisor, list_stubs
+
+    pid = server.pid
+    return StubSupervisor(lambda: list_stubs(group_members(pid)), RepositoryApi(server.http_url, server.options.admin_key, ADMIN_HEADER))
 
 
 def build_parser() -> argparse.ArgumentParser:

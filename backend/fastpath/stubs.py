@@ -1,0 +1,194 @@
+"""Reload a model whose python-backend stub died while tritonserver runs on.
+
+Found 2026-11-30 (sixth session): after ``kill -9`` of ``text_embedding``'s stub, Triton 2.51 kept
+reporting the model ready (``/v2/models/text_embedding/ready`` and ``/v2/health/ready`` both 200)
+while every request failed with "Stub process 'text_embedding_0_0' is not healthy." for as long as
+the server ran. Older python backends restarted a dead stub on the next request (python_be.cc,
+"Stub process is unhealthy and it will be restarted."); this one does not, a ``load`` of the
+unchanged model is a no-op, and only unload + load brought it back. A stub can die on its own (the
+kernel's OOM killer, a native crash in an engine), and readiness probes would keep routing traffic
+to the broken model.
+
+:class:`StubSupervisor`, a thread of ``fastpath serve``, lists tritonserver's stubs every
+``poll_s`` (its process group; a stub's command line names the model's ``model.py`` and the model
+instance). When an instance's stub has been gone for ``grace_s`` with no stub of the same model,
+version and instance name in its place while Triton still reports that model version ready, the stub died: the
+supervisor unloads the model, waits until Triton no longer has it, and loads it again (the
+repository API, with the admin key when one is set). A stub that ends in an unload or a reload is
+not a death: Triton marks the model unready before it stops the stub, and a reload's new stub, with
+the same instance name, runs before the old one stops. A model that needs more than
+``max_reloads`` reloads within ``window_s`` is left alone and :attr:`StubSupervisor.failure` says
+so; ``fastpath serve`` then stops the server and exits 1, so that an orchestrator restarts it.
+A reloaded model starts on its default version: a live swap does not survive it (as with any
+reload, docs/swaps.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+LOG = logging.getLogger(__name__)
+STUB_EXECUTABLE = "triton_python_backend_stub"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stub:
+    """One python-backend stub process: its pid, model name and version, and model instance name."""
+
+    pid: int
+    model: str
+    version: str
+    instance: str
+
+
+def parse_stub_cmdline(pid: int, argv: list[str]) -> Stub | None:
+    """The :class:`Stub` of a process's argument list, or None if it is not a python-backend stub.
+
+    Triton 2.51's stub is started as ``triton_python_backend_stub <repository>/<model>/<version>/model.py
+    <shm region> <shm default size> <shm growth size> <parent pid> <python lib dir> <ipc size>
+    <instance name> <runtime>`` (python_backend stub_launcher.cc; seen on this machine).
+    """
+    if len(argv) < 9 or not argv[0].endswith(STUB_EXECUTABLE):
+        return None
+    model_file = Path(argv[1])
+    return Stub(pid, model_file.parent.parent.name, model_file.parent.name, argv[8])
+
+
+def list_stubs(pids: Iterable[int]) -> list[Stub]:
+    """The python-backend stubs among ``pids`` (e.g. :func:`fastpath.server.group_members` of tritonserver)."""
+    stubs = []
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        stub = parse_stub_cmdline(pid, [part.decode(errors="replace") for part in argv if part])
+        if stub is not None:
+            stubs.append(stub)
+    return stubs
+
+
+class RepositoryApi:
+    """The few calls of Triton's HTTP API the supervisor needs, with the admin key header when set.
+
+    Args:
+        http_url: ``host:port`` of Triton's HTTP endpoint.
+        admin_key: FastPath's admin key ('' when the repository API is not restricted).
+        header: the header Triton was told to require (``fastpath.server.ADMIN_HEADER``).
+    """
+
+    def __init__(self, http_url: str, admin_key: str, header: str) -> None:
+        self.base = f"http://{http_url}"
+        self.headers = {header: admin_key} if admin_key else {}
+
+    def _call(self, method: str, path: str, timeout_s: float) -> int:
+        request = urllib.request.Request(self.base + path, method=method, headers=self.headers, data=b"" if method == "POST" else None)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+                return reply.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return 0
+
+    def is_ready(self, model: str, version: str) -> bool:
+        return self._call("GET", f"/v2/models/{model}/versions/{version}/ready", 2.0) == 200
+
+    def is_loaded(self, model: str) -> bool:
+        """Whether any version of ``model`` is still ready (GET /v2/models/<model>/ready)."""
+        return self._call("GET", f"/v2/models/{model}/ready", 2.0) == 200
+
+    def reload(self, model: str, unload_timeout_s: float = 60.0, load_timeout_s: float = 600.0) -> bool:
+        """Unload ``model``, wait until Triton no longer has it ready, load it; True if the load succeeded."""
+        if self._call("POST", f"/v2/repository/models/{model}/unload", 30.0) != 200:
+            return False
+        deadline = time.monotonic() + unload_timeout_s
+        while self.is_loaded(model) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return self._call("POST", f"/v2/repository/models/{model}/load", load_timeout_s) == 200
+
+
+class StubSupervisor(threading.Thread):
+    """Watches tritonserver's python-backend stubs and reloads a model whose stub died (module docstring).
+
+    Args:
+        stubs: returns the live stubs now (e.g. ``lambda: list_stubs(group_members(server.pid))``).
+        api: Triton's HTTP API (:class:`RepositoryApi`, or anything with ``is_ready`` and ``reload``).
+        poll_s: seconds between looks at the stubs.
+        grace_s: how long an instance may have no stub before it counts as dead (a reload's new stub
+            and Triton's own bookkeeping both happen within it).
+        max_reloads, window_s: at most this many reloads of one model within ``window_s`` seconds;
+            beyond that :attr:`failure` is set and the supervisor stops.
+        clock: monotonic seconds (injected by tests).
+    """
+
+    def __init__(self, stubs: Callable[[], list[Stub]], api: RepositoryApi, *, poll_s: float = 0.5, grace_s: float = 2.0,
+                 max_reloads: int = 3, window_s: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(name="fastpath-stub-supervisor", daemon=True)
+        self._stubs, self._api, self._clock = stubs, api, clock
+        self.poll_s, self.grace_s, self.max_reloads, self.window_s = poll_s, grace_s, max_reloads, window_s
+        self._known: dict[tuple[str, str, str], Stub] = {}  # (model, version, instance) -> the last stub seen
+        self._missing_since: dict[tuple[str, str, str], float] = {}
+        self._reloads: dict[str, list[float]] = {}
+        self.reloaded: list[str] = []  # models reloaded, in order
+        self.failure: str | None = None
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def start(self) -> None:
+        """Take the first look now (the stubs of the models just loaded), then watch from a thread."""
+        self.check()
+        super().start()
+
+    def run(self) -> None:
+        while not self._stop.wait(self.poll_s) and self.failure is None:
+            try:
+                self.check()
+            except Exception:  # never take fastpath serve down over a failed look
+                LOG.exception("stub supervisor: checking the stubs failed")
+
+    def check(self) -> None:
+        """One look: record the live stubs, and reload the model of any instance whose stub is dead."""
+        now = self._clock()
+        live = {(stub.model, stub.version, stub.instance): stub for stub in self._stubs()}
+        for key in live:
+            self._missing_since.pop(key, None)
+        self._known.update(live)
+        for key, stub in list(self._known.items()):
+            if key in live:
+                continue
+            since = self._missing_since.setdefault(key, now)
+            if now - since < self.grace_s:
+                continue
+            del self._known[key], self._missing_since[key]
+            if self._api.is_ready(stub.model, stub.version):  # unloaded models are not ready: nothing to do
+                self._recover(stub, now)
+
+    def _recover(self, stub: Stub, now: float) -> None:
+        recent = [t for t in self._reloads.get(stub.model, []) if now - t < self.window_s] + [now]
+        self._reloads[stub.model] = recent
+        if len(recent) > self.max_reloads:
+            self.failure = (f"the python-backend stub of model '{stub.model}' died {len(recent)} times within "
+                            f"{self.window_s:.0f} s; not reloading it again")
+            LOG.error("%s", self.failure)
+            return
+        LOG.error("the python-backend stub of model '%s' (instance %s, pid %d) died while Triton kept the model ready; "
+                  "Triton 2.51 does not restart it, so every request would fail: reloading '%s'",
+                  stub.model, stub.instance, stub.pid, stub.model)
+        for other in [key for key, known in self._known.items() if known.model == stub.model]:
+            del self._known[other]  # the model's other instances are replaced by the reload too
+            self._missing_since.pop(other, None)
+        if self._api.reload(stub.model):
+            self.reloaded.append(stub.model)
+            LOG.warning("reloaded model '%s' after its stub died; it serves its default version", stub.model)
+        else:
+            LOG.error("reloading model '%s' after its stub died failed; see tritonserver's log", stub.model)

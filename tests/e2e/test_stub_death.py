@@ -1,0 +1,63 @@
+"""A python-backend stub killed under a running tritonserver: Triton 2.51 keeps the model ready but
+fails every request; FastPath's stub supervisor (what ``fastpath serve`` runs) reloads the model."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from fastpath.cli import stub_supervisor
+from fastpath.server import group_members
+from fastpath.stubs import list_stubs
+from tests.conftest import start_server, wait_for
+
+pytestmark = pytest.mark.e2e
+MODEL = "text_embedding"
+KEY = "test-stub-death-key"  # the supervisor's reload goes through the restricted repository API
+
+
+def _embed(client, texts):
+    array = np.array(texts, dtype=object).reshape(-1, 1)
+    tensor = httpclient.InferInput("TEXT", list(array.shape), "BYTES")
+    tensor.set_data_from_numpy(array)
+    return client.infer(MODEL, [tensor]).as_numpy("EMBEDDING")
+
+
+def _error(client, texts) -> str | None:
+    try:
+        _embed(client, texts)
+    except InferenceServerException as exc:
+        return exc.message()
+    return None
+
+
+def test_a_killed_stub_is_replaced_by_a_reload_and_the_model_serves_again(tmp_path, sentences):
+    server = start_server(tmp_path, models=(MODEL,), admin_key=KEY)
+    supervisor = stub_supervisor(server)
+    try:
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+        texts = sentences[:8]
+        expected = _embed(client, texts)
+        supervisor.start()
+        (stub,) = [s for s in list_stubs(group_members(server.pid)) if s.model == MODEL]
+        os.kill(stub.pid, signal.SIGKILL)
+        # what Triton 2.51 does on its own: the model stays ready and every request fails
+        assert wait_for(lambda: "is not healthy" in (_error(client, texts) or ""), timeout_s=1.5, poll_s=0.1)
+        assert client.is_model_ready(MODEL)
+        started = time.monotonic()
+        assert wait_for(lambda: _error(client, texts) is None, timeout_s=60, poll_s=0.25), _error(client, texts)
+        recovered_s = time.monotonic() - started
+        np.testing.assert_allclose(_embed(client, texts), expected, atol=1e-5)
+        assert supervisor.reloaded == [MODEL] and supervisor.failure is None
+        (new,) = [s for s in list_stubs(group_members(server.pid)) if s.model == MODEL]
+        assert new.pid != stub.pid and new.instance == stub.instance
+        print(f"serving again {recovered_s:.1f} s after the stub's death was seen")
+    finally:
+        supervisor.stop()
+        server.stop()

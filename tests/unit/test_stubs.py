@@ -1,0 +1,114 @@
+"""StubSupervisor's rules with a scripted process list, Triton API and clock (the real thing under
+tritonserver: tests/e2e/test_stub_death.py)."""
+
+from __future__ import annotations
+
+import os
+
+from fastpath.stubs import Stub, StubSupervisor, list_stubs, parse_stub_cmdline
+
+ARGV = ["/venv/pytriton/tritonserver/backends/python/triton_python_backend_stub", "/repo/text_embedding/1/model.py",
+        "triton_python_backend_shm_region_x", "1048576", "1048576", "4242", "/venv/backends/python", "336",
+        "text_embedding_0_0", "DEFAULT"]
+
+
+class Api:
+    """Triton as the supervisor sees it: which (model, version) are ready, and the reloads asked for."""
+
+    def __init__(self, ready: set[tuple[str, str]], reload_ok: bool = True) -> None:
+        self.ready, self.reload_ok, self.reloads = ready, reload_ok, []
+
+    def is_ready(self, model: str, version: str) -> bool:
+        return (model, version) in self.ready
+
+    def reload(self, model: str) -> bool:
+        self.reloads.append(model)
+        return self.reload_ok
+
+
+class Script:
+    """The stubs alive now and the clock, both set by the test."""
+
+    def __init__(self) -> None:
+        self.stubs: list[Stub] = []
+        self.now = 0.0
+
+
+def _supervisor(script: Script, api: Api, **options) -> StubSupervisor:
+    return StubSupervisor(lambda: list(script.stubs), api, clock=lambda: script.now, **options)
+
+
+def test_the_stub_command_line_names_model_version_and_instance():
+    assert parse_stub_cmdline(7, ARGV) == Stub(7, "text_embedding", "1", "text_embedding_0_0")
+    assert parse_stub_cmdline(7, ["/usr/bin/python3", "x.py"]) is None
+    assert parse_stub_cmdline(7, ARGV[:5]) is None
+
+
+def test_list_stubs_reads_proc_and_skips_other_and_vanished_processes():
+    assert list_stubs([os.getpid(), 2**22 + 12345]) == []  # this pytest process is no stub; the other pid does not exist
+
+
+def test_a_stub_gone_while_its_model_stays_ready_gets_the_model_reloaded_after_the_grace():
+    script, api = Script(), Api({("text_embedding", "1")})
+    stub = Stub(10, "text_embedding", "1", "text_embedding_0_0")
+    supervisor = _supervisor(script, api, grace_s=2.0)
+    script.stubs = [stub]
+    supervisor.check()
+    script.stubs, script.now = [], 1.0
+    supervisor.check()
+    assert api.reloads == []  # within the grace
+    script.now = 3.5
+    supervisor.check()
+    assert api.reloads == ["text_embedding"] and supervisor.reloaded == ["text_embedding"]
+    script.now = 10.0
+    supervisor.check()
+    assert api.reloads == ["text_embedding"]  # once per death
+    script.stubs = [Stub(11, "text_embedding", "1", "text_embedding_0_0")]  # the reload's stub
+    supervisor.check()
+    assert supervisor.failure is None
+
+
+def test_an_unload_and_a_reload_are_not_deaths():
+    script, api = Script(), Api({("text_embedding", "1")})
+    supervisor = _supervisor(script, api, grace_s=2.0)
+    script.stubs = [Stub(10, "text_embedding", "1", "text_embedding_0_0")]
+    supervisor.check()
+    # reload: Triton starts the new stub (same instance name) before the old one stops
+    script.stubs, script.now = [Stub(11, "text_embedding", "1", "text_embedding_0_0")], 5.0
+    supervisor.check()
+    script.now = 10.0
+    supervisor.check()
+    # unload: the model is no longer ready when its stub is gone
+    api.ready.clear()
+    script.stubs, script.now = [], 11.0
+    supervisor.check()
+    script.now = 20.0
+    supervisor.check()
+    assert api.reloads == [] and supervisor.failure is None
+
+
+def test_another_version_with_the_same_instance_name_does_not_hide_a_death():
+    script, api = Script(), Api({("m", "1"), ("m", "2")})
+    supervisor = _supervisor(script, api, grace_s=1.0)
+    script.stubs = [Stub(10, "m", "1", "m_0_0"), Stub(11, "m", "2", "m_0_0")]
+    supervisor.check()
+    script.stubs, script.now = [Stub(10, "m", "1", "m_0_0")], 1.0
+    supervisor.check()
+    script.now = 2.5
+    supervisor.check()
+    assert api.reloads == ["m"]
+
+
+def test_a_crash_loop_gives_up_with_a_failure_after_max_reloads():
+    script, api = Script(), Api({("m", "1")})
+    supervisor = _supervisor(script, api, grace_s=1.0, max_reloads=2, window_s=100.0)
+    for death in range(3):
+        script.stubs = [Stub(20 + death, "m", "1", "m_0_0")]
+        supervisor.check()
+        script.stubs = []
+        script.now += 0.5
+        supervisor.check()
+        script.now += 2.0
+        supervisor.check()
+    assert api.reloads == ["m", "m"]
+    assert supervisor.failure is not None and "'m' died 3 times within 100 s" in supervisor.failure
