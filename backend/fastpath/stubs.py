@@ -21,12 +21,22 @@ the same instance name, runs before the old one stops. A model that needs more t
 so; ``fastpath serve`` then stops the server and exits 1, so that an orchestrator restarts it.
 A reloaded model starts on its default version: a live swap does not survive it (as with any
 reload, docs/swaps.md).
+
+In the container image tritonserver is not a child of ``fastpath serve`` (docker/entrypoint.py
+replaces itself with it), so nothing reloads there; instead the Kubernetes liveness probe and the
+image's HEALTHCHECK run ``python -m fastpath.stubs --check`` (:func:`check`), which fails when a
+ready python-backend model version has fewer live stubs than its config's instances, and the
+orchestrator restarts the container.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
 import logging
+import os
+import sys
 import threading
 import time
 import urllib.error
@@ -40,12 +50,14 @@ STUB_EXECUTABLE = "triton_python_backend_stub"
 
 @dataclasses.dataclass(frozen=True)
 class Stub:
-    """One python-backend stub process: its pid, model name and version, and model instance name."""
+    """One python-backend stub process: its pid, model name and version, model instance name, and
+    the pid of the tritonserver that started it."""
 
     pid: int
     model: str
     version: str
     instance: str
+    server_pid: int = 0
 
 
 def parse_stub_cmdline(pid: int, argv: list[str]) -> Stub | None:
@@ -58,7 +70,7 @@ def parse_stub_cmdline(pid: int, argv: list[str]) -> Stub | None:
     if len(argv) < 9 or not argv[0].endswith(STUB_EXECUTABLE):
         return None
     model_file = Path(argv[1])
-    return Stub(pid, model_file.parent.parent.name, model_file.parent.name, argv[8])
+    return Stub(pid, model_file.parent.parent.name, model_file.parent.name, argv[8], int(argv[5]) if argv[5].isdigit() else 0)
 
 
 def list_stubs(pids: Iterable[int]) -> list[Stub]:
@@ -97,6 +109,24 @@ class RepositoryApi:
             return exc.code
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return 0
+
+    def _json(self, method: str, path: str, timeout_s: float = 5.0) -> object:
+        request = urllib.request.Request(self.base + path, method=method, headers=self.headers, data=b"{}" if method == "POST" else None)
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+            return json.loads(reply.read())
+
+    def ready_models(self) -> list[tuple[str, str]]:
+        """(model, version) of every model version Triton reports READY (POST /v2/repository/index).
+
+        Raises:
+            OSError: Triton did not answer (urllib's URLError and HTTPError are OSErrors).
+        """
+        index = self._json("POST", "/v2/repository/index")
+        return [(entry["name"], str(entry.get("version", ""))) for entry in index if entry.get("state") == "READY"]
+
+    def config(self, model: str, version: str) -> dict:
+        """The model version's configuration as Triton has it (GET .../config), JSON."""
+        return self._json("GET", f"/v2/models/{model}/versions/{version}/config")  # type: ignore[return-value]
 
     def is_ready(self, model: str, version: str) -> bool:
         return self._call("GET", f"/v2/models/{model}/versions/{version}/ready", 2.0) == 200
@@ -192,3 +222,74 @@ class StubSupervisor(threading.Thread):
             LOG.warning("reloaded model '%s' after its stub died; it serves its default version", stub.model)
         else:
             LOG.error("reloading model '%s' after its stub died failed; see tritonserver's log", stub.model)
+
+
+def expected_stubs(config: dict) -> int:
+    """Python-backend stubs Triton runs for a model version of this config: one per model instance
+    (KIND_GPU groups: ``count`` per listed GPU; Triton lists them in the config it reports); 0 for
+    other backends."""
+    if config.get("backend") != "python":
+        return 0
+    total = 0
+    for group in config.get("instance_group") or [{"count": 1}]:
+        count = int(group.get("count", 1))
+        total += count * max(1, len(group.get("gpus") or [])) if group.get("kind") == "KIND_GPU" else count
+    return total
+
+
+def check(api: RepositoryApi, stubs: list[Stub]) -> list[str]:
+    """What is wrong, one line per ready python-backend model version with fewer live stubs than
+    instances (e.g. "text_embedding version 1: 0 of 1 python-backend stubs alive"); empty when all is well.
+
+    Raises:
+        OSError: Triton did not answer.
+    """
+    alive: dict[tuple[str, str], int] = {}
+    for stub in stubs:
+        alive[(stub.model, stub.version)] = alive.get((stub.model, stub.version), 0) + 1
+    problems = []
+    for model, version in api.ready_models():
+        expected = expected_stubs(api.config(model, version))
+        if alive.get((model, version), 0) < expected:
+            problems.append(f"{model} version {version}: {alive.get((model, version), 0)} of {expected} python-backend "
+                            "stubs alive (Triton 2.51 reports it ready but fails every request)")
+    return problems
+
+
+def all_processes() -> list[int]:
+    """Every process id this process can see (a container's own processes)."""
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fastpath.stubs --check``: exit 0 when every ready python-backend model has all its
+    stubs, 1 (and a line per problem on stderr) when not or when Triton does not answer. For
+    container liveness probes; reads the admin key from ``FASTPATH_ADMIN_KEY`` (the index is part of
+    the restricted repository API)."""
+    from fastpath.server import ADMIN_HEADER
+
+    parser = argparse.ArgumentParser(prog="python -m fastpath.stubs", description=main.__doc__)
+    parser.add_argument("--check", action="store_true", required=True, help="check once and exit")
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--server-pid", type=int, help="the tritonserver whose stubs count (needed when "
+                        "this process sees stubs of several servers; a container has one)")
+    args = parser.parse_args(argv)
+    api = RepositoryApi(f"127.0.0.1:{args.http_port}", os.environ.get("FASTPATH_ADMIN_KEY", ""), ADMIN_HEADER)
+    stubs = list_stubs(all_processes())
+    servers = {stub.server_pid for stub in stubs}
+    if args.server_pid is not None:
+        stubs = [stub for stub in stubs if stub.server_pid == args.server_pid]
+    elif len(servers) > 1:
+        print(f"stubs of {len(servers)} tritonservers are running (pids {sorted(servers)}); pass --server-pid", file=sys.stderr)
+        return 1
+    try:
+        problems = check(api, stubs)
+    except OSError as exc:
+        problems = [f"Triton on port {args.http_port} did not answer: {exc}"]
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,5 +1,6 @@
 """A python-backend stub killed under a running tritonserver: Triton 2.51 keeps the model ready but
-fails every request; FastPath's stub supervisor (what ``fastpath serve`` runs) reloads the model."""
+fails every request; the container probe (``python -m fastpath.stubs --check``) says so, and
+FastPath's stub supervisor (what ``fastpath serve`` runs) reloads the model."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tritonclient.utils import InferenceServerException
 
 from fastpath.cli import stub_supervisor
 from fastpath.server import group_members
-from fastpath.stubs import list_stubs
+from fastpath.stubs import list_stubs, main as check_stubs
 from tests.conftest import start_server, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -37,19 +38,24 @@ def _error(client, texts) -> str | None:
     return None
 
 
-def test_a_killed_stub_is_replaced_by_a_reload_and_the_model_serves_again(tmp_path, sentences):
+def test_a_killed_stub_is_replaced_by_a_reload_and_the_model_serves_again(tmp_path, sentences, monkeypatch):
     server = start_server(tmp_path, models=(MODEL,), admin_key=KEY)
     supervisor = stub_supervisor(server)
+    monkeypatch.setenv("FASTPATH_ADMIN_KEY", KEY)  # the container probe reads the key from its environment
+    probe = ["--check", "--http-port", str(server.options.http_port), "--server-pid", str(server.pid)]
     try:
         client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
         texts = sentences[:8]
         expected = _embed(client, texts)
-        supervisor.start()
+        assert check_stubs(probe) == 0
+        supervisor.check()  # its first look (start() takes it too): the stub is alive
         (stub,) = [s for s in list_stubs(group_members(server.pid)) if s.model == MODEL]
         os.kill(stub.pid, signal.SIGKILL)
         # what Triton 2.51 does on its own: the model stays ready and every request fails
         assert wait_for(lambda: "is not healthy" in (_error(client, texts) or ""), timeout_s=1.5, poll_s=0.1)
         assert client.is_model_ready(MODEL)
+        assert check_stubs(probe) == 1  # the container liveness probe fails
+        supervisor.start()
         started = time.monotonic()
         assert wait_for(lambda: _error(client, texts) is None, timeout_s=60, poll_s=0.25), _error(client, texts)
         recovered_s = time.monotonic() - started
@@ -57,6 +63,7 @@ def test_a_killed_stub_is_replaced_by_a_reload_and_the_model_serves_again(tmp_pa
         assert supervisor.reloaded == [MODEL] and supervisor.failure is None
         (new,) = [s for s in list_stubs(group_members(server.pid)) if s.model == MODEL]
         assert new.pid != stub.pid and new.instance == stub.instance
+        assert check_stubs(probe) == 0
         print(f"serving again {recovered_s:.1f} s after the stub's death was seen")
     finally:
         supervisor.stop()

@@ -260,12 +260,13 @@ def test_kustomization_lists_every_manifest():
     assert sorted(yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]) == sorted(K8S_OBJECT_FILES)
 
 
-def test_probes_point_at_triton_health_endpoints_on_the_http_port():
+def test_probes_point_at_triton_health_and_the_stub_check_on_the_http_port():
     container = _container()
-    ready, live, startup = (container[k]["httpGet"] for k in ("readinessProbe", "livenessProbe", "startupProbe"))
+    ready, startup = (container[k]["httpGet"] for k in ("readinessProbe", "startupProbe"))
     assert (ready["path"], ready["port"]) == ("/v2/health/ready", 8000)
-    assert (live["path"], live["port"]) == ("/v2/health/live", 8000)
     assert (startup["path"], startup["port"]) == ("/v2/health/ready", 8000)
+    # liveness: Triton answers and no ready model lost a stub (tests/e2e/test_stub_death.py runs this command)
+    assert container["livenessProbe"]["exec"]["command"] == ["python", "-m", "fastpath.stubs", "--check", "--http-port", "8000"]
     probe = container["startupProbe"]
     assert probe["periodSeconds"] * probe["failureThreshold"] >= 300, "startup budget below fastpath serve's 300 s"
     assert {p["containerPort"] for p in container["ports"]} == {8000, 8001, 8002}

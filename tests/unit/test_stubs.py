@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from fastpath.stubs import Stub, StubSupervisor, list_stubs, parse_stub_cmdline
+from fastpath.stubs import Stub, StubSupervisor, check, expected_stubs, list_stubs, parse_stub_cmdline
 
 ARGV = ["/venv/pytriton/tritonserver/backends/python/triton_python_backend_stub", "/repo/text_embedding/1/model.py",
         "triton_python_backend_shm_region_x", "1048576", "1048576", "4242", "/venv/backends/python", "336",
@@ -39,7 +39,7 @@ def _supervisor(script: Script, api: Api, **options) -> StubSupervisor:
 
 
 def test_the_stub_command_line_names_model_version_and_instance():
-    assert parse_stub_cmdline(7, ARGV) == Stub(7, "text_embedding", "1", "text_embedding_0_0")
+    assert parse_stub_cmdline(7, ARGV) == Stub(7, "text_embedding", "1", "text_embedding_0_0", 4242)
     assert parse_stub_cmdline(7, ["/usr/bin/python3", "x.py"]) is None
     assert parse_stub_cmdline(7, ARGV[:5]) is None
 
@@ -112,3 +112,36 @@ def test_a_crash_loop_gives_up_with_a_failure_after_max_reloads():
         supervisor.check()
     assert api.reloads == ["m", "m"]
     assert supervisor.failure is not None and "'m' died 3 times within 100 s" in supervisor.failure
+
+
+class IndexApi:
+    """Triton's repository index and model configs, as Triton 2.51 reports them."""
+
+    def __init__(self, configs: dict[tuple[str, str], dict]) -> None:
+        self.configs = configs
+
+    def ready_models(self):
+        return list(self.configs)
+
+    def config(self, model, version):
+        return self.configs[(model, version)]
+
+
+CPU_CONFIG = {"backend": "python", "instance_group": [{"name": "text_embedding_0", "kind": "KIND_CPU", "count": 2, "gpus": []}]}
+GPU_CONFIG = {"backend": "python", "instance_group": [{"kind": "KIND_GPU", "count": 2, "gpus": [0, 1]}]}
+
+
+def test_expected_stubs_counts_instances_of_python_models_only():
+    assert expected_stubs(CPU_CONFIG) == 2
+    assert expected_stubs(GPU_CONFIG) == 4  # count per listed GPU
+    assert expected_stubs({"backend": "onnxruntime", "instance_group": [{"kind": "KIND_CPU", "count": 3}]}) == 0
+    assert expected_stubs({"backend": "python"}) == 1
+
+
+def test_check_names_each_ready_model_version_short_of_stubs():
+    api = IndexApi({("text_embedding", "1"): CPU_CONFIG, ("fastpath_admin", "1"): {"backend": "python"}})
+    both = [Stub(1, "text_embedding", "1", "text_embedding_0_0"), Stub(2, "text_embedding", "1", "text_embedding_0_1"),
+            Stub(3, "fastpath_admin", "1", "fastpath_admin_0_0")]
+    assert check(api, both) == []
+    assert check(api, both[1:]) == ["text_embedding version 1: 1 of 2 python-backend stubs alive "
+                                    "(Triton 2.51 reports it ready but fails every request)"]
