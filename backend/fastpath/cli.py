@@ -121,6 +121,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             break
     if supervisor is not None:
         supervisor.stop()
+        supervisor.join(timeout=1.0)  # a reload under way goes on; server.stop() unloads what it loads
     code = server.stop()
     LOG.info("tritonserver exited with code %s", code)
     return 1 if supervisor is not None and supervisor.failure is not None else code
@@ -129,7 +130,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def stub_supervisor(server: TritonServer) -> StubSupervisor:
     """A :class:`~fastpath.stubs.StubSupervisor` of ``server``'s python-backend stubs (not started)."""
     from fastpath.server import ADMIN_HEADER, group_members
-    from fastpath.stubs import RepositoryApi, StubSupervisor, list_stubs
+    from fastpath.stubs import StubSupervisor, list_stubs
+    from fastpath.triton_api import RepositoryApi
 
     pid = server.pid
     return StubSupervisor(lambda: list_stubs(group_members(pid)), RepositoryApi(server.http_url, server.options.admin_key, ADMIN_HEADER))

@@ -34,6 +34,7 @@ from fastpath.errors import FastPathError
 LOG = logging.getLogger("fastpath.server")
 
 GRACEFUL_STOP_S = 30.0
+IDLE_EXIT_S = 5.0  # after every model is unloaded: how long tritonserver may wait for idle HTTP connections
 
 
 class ServerError(FastPathError, RuntimeError):
@@ -324,17 +325,38 @@ class TritonServer:
         return self._process.wait() if self._process else 0
 
     def stop(self, timeout_s: float = GRACEFUL_STOP_S) -> int | None:
-        """SIGINT (graceful: Triton unloads models, drains requests), then SIGKILL after ``timeout_s``."""
+        """Unload every model through the repository API (Triton finishes their in-flight requests,
+        FastPath's ``finalize`` drains its queue), then SIGINT, then SIGKILL if tritonserver has not
+        exited ``IDLE_EXIT_S`` later (models unloaded) or ``timeout_s`` later (they could not be).
+
+        Why unload first: on SIGINT Triton 2.51 first waits for open HTTP connections to close, for
+        the whole exit timeout (server PR 6986), before it stops the models with what is left of it.
+        One idle keep-alive client made every stop take 30 s and end in a SIGKILL with the models
+        never drained (fresh-user trial, 2026-11-30). With the models already unloaded nothing is
+        lost when Triton is then stopped while it waits for idle connections.
+
+        Returns:
+            tritonserver's exit code; 0 when it was killed only while waiting for idle connections
+            after every model had been unloaded; None if it was not running.
+        """
         process, self._process = self._process, None
         code = None
         if process is not None:
             if process.poll() is None:
+                deadline = time.monotonic() + timeout_s
+                unloaded = self._unload_models(timeout_s)
                 process.send_signal(signal.SIGINT)
+                wait_s = IDLE_EXIT_S if unloaded else deadline - time.monotonic()
                 try:
-                    process.wait(timeout_s)
+                    process.wait(max(wait_s, 1.0))
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
+                    if unloaded:
+                        LOG.info("every model was unloaded and tritonserver had not exited %.0f s after SIGINT (Triton 2.51 "
+                                 "waits for open HTTP connections, e.g. idle keep-alive clients, and after a failed load "
+                                 "for a model it still counts as live): stopped it", IDLE_EXIT_S)
+                        process.returncode = 0
             code = process.returncode
             killed, removed = reap_process_group(process.pid, getattr(self, "_shm_before", set()))
             if killed or removed:
@@ -347,6 +369,20 @@ class TritonServer:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             self._own_state_dir = False
         return code
+
+    def _unload_models(self, timeout_s: float) -> bool:
+        """Unload every loaded model; True if Triton answered and none is left loaded."""
+        from fastpath.triton_api import RepositoryApi
+
+        api = RepositoryApi(self.http_url, self.options.admin_key, ADMIN_HEADER)
+        models = api.unload_all(timeout_s)
+        try:
+            left = api.ready_models()
+        except OSError:
+            return False
+        if models:
+            LOG.info("unloaded %s before stopping tritonserver%s", ", ".join(models), f"; still ready: {left}" if left else "")
+        return bool(models) and not left
 
     def __enter__(self) -> "TritonServer":
         return self.start()

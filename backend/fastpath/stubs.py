@@ -33,16 +33,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from fastpath.triton_api import RepositoryApi
 
 LOG = logging.getLogger(__name__)
 STUB_EXECUTABLE = "triton_python_backend_stub"
@@ -74,7 +73,12 @@ def parse_stub_cmdline(pid: int, argv: list[str]) -> Stub | None:
 
 
 def list_stubs(pids: Iterable[int]) -> list[Stub]:
-    """The python-backend stubs among ``pids`` (e.g. :func:`fastpath.server.group_members` of tritonserver)."""
+    """The model instances' python-backend stubs among ``pids`` (e.g. :func:`fastpath.server.group_members`
+    of tritonserver).
+
+    Left out: the short-lived stub Triton runs for the model itself while loading it (its instance
+    name is the model's name; it validates the config and exits). Counted as an instance, every
+    load, failed or not, looked like a stub death (seen in a failed reload)."""
     stubs = []
     for pid in pids:
         try:
@@ -82,67 +86,9 @@ def list_stubs(pids: Iterable[int]) -> list[Stub]:
         except OSError:  # gone meanwhile
             continue
         stub = parse_stub_cmdline(pid, [part.decode(errors="replace") for part in argv if part])
-        if stub is not None:
+        if stub is not None and stub.instance != stub.model:
             stubs.append(stub)
     return stubs
-
-
-class RepositoryApi:
-    """The few calls of Triton's HTTP API the supervisor needs, with the admin key header when set.
-
-    Args:
-        http_url: ``host:port`` of Triton's HTTP endpoint.
-        admin_key: FastPath's admin key ('' when the repository API is not restricted).
-        header: the header Triton was told to require (``fastpath.server.ADMIN_HEADER``).
-    """
-
-    def __init__(self, http_url: str, admin_key: str, header: str) -> None:
-        self.base = f"http://{http_url}"
-        self.headers = {header: admin_key} if admin_key else {}
-
-    def _call(self, method: str, path: str, timeout_s: float) -> int:
-        request = urllib.request.Request(self.base + path, method=method, headers=self.headers, data=b"" if method == "POST" else None)
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-                return reply.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return 0
-
-    def _json(self, method: str, path: str, timeout_s: float = 5.0) -> object:
-        request = urllib.request.Request(self.base + path, method=method, headers=self.headers, data=b"{}" if method == "POST" else None)
-        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-            return json.loads(reply.read())
-
-    def ready_models(self) -> list[tuple[str, str]]:
-        """(model, version) of every model version Triton reports READY (POST /v2/repository/index).
-
-        Raises:
-            OSError: Triton did not answer (urllib's URLError and HTTPError are OSErrors).
-        """
-        index = self._json("POST", "/v2/repository/index")
-        return [(entry["name"], str(entry.get("version", ""))) for entry in index if entry.get("state") == "READY"]
-
-    def config(self, model: str, version: str) -> dict:
-        """The model version's configuration as Triton has it (GET .../config), JSON."""
-        return self._json("GET", f"/v2/models/{model}/versions/{version}/config")  # type: ignore[return-value]
-
-    def is_ready(self, model: str, version: str) -> bool:
-        return self._call("GET", f"/v2/models/{model}/versions/{version}/ready", 2.0) == 200
-
-    def is_loaded(self, model: str) -> bool:
-        """Whether any version of ``model`` is still ready (GET /v2/models/<model>/ready)."""
-        return self._call("GET", f"/v2/models/{model}/ready", 2.0) == 200
-
-    def reload(self, model: str, unload_timeout_s: float = 60.0, load_timeout_s: float = 600.0) -> bool:
-        """Unload ``model``, wait until Triton no longer has it ready, load it; True if the load succeeded."""
-        if self._call("POST", f"/v2/repository/models/{model}/unload", 30.0) != 200:
-            return False
-        deadline = time.monotonic() + unload_timeout_s
-        while self.is_loaded(model) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        return self._call("POST", f"/v2/repository/models/{model}/load", load_timeout_s) == 200
 
 
 class StubSupervisor(threading.Thread):
@@ -169,10 +115,10 @@ class StubSupervisor(threading.Thread):
         self._reloads: dict[str, list[float]] = {}
         self.reloaded: list[str] = []  # models reloaded, in order
         self.failure: str | None = None
-        self._stop = threading.Event()
+        self._stopping = threading.Event()  # not _stop: threading.Thread has its own
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
 
     def start(self) -> None:
         """Take the first look now (the stubs of the models just loaded), then watch from a thread."""
@@ -180,7 +126,7 @@ class StubSupervisor(threading.Thread):
         super().start()
 
     def run(self) -> None:
-        while not self._stop.wait(self.poll_s) and self.failure is None:
+        while not self._stopping.wait(self.poll_s) and self.failure is None:
             try:
                 self.check()
             except Exception:  # never take fastpath serve down over a failed look

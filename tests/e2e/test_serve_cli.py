@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -59,6 +62,34 @@ def test_signal_stops_triton_cleanly(tmp_path, signum):
     # The stubs shut down without a crash: pb_utils metrics left to the interpreter's exit made every
     # unload end in "Fatal Python error: Segmentation fault" (faulthandler prints it into this log).
     assert "Fatal Python error" not in text and "Segmentation fault" not in text, text[-3000:]
+
+
+def test_a_stop_with_an_idle_keep_alive_client_still_drains_the_models_and_is_quick(tmp_path):
+    """Triton 2.51 waits out its exit timeout (30 s) for open HTTP connections before it stops the
+    models; found by a fresh-user trial: an idle client made Ctrl-C take 32 s and end in a SIGKILL
+    with the models never unloaded. `fastpath serve` unloads them first (fastpath.server.TritonServer.stop)."""
+    process, triton_pid, log = _start_serve(tmp_path)
+    port = int(re.search(r"HTTP http://127.0.0.1:(\d+)", log.read_text()).group(1))
+    idle = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    idle.request("GET", "/v2/health/ready")  # keep-alive: the connection stays open
+    assert idle.getresponse().read() == b""
+    busy = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    texts = [" ".join(["drain"] * 200)] * 64
+    busy.request("POST", "/v2/models/text_embedding/infer", json.dumps({"inputs": [
+        {"name": "TEXT", "shape": [64, 1], "datatype": "BYTES", "data": texts}], "outputs": [{"name": "TOKEN_COUNT"}]}))
+    time.sleep(0.05)  # the request is in, and runs for a while (64 texts of 200 words on 2 cores)
+    started = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    reply = json.loads(busy.getresponse().read())
+    assert reply["outputs"][0]["data"] == [202] * 64  # answered in full while the server was stopping
+    assert process.wait(timeout=60) == 0
+    stop_s = time.monotonic() - started
+    assert stop_s < 20, f"stopping took {stop_s:.1f} s"
+    assert not _alive(triton_pid)
+    text = log.read_text()
+    assert "unloaded fastpath_admin, text_embedding before stopping tritonserver" in text
+    assert "successfully unloaded 'text_embedding'" in text and "exited with code -9" not in text
+    idle.close()
 
 
 def test_triton_and_its_stubs_die_with_their_parent(tmp_path):

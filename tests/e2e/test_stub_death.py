@@ -16,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 from fastpath.cli import stub_supervisor
 from fastpath.server import group_members
 from fastpath.stubs import list_stubs, main as check_stubs
+from fastpath.triton_api import main as unload_all
 from tests.conftest import start_server, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -64,6 +65,10 @@ def test_a_killed_stub_is_replaced_by_a_reload_and_the_model_serves_again(tmp_pa
         (new,) = [s for s in list_stubs(group_members(server.pid)) if s.model == MODEL]
         assert new.pid != stub.pid and new.instance == stub.instance
         assert check_stubs(probe) == 0
+        # the Kubernetes preStop hook: unload (drain) every model before the SIGTERM
+        supervisor.stop()
+        assert unload_all(["--unload-all", "--http-port", str(server.options.http_port)]) == 0
+        assert not client.is_model_ready(MODEL) and supervisor.reloaded == [MODEL]
         print(f"serving again {recovered_s:.1f} s after the stub's death was seen")
     finally:
         supervisor.stop()

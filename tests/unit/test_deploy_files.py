@@ -296,7 +296,10 @@ def test_admin_key_comes_from_a_secret_and_is_nowhere_in_the_files():
 def test_grace_period_covers_prestop_and_triton_drain():
     (deployment,) = _k8s("Deployment")
     exit_timeout = next(int(a.split("=")[1]) for a in _entrypoint().DEFAULT_TRITON_ARGS if a.startswith("--exit-timeout-secs"))
-    pre_stop = int(_container()["lifecycle"]["preStop"]["exec"]["command"][-1])
+    # preStop: sh -c "sleep S && python -m fastpath.triton_api --unload-all ... --timeout-s U" (drain before SIGTERM)
+    shell, flag, script = _container()["lifecycle"]["preStop"]["exec"]["command"]
+    assert (shell, flag) == ("sh", "-c") and "python -m fastpath.triton_api --unload-all --http-port 8000" in script
+    pre_stop = int(re.search(r"sleep (\d+)", script).group(1)) + float(re.search(r"--timeout-s (\d+)", script).group(1))
     assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > pre_stop + exit_timeout
 
 

@@ -4,8 +4,12 @@ tritonserver: tests/e2e/test_stub_death.py)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 from fastpath.stubs import Stub, StubSupervisor, check, expected_stubs, list_stubs, parse_stub_cmdline
+from tests.conftest import wait_for
 
 ARGV = ["/venv/pytriton/tritonserver/backends/python/triton_python_backend_stub", "/repo/text_embedding/1/model.py",
         "triton_python_backend_shm_region_x", "1048576", "1048576", "4242", "/venv/backends/python", "336",
@@ -46,6 +50,28 @@ def test_the_stub_command_line_names_model_version_and_instance():
 
 def test_list_stubs_reads_proc_and_skips_other_and_vanished_processes():
     assert list_stubs([os.getpid(), 2**22 + 12345]) == []  # this pytest process is no stub; the other pid does not exist
+
+
+def test_list_stubs_keeps_instance_stubs_and_leaves_out_the_model_level_one(tmp_path):
+    """Processes with a stub's command line (argv[0] set with bash's exec -a; they only sleep): the
+    model-level stub Triton runs while loading (instance name = model name) is not an instance."""
+    script = tmp_path / "m" / "1" / "model.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("import time\ntime.sleep(60)\n")
+    processes = []
+    try:
+        for instance in ("m", "m_0_0"):
+            args = [str(script), "shm_region", "1048576", "1048576", str(os.getpid()), "/lib", "336", instance, "DEFAULT"]
+            processes.append(subprocess.Popen(["bash", "-c", 'exec -a /x/triton_python_backend_stub "$0" "$@"', sys.executable, *args]))
+        pids = [process.pid for process in processes]
+        # until bash has exec'd: then each process's argv[0] is the stub's name
+        assert wait_for(lambda: all(Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"/x/triton_python_backend_stub")
+                                    for pid in pids), timeout_s=10)
+        assert list_stubs(pids) == [Stub(pids[1], "m", "1", "m_0_0", os.getpid())]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
 
 
 def test_a_stub_gone_while_its_model_stays_ready_gets_the_model_reloaded_after_the_grace():
