@@ -62,13 +62,16 @@ def admin(url: str, command: dict, protocol: str = "http") -> dict:
 
 
 class LoadStreams:
-    """``count`` threads sending one-text requests in a loop (half HTTP, half gRPC), recording each result.
+    """``count`` threads sending requests of ``texts_per_request`` texts in a loop (half HTTP, half
+    gRPC), recording each result.
 
-    Each record: (stream, sent_s, done_s, latency_s, versions or None, error or None).
+    Each record: (stream, sent_s, done_s, latency_s, versions or None, error or None); ``versions``
+    is the response's MODEL_VERSION, one per text.
     """
 
-    def __init__(self, http_url: str, grpc_url: str, texts: list[str], count: int = 16) -> None:
+    def __init__(self, http_url: str, grpc_url: str, texts: list[str], count: int = 16, texts_per_request: int = 1) -> None:
         self.http_url, self.grpc_url, self.texts, self.count = http_url, grpc_url, texts, count
+        self.texts_per_request = texts_per_request
         self.records: list[tuple] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -81,10 +84,10 @@ class LoadStreams:
         outputs = [module.InferRequestedOutput("EMBEDDING"), module.InferRequestedOutput("MODEL_VERSION")]
         index = stream
         while not self._stop.is_set():
-            text = self.texts[index % len(self.texts)]
-            index += self.count
-            tensor = module.InferInput("TEXT", [1, 1], "BYTES")
-            tensor.set_data_from_numpy(np.array([[text.encode()]], dtype=np.object_))
+            batch = [self.texts[(index + k) % len(self.texts)].encode() for k in range(self.texts_per_request)]
+            index += self.count * self.texts_per_request
+            tensor = module.InferInput("TEXT", [len(batch), 1], "BYTES")
+            tensor.set_data_from_numpy(np.array(batch, dtype=np.object_).reshape(-1, 1))
             sent = time.monotonic()
             try:
                 result = client.infer("text_embedding", [tensor], outputs=outputs)

@@ -74,6 +74,26 @@ def test_swap_v1_v2_v1_under_load_fails_no_request(swap_server, sentences):
     assert {r[4][0] for r in records} == {1, 2}
 
 
+def test_each_response_comes_from_one_version_across_swaps(swap_server, sentences):
+    """Requests of 6 texts of mixed lengths run in several batches; a flip between them gave mixed
+    MODEL_VERSION rows in one response (fresh-user trial). Such rows now run again on the active version."""
+    server, _ = swap_server
+    mixed = [text for pair in zip(sentences[:200], sentences[200:400][::-1]) for text in pair]
+    long_text = " ".join(["version"] * 150)
+    texts = [long_text if k % 6 == 5 else text for k, text in enumerate(mixed)]
+    with LoadStreams(server.http_url, server.grpc_url, texts, count=8, texts_per_request=6) as load:
+        swaps = []
+        for version in (2, 1, 2, 1):
+            time.sleep(1.0)
+            swaps.append(_swap(server, version)["active_version"])
+        time.sleep(1.0)
+    records = load.snapshot()
+    assert swaps == [2, 1, 2, 1]
+    assert [r[5] for r in records if r[5] is not None] == [] and len(records) > 30
+    assert [r[4] for r in records if len(set(r[4])) > 1] == []
+    assert {r[4][0] for r in records} == {1, 2}
+
+
 def test_swap_without_key_is_refused(swap_server):
     server, _ = swap_server
     for key in ("", "wrong"):

@@ -7,7 +7,10 @@ Inputs and outputs (see ``config.pbtxt``; max_batch_size > 0, so each carries a 
     TRUNCATED    TYPE_BOOL   [n, 1]   True where the text exceeded max_seq_length tokens.
     MODEL_VERSION TYPE_INT32 [n, 1]   the model version whose engine produced the row (live swaps:
                                       docs/design/hot-swap.md; Triton's own ``model_version`` in the
-                                      response stays the version Triton loaded).
+                                      response stays the version Triton loaded). Every row of one
+                                      response comes from one version: a request whose texts ran on
+                                      both sides of a swap's flip has its older rows run again on the
+                                      active version (at most ``MAX_VERSION_RERUNS`` times).
 
 ``execute`` validates and tokenizes each request, hands its texts to FastPath's scheduler
 (:mod:`fastpath.scheduling`) and returns ``None`` at once; the scheduler's threads batch texts by
@@ -71,6 +74,10 @@ def scheduler_length_buckets(buckets: tuple[int, ...], max_seq_length: int) -> t
 
 
 OUTPUT_NAMES = ("EMBEDDING", "TOKEN_COUNT", "TRUNCATED", "MODEL_VERSION")
+# A request's texts run in the batches of their length buckets, so a swap's flip can fall between
+# them: a fresh-user trial saw MODEL_VERSION [2, 1, 2, 2] in one response (fp32 and INT8 rows mixed).
+# Such rows run again on the active version; another flip meanwhile may repeat that, this many times.
+MAX_VERSION_RERUNS = 2
 
 
 def _output_array(name: str, rows: list[tuple[np.ndarray, int, bool, int]]) -> np.ndarray:
@@ -216,7 +223,8 @@ class TextEmbeddingModel:
         probe_cancel = mode == "sender"
         start = 0
         for index, request, texts, level, timeout_s in accepted:
-            answer = functools.partial(self._answer, replies, index, requested_outputs(request))
+            answer = functools.partial(self._answer, replies, index, requested_outputs(request),
+                                       (encodings[start:start + len(texts)], level, 0))
             ticket = Ticket(len(texts), answer, is_cancelled=request.is_cancelled if probe_cancel else None,
                             label=request.request_id() or "request")
             items = [WorkItem(ticket, row, len(encodings[start + row].ids), encodings[start + row], level)
@@ -236,12 +244,19 @@ class TextEmbeddingModel:
             PROFILE.dump(self.profile_name, force=False)
         return result
 
-    def _answer(self, replies: Replies, index: int, wanted: frozenset[str], ticket: Ticket,
-                rows: list[Any] | None, error: BaseException | None) -> None:
-        """The ticket's single answer: its rows stacked into the requested outputs, or its error."""
+    def _answer(self, replies: Replies, index: int, wanted: frozenset[str], rerun: tuple[list[Any], int, int],
+                ticket: Ticket | None, rows: list[Any] | None, error: BaseException | None) -> None:
+        """The request's single answer: its rows stacked into the requested outputs, or its error.
+
+        ``rerun`` = (the request's encodings, its priority level, reruns so far): rows from
+        different model versions (a swap flipped between the request's batches) send the rows not
+        from the active version through the scheduler again first (``MAX_VERSION_RERUNS``).
+        """
         pb = self._pb
         if error is not None:
             replies.answer(index, error_response(pb, error))
+            return
+        if len({row[3] for row in rows}) > 1 and rerun[2] < MAX_VERSION_RERUNS and self._rerun(replies, index, wanted, rerun, rows):
             return
         mark = PROFILE.start()
         # Only the requested outputs are built (each pb.Tensor is a copy into the stub's shared memory)
@@ -249,6 +264,30 @@ class TextEmbeddingModel:
         replies.answer(index, pb.InferenceResponse(output_tensors=[
             pb.Tensor(name, _output_array(name, rows)) for name in OUTPUT_NAMES if not wanted or name in wanted]))
         PROFILE.lap("respond", mark)
+
+    def _rerun(self, replies: Replies, index: int, wanted: frozenset[str], rerun: tuple[list[Any], int, int],
+               rows: list[Any]) -> bool:
+        """Run the rows not from the active version again; their results replace them, then
+        :meth:`_answer` runs once more. False when the scheduler refuses them (shutting down, queue
+        full): the request is then answered with the rows it has, each labelled with its version."""
+        encodings, level, reruns = rerun
+        active = self.versions.slots.active_version
+        stale = [row for row, value in enumerate(rows) if value[3] != active]
+
+        def done(_ticket: Ticket, new_rows: list[Any] | None, error: BaseException | None) -> None:
+            merged = list(rows)
+            for row, value in zip(stale, new_rows or ()):
+                merged[row] = value
+            # an error here (shutdown) keeps the rows already computed: a mixed answer beats none
+            self._answer(replies, index, wanted, (encodings, level, MAX_VERSION_RERUNS if error else reruns + 1), None, merged, None)
+
+        ticket = Ticket(len(stale), done, label="version rerun")
+        items = [WorkItem(ticket, k, len(encodings[row].ids), encodings[row], level) for k, row in enumerate(stale)]
+        try:
+            self.runner.submit(items, timeout_s=None)
+        except Exception:  # queue full or closing: answer with what we have
+            return False
+        return True
 
     def finalize(self) -> None:
         """Drain the scheduler (every accepted request gets its response), then release leases, pool and engine."""
