@@ -32,6 +32,6 @@ def test_levels_follow_triton(value, levels, expected):
 @pytest.mark.parametrize("levels", [0, 3])
 def test_a_bad_priority_is_refused_even_when_priorities_are_off(value, kind, levels):
     sched = SchedulerConfig(priority_levels=levels, default_priority_level=1 if levels else 0)
-    expected = f"fastpath_priority = {value!r} is {kind}: expected a non-negative integer, sent as an integer parameter"
+    expected = f"fastpath_priority = {json.dumps(value)} is {kind}: expected a non-negative integer, sent as an integer parameter"
     with pytest.raises(InvalidInputError, match=re.escape(expected)):
         priority_level(Request(fastpath_priority=value), sched)

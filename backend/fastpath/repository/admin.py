@@ -90,7 +90,8 @@ class AdminService:
         while True:
             instances = plane.instances()
             if not instances:
-                raise InvalidInputError(f"model {model} has no live FastPath instances; load it first")
+                raise InvalidInputError(f"model {model} has no live FastPath instances that swap versions: it is not loaded, "
+                                        "or it is not a FastPath model with live swaps (text_embedding is)")
             if all(int(s.get("generation", 0)) >= generation for s in instances.values()):
                 summary = self._summary(model, instances)
                 errors = [f"{name}: {s['error']}" for name, s in instances.items() if not s.get("ok")]

@@ -50,7 +50,7 @@ def priority_level(request: Any, sched: SchedulerConfig) -> int:
                  else "priorities are off here (priority_levels = 0): every request runs at the default level")
         kind = ("a negative integer" if isinstance(raw, int) and not isinstance(raw, bool)
                  else f"a {JSON_KINDS.get(type(raw), type(raw).__name__)}")
-        raise InvalidInputError(f"request parameter {PRIORITY_PARAMETER} = {raw!r} is {kind}: expected a non-negative integer, "
+        raise InvalidInputError(f"request parameter {PRIORITY_PARAMETER} = {json.dumps(raw)} is {kind}: expected a non-negative integer, "
                                 f"sent as an integer parameter (int64_param over gRPC, a JSON number over HTTP) ({scale})")
     return raw if 1 <= raw <= levels else default
 
