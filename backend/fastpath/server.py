@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fastpath.errors import FastPathError
+from fastpath.server_cleanup import SHM_GLOB, group_members, reap_process_group, remove_stale_shm  # noqa: F401 (re-exported)
 
 LOG = logging.getLogger("fastpath.server")
 
@@ -97,60 +98,6 @@ def check_ports_free(host: str, ports: dict[str, int]) -> None:
             except OSError as exc:
                 raise ServerError(f"{name} port {port} on {host} is already in use ({exc.strerror}): another server is "
                                   f"running there; stop it or choose other ports (HTTP_PORT, GRPC_PORT, METRICS_PORT)") from exc
-
-
-SHM_GLOB = "triton_python_backend_shm_region_*"  # the python backend's shared-memory regions in /dev/shm
-
-
-def _mapped_paths() -> set[str]:
-    """Paths of files mapped by any process we can see (/proc/*/maps)."""
-    paths: set[str] = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            text = maps.read_text()
-        except OSError:
-            continue
-        paths.update(line.split(None, 5)[5] for line in text.splitlines() if line.count(" ") >= 5 and "/dev/shm/" in line)
-    return paths
-
-
-def reap_process_group(pgid: int, shm_before: set[str]) -> tuple[int, list[str]]:
-    """After tritonserver (group leader ``pgid``) exited: SIGKILL what is left of its group (stubs
-    orphaned by a crash), then unlink python-backend shared-memory regions that appeared since
-    ``shm_before`` and that no live process maps any more. Returns (processes signalled, files removed)."""
-    members = group_members(pgid)
-    signalled = len(members)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    deadline = time.monotonic() + 5.0
-    while members and time.monotonic() < deadline:
-        members = [pid for pid in members if _pgid_of(pid) == pgid]
-        time.sleep(0.05)
-    removed = []
-    leftover = {str(p) for p in Path("/dev/shm").glob(SHM_GLOB)} - shm_before if Path("/dev/shm").is_dir() else set()
-    if leftover:
-        mapped = _mapped_paths()
-        for path in sorted(leftover - mapped):
-            try:
-                os.unlink(path)
-                removed.append(path)
-            except OSError:
-                pass
-    return signalled, removed
-
-
-def group_members(pgid: int) -> list[int]:
-    """PIDs of the live processes in process group ``pgid`` (e.g. a tritonserver's stubs)."""
-    return [int(d.name) for d in Path("/proc").glob("[0-9]*") if _pgid_of(int(d.name)) == pgid]
-
-
-def _pgid_of(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -272,6 +219,10 @@ class TritonServer:
             self.state_dir, self._own_state_dir = Path(tempfile.mkdtemp(prefix="fastpath-state-")), True
         if self.log_path is not None:
             self._log_file = open(self.log_path, "ab")
+        stale = remove_stale_shm()
+        if stale:
+            LOG.info("removed %d shared-memory regions left by an earlier tritonserver that was killed: %s",
+                     len(stale), ", ".join(Path(path).name for path in stale))
         self._shm_before = {str(p) for p in Path("/dev/shm").glob(SHM_GLOB)} if Path("/dev/shm").is_dir() else set()
         self._process = subprocess.Popen(
             command,
