@@ -41,17 +41,23 @@ def reap_process_group(pgid: int, shm_before: set[str]) -> tuple[int, list[str]]
     while members and time.monotonic() < deadline:
         members = [pid for pid in members if _pgid_of(pid) == pgid]
         time.sleep(0.05)
-    removed = []
     leftover = {str(p) for p in Path("/dev/shm").glob(SHM_GLOB)} - shm_before if Path("/dev/shm").is_dir() else set()
-    if leftover:
-        mapped = _mapped_paths()
-        for path in sorted(leftover - mapped):
-            try:
-                os.unlink(path)
-                removed.append(path)
-            except OSError:
-                pass
-    return signalled, removed
+    return signalled, _unlink_unmapped(leftover)
+
+
+def _unlink_unmapped(paths: set[str] | list[str]) -> list[str]:
+    """Unlink the ``paths`` no live process maps; returns those removed, sorted."""
+    if not paths:
+        return []
+    mapped = _mapped_paths()
+    removed = []
+    for path in sorted(set(paths) - mapped):
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
 
 
 STALE_SHM_AGE_S = 60.0  # a region this old that no process maps is left over (a starting server maps its own at once)
@@ -75,17 +81,7 @@ def remove_stale_shm(min_age_s: float = STALE_SHM_AGE_S) -> list[str]:
                 candidates.append(str(path))
         except OSError:
             continue
-    removed = []
-    if candidates:
-        mapped = _mapped_paths()
-        for path in candidates:
-            if path not in mapped:
-                try:
-                    os.unlink(path)
-                    removed.append(path)
-                except OSError:
-                    pass
-    return removed
+    return _unlink_unmapped(candidates)
 
 
 def group_members(pgid: int) -> list[int]:
