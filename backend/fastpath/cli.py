@@ -67,6 +67,17 @@ def _publish_admin_key(key: str, ports: tuple[int, ...]) -> None:
              admin_key_file(ports[0]), admin_key_file(), admin_key_file(ports[0]))
 
 
+def _withdraw_admin_key(key: str, ports: tuple[int, ...]) -> None:
+    """At exit: remove the key files :func:`_publish_admin_key` wrote that still hold ``key`` (a
+    server started since on the same ports has written its own: those stay)."""
+    for path in [admin_key_file(port) for port in ports] + [admin_key_file()]:
+        try:
+            if path.read_text().strip() == key:
+                path.unlink()
+        except OSError:
+            continue
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from fastpath.server import ServerError, ServerOptions, TritonServer
 
@@ -123,6 +134,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         supervisor.stop()
         supervisor.join(timeout=1.0)  # a reload under way goes on; server.stop() unloads what it loads
     code = server.stop()
+    if generated:
+        _withdraw_admin_key(admin_key, (options.http_port, options.grpc_port))
     LOG.info("tritonserver exited with code %s", code)
     return 1 if supervisor is not None and supervisor.failure is not None else code
 

@@ -59,6 +59,7 @@ def test_signal_stops_triton_cleanly(tmp_path, signum):
     assert not _alive(triton_pid)
     text = log.read_text()
     assert f"received {signal.Signals(signum).name}" in text and "successfully unloaded 'text_embedding'" in text
+    assert not list((tmp_path / "home" / ".cache" / "fastpath").glob("admin_key*"))  # the generated key left with the server
     # The stubs shut down without a crash: pb_utils metrics left to the interpreter's exit made every
     # unload end in "Fatal Python error: Segmentation fault" (faulthandler prints it into this log).
     assert "Fatal Python error" not in text and "Segmentation fault" not in text, text[-3000:]
