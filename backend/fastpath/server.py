@@ -328,11 +328,12 @@ class TritonServer:
         api = RepositoryApi(self.http_url, self.options.admin_key, ADMIN_HEADER)
         models = api.unload_all(timeout_s)
         try:
-            left = api.ready_models()
+            left = sorted({entry["name"] for entry in api.index() if entry.get("state") in ("READY", "UNLOADING", "LOADING")})
         except OSError:
             return False
         if models:
-            LOG.info("unloaded %s before stopping tritonserver%s", ", ".join(models), f"; still ready: {left}" if left else "")
+            LOG.info("unloaded %s before stopping tritonserver%s", ", ".join(m for m in models if m not in left),
+                     f"; not unloaded: {', '.join(left)}" if left else "")
         return bool(models) and not left
 
     def __enter__(self) -> "TritonServer":

@@ -42,14 +42,21 @@ class RepositoryApi:
         with urllib.request.urlopen(request, timeout=timeout_s) as reply:
             return json.loads(reply.read())
 
+    def index(self) -> list[dict]:
+        """Triton's repository index (POST /v2/repository/index): name, version, state, reason per entry.
+
+        Raises:
+            OSError: Triton did not answer, or refused the admin key (urllib's HTTPError).
+        """
+        return self._json("POST", "/v2/repository/index")  # type: ignore[return-value]
+
     def ready_models(self) -> list[tuple[str, str]]:
         """(model, version) of every model version Triton reports READY (POST /v2/repository/index).
 
         Raises:
             OSError: Triton did not answer (urllib's URLError and HTTPError are OSErrors).
         """
-        index = self._json("POST", "/v2/repository/index")
-        return [(entry["name"], str(entry.get("version", ""))) for entry in index if entry.get("state") == "READY"]
+        return [(entry["name"], str(entry.get("version", ""))) for entry in self.index() if entry.get("state") == "READY"]
 
     def config(self, model: str, version: str) -> dict:
         """The model version's configuration as Triton has it (GET .../config), JSON."""
@@ -101,6 +108,14 @@ class RepositoryApi:
         return sorted(asked)
 
 
+def unreachable(port: int, exc: OSError) -> str:
+    """The line a probe prints when Triton's API failed: a refused admin key says so (HTTP 401/403)."""
+    if isinstance(exc, urllib.error.HTTPError) and exc.code in (401, 403):
+        return (f"Triton on port {port} refused the admin key (HTTP {exc.code}): set FASTPATH_ADMIN_KEY to the "
+                "server's key (the repository API is restricted to it)")
+    return f"Triton on port {port} did not answer: {exc}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m fastpath.triton_api --unload-all``: unload every model of the Triton on
     ``--http-port`` and wait until none is loaded (a Kubernetes ``preStop`` hook: the models drain
@@ -122,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         left = api.ready_models()
     except OSError as exc:
-        print(f"Triton on port {args.http_port} did not answer: {exc}", file=sys.stderr)
+        print(unreachable(args.http_port, exc), file=sys.stderr)
         return 1
     print(f"unloaded: {', '.join(models) or 'nothing'}" + (f"; still ready: {left}" if left else ""))
     return 1 if left else 0

@@ -143,8 +143,11 @@ def test_a_crash_loop_gives_up_with_a_failure_after_max_reloads():
 class IndexApi:
     """Triton's repository index and model configs, as Triton 2.51 reports them."""
 
-    def __init__(self, configs: dict[tuple[str, str], dict]) -> None:
-        self.configs = configs
+    def __init__(self, configs: dict[tuple[str, str], dict], failed: tuple[dict, ...] = ()) -> None:
+        self.configs, self.failed = configs, list(failed)
+
+    def index(self):
+        return [{"name": m, "version": v, "state": "READY", "reason": ""} for m, v in self.configs] + self.failed
 
     def ready_models(self):
         return list(self.configs)
@@ -171,3 +174,21 @@ def test_check_names_each_ready_model_version_short_of_stubs():
     assert check(api, both) == []
     assert check(api, both[1:]) == ["text_embedding version 1: 1 of 2 python-backend stubs alive "
                                     "(Triton 2.51 reports it ready but fails every request)"]
+
+
+def test_check_names_a_model_whose_load_failed_but_not_one_that_was_unloaded():
+    failed = ({"name": "text_embedding", "version": "1", "state": "UNAVAILABLE", "reason": "ConfigError: bad value"},
+              {"name": "other", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"})
+    assert check(IndexApi({}, failed), []) == ["text_embedding version 1 failed to load: ConfigError: bad value"]
+
+
+def test_a_reload_that_fails_stops_the_supervision_with_a_failure():
+    script, api = Script(), Api({("m", "1")}, reload_ok=False)
+    supervisor = _supervisor(script, api, grace_s=1.0)
+    script.stubs = [Stub(10, "m", "1", "m_0_0")]
+    supervisor.check()
+    script.stubs, script.now = [], 2.0
+    supervisor.check()
+    script.now = 4.0
+    supervisor.check()
+    assert api.reloads == ["m"] and supervisor.failure is not None and "reloading model 'm'" in supervisor.failure
