@@ -142,12 +142,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def stub_supervisor(server: TritonServer) -> StubSupervisor:
     """A :class:`~fastpath.stubs.StubSupervisor` of ``server``'s python-backend stubs (not started)."""
-    from fastpath.server import ADMIN_HEADER, group_members
+    from fastpath.server import group_members
     from fastpath.stubs import StubSupervisor, list_stubs
-    from fastpath.triton_api import RepositoryApi
 
     pid = server.pid
-    return StubSupervisor(lambda: list_stubs(group_members(pid)), RepositoryApi(server.http_url, server.options.admin_key, ADMIN_HEADER))
+    return StubSupervisor(lambda: list_stubs(group_members(pid)), server.api())
 
 
 def build_parser() -> argparse.ArgumentParser:

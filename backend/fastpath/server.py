@@ -31,6 +31,7 @@ from pathlib import Path
 
 from fastpath.errors import FastPathError
 from fastpath.server_cleanup import SHM_GLOB, group_members, reap_process_group, remove_stale_shm  # noqa: F401 (re-exported)
+from fastpath.triton_api import ADMIN_HEADER, RepositoryApi
 
 LOG = logging.getLogger("fastpath.server")
 
@@ -134,7 +135,6 @@ class ServerOptions:
     exit_timeout_s: int = 30
 
 
-ADMIN_HEADER = "fastpath-admin-key"
 
 
 def server_command(options: ServerOptions, backends: Path, dist: Path) -> list[str]:
@@ -321,11 +321,13 @@ class TritonServer:
             self._own_state_dir = False
         return code
 
+    def api(self) -> RepositoryApi:
+        """Triton's HTTP API of this server (readiness, repository index, load/unload), with its admin key."""
+        return RepositoryApi(self.http_url, self.options.admin_key)
+
     def _unload_models(self, timeout_s: float) -> bool:
         """Unload every loaded model; True if Triton answered and none is left loaded."""
-        from fastpath.triton_api import RepositoryApi
-
-        api = RepositoryApi(self.http_url, self.options.admin_key, ADMIN_HEADER)
+        api = self.api()
         models = api.unload_all(timeout_s)
         try:
             left = sorted({entry["name"] for entry in api.index() if entry.get("state") in ("READY", "UNLOADING", "LOADING")})

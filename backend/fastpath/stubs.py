@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import sys
 import threading
 import time
@@ -220,15 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     stubs, 1 (and a line per problem on stderr) when not or when Triton does not answer. For
     container liveness probes; reads the admin key from ``FASTPATH_ADMIN_KEY`` (the index is part of
     the restricted repository API)."""
-    from fastpath.server import ADMIN_HEADER
-
     parser = argparse.ArgumentParser(prog="python -m fastpath.stubs", description=main.__doc__)
     parser.add_argument("--check", action="store_true", required=True, help="check once and exit")
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--server-pid", type=int, help="the tritonserver whose stubs count (needed when "
                         "this process sees stubs of several servers; a container has one)")
     args = parser.parse_args(argv)
-    api = RepositoryApi(f"127.0.0.1:{args.http_port}", os.environ.get("FASTPATH_ADMIN_KEY", ""), ADMIN_HEADER)
+    api = RepositoryApi.from_environment(args.http_port)
     stubs = list_stubs(all_processes())
     servers = {stub.server_pid for stub in stubs}
     if args.server_pid is not None:

@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 
+ADMIN_HEADER = "fastpath-admin-key"  # the header `fastpath serve` restricts Triton's model-repository API to
 
 class RepositoryApi:
     """The few calls of Triton's HTTP API FastPath's process management needs (the stub supervisor,
@@ -20,12 +21,19 @@ class RepositoryApi:
     Args:
         http_url: ``host:port`` of Triton's HTTP endpoint.
         admin_key: FastPath's admin key ('' when the repository API is not restricted).
-        header: the header Triton was told to require (``fastpath.server.ADMIN_HEADER``).
+        header: the header Triton was told to require (:data:`ADMIN_HEADER`, what ``fastpath serve`` sets).
     """
 
-    def __init__(self, http_url: str, admin_key: str, header: str) -> None:
+    def __init__(self, http_url: str, admin_key: str = "", header: str = ADMIN_HEADER) -> None:
         self.base = f"http://{http_url}"
         self.headers = {header: admin_key} if admin_key else {}
+
+    @classmethod
+    def from_environment(cls, http_port: int) -> "RepositoryApi":
+        """The Triton on this host's ``http_port``, with the admin key from ``FASTPATH_ADMIN_KEY`` (probes, hooks)."""
+        import os
+
+        return cls(f"127.0.0.1:{http_port}", os.environ.get("FASTPATH_ADMIN_KEY", ""))
 
     def _call(self, method: str, path: str, timeout_s: float) -> int:
         request = urllib.request.Request(self.base + path, method=method, headers=self.headers, data=b"" if method == "POST" else None)
@@ -122,17 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     before the kubelet's SIGTERM, whatever connections clients keep open). Reads the admin key from
     ``FASTPATH_ADMIN_KEY``. Exit 0 when nothing is left loaded, 1 otherwise."""
     import argparse
-    import os
     import sys
-
-    from fastpath.server import ADMIN_HEADER
 
     parser = argparse.ArgumentParser(prog="python -m fastpath.triton_api", description=main.__doc__)
     parser.add_argument("--unload-all", action="store_true", required=True)
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--timeout-s", type=float, default=30.0)
     args = parser.parse_args(argv)
-    api = RepositoryApi(f"127.0.0.1:{args.http_port}", os.environ.get("FASTPATH_ADMIN_KEY", ""), ADMIN_HEADER)
+    api = RepositoryApi.from_environment(args.http_port)
     models = api.unload_all(args.timeout_s)
     try:
         left = api.ready_models()
