@@ -19,22 +19,29 @@ def _pooled(cells: list[dict]) -> dict:
     return {
         "throughput_per_s": round(statistics.median(cell["throughput_per_s"] for cell in cells), 2),
         "rounds_throughput_per_s": [round(cell["throughput_per_s"], 2) for cell in cells],
-        # the raw_ideal runs just before and after the cell in each round (its yardstick is the faster)
+        # the raw_ideal runs beside the cell in each round: before and after each of its slices (runs before
+        # 2026-11-30's seventh session: before and after the cell)
         "rounds_ideal_runs_per_s": [[round(v, 1) for v in cell["ideal_runs_per_s"]] for cell in cells if "ideal_runs_per_s" in cell],
         "p50_ms": _ms(latencies, 50),
         "p99_ms": _ms(latencies, 99),
         "padding_waste": round(padded / real, 4) if real else float("nan"),
+        # FastPath's engine calls (fastpath_batch_size histogram): texts per call, all rounds
+        "texts_per_call": round(sum(cell.get("engine_texts", 0.0) for cell in cells)
+                                / sum(cell.get("engine_calls", 0.0) for cell in cells), 2)
+        if sum(cell.get("engine_calls", 0.0) for cell in cells) else float("nan"),
         "errors": sum(cell.get("errors", 0) for cell in cells),
         # cores other processes used while this cell ran (benchmarks/cpu_meter.py), worst round
         "other_cores_max": max((cell["cpu"]["other_cores"] for cell in cells if "cpu" in cell), default=float("nan")),
     }
 
 
-def _vs_ideal(cell: dict, round_: dict) -> float:
-    """A cell's throughput over the raw ideal measured beside it (``ideal_per_s``, benchmarks/scheduler_cpu.py
-    ``bracketed``: the faster of the runs before and after it; their mean in runs before 2026-11-30's fifth
-    session), or, for runs recorded before per-cell yardsticks, over the round's raw ideal."""
-    return cell["throughput_per_s"] / cell.get("ideal_per_s", round_["raw_ideal"]["throughput_per_s"])
+def _vs_ideal(cell: dict, round_: dict, key: str = "ideal_per_s") -> float:
+    """A cell's throughput over the raw ideal measured beside it (``key``; benchmarks/scheduler_cpu.py
+    ``interleaved_round``: ``ideal_per_s`` is the mean of the runs beside its slices, ``ideal_strict_per_s``
+    the mean of the faster of each slice's two. Runs of 2026-11-30's fifth and sixth sessions: the faster of
+    the runs before and after a 5 s cell; earlier: their mean), or, for runs recorded before per-cell
+    yardsticks, over the round's raw ideal."""
+    return cell["throughput_per_s"] / cell.get(key, cell.get("ideal_per_s", round_["raw_ideal"]["throughput_per_s"]))
 
 
 def _median_ratio(rounds: list[dict], numerator: str, denominator: str) -> float:
@@ -58,6 +65,9 @@ def summarize(rounds: dict) -> dict:
             served.setdefault(variant, {})[concurrency] = _pooled([r[variant] for r in cells])
         ratios[concurrency] = {f"{v}_vs_ideal": _median_ratio(cells, v, "raw_ideal")
                                for v in cells[0] if v not in ("raw_ideal", "echo")}
+        if "fastpath" in cells[0] and "ideal_strict_per_s" in cells[0]["fastpath"]:
+            ratios[concurrency]["fastpath_vs_ideal_strict"] = round(statistics.median(
+                _vs_ideal(r["fastpath"], r, "ideal_strict_per_s") for r in cells), 3)
         for baseline in ("naive", "stack_pad"):  # absent when --variants left the baseline out
             if "fastpath" in cells[0] and baseline in cells[0]:
                 ratios[concurrency][f"fastpath_vs_{baseline}"] = _median_ratio(cells, "fastpath", baseline)
@@ -88,6 +98,7 @@ def _per_round(rounds: dict) -> dict:
         if concurrency in ("raw", "mean_tokens") or "fastpath" not in cells[0]:
             continue
         out[concurrency] = [{"fastpath_vs_ideal": round(_vs_ideal(r["fastpath"], r), 3),
+                             "slices": r["fastpath"].get("slice_vs_ideal", []),
                              "other_cores_max": max((c["cpu"]["other_cores"] for c in r.values() if "cpu" in c), default=None)}
                             for r in cells]
     return out
@@ -135,11 +146,15 @@ def markdown(report: dict) -> str:
         f"Machine: {machine['cpus']} CPUs ({machine.get('process_cpus', machine['cpus'])} in the benchmark's affinity mask); load average {machine['loadavg_before'][0]:.1f} before, "
         f"{machine['loadavg_after'][0]:.1f} after; benchmark nice value {machine.get('nice', 0)}. {machine['note']}.",
         f"Workload: {workload['source']}, {workload['sentences']} sentences, one text per request, tritonclient "
-        f"gRPC (asyncio) closed loop; {workload['rounds']} rounds per concurrency, each cell "
-        f"{workload['warmup_s']:g} s warm-up + {workload['duration_s']:g} s measured. Throughput is the median "
-        "over rounds; p50/p99 and padding waste pool all rounds; `vs ideal` is the median over rounds of each "
-        "cell's throughput over the faster of the raw_ideal runs just before and after it (runs before 2026-11-30's "
-        "fifth session: their mean; older runs: the round's first and last raw_ideal); a ratio between two served variants is the ratio of their `vs ideal` ratios.",
+        f"gRPC (asyncio) closed loop; {workload['rounds']} rounds per concurrency"
+        + (f", each a cell of {workload['passes']} slices per variant ({workload['warmup_s']:g} s warm-up + "
+           f"{workload['duration_s'] / workload['passes']:g} s measured each), every slice between two raw_ideal runs"
+           if "passes" in workload else f", each cell {workload['warmup_s']:g} s warm-up + {workload['duration_s']:g} s measured")
+        + ". Throughput is the median over rounds; p50/p99 (by send time) and padding waste pool all rounds; "
+        "`vs ideal` is the median over rounds of each cell's throughput over the mean of the raw_ideal runs beside "
+        "its slices (`_strict`: over the faster of each slice's two, the yardstick of 2026-11-30's fifth and sixth "
+        "sessions, which put one 5 s cell between two runs); a ratio between two served variants is the ratio of "
+        "their `vs ideal` ratios.",
         "",
         "## Raw engine (tokenize + pad + ONNX Runtime fp32; run inside a python-backend stub, no serving path)",
         "",
@@ -152,8 +167,8 @@ def markdown(report: dict) -> str:
         lines.append(f"| {name} | {cell['throughput_per_s']:.1f} | {cell['rounds_throughput_per_s']} | "
                      f"{cell['padding_waste']:.3f} | {cell['p50_ms']} |")
     lines += ["", "## Served through Triton 2.51, one text per request", "",
-              "| concurrency | variant | texts/s (median) | vs ideal | p50 ms | p99 ms | padding waste | errors |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|"]
+              "| concurrency | variant | texts/s (median) | vs ideal | p50 ms | p99 ms | padding waste | texts per engine call | errors |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for concurrency in ratios:
         for variant, cells in served.items():
             if concurrency not in cells:
@@ -161,13 +176,13 @@ def markdown(report: dict) -> str:
             cell = cells[concurrency]
             ratio = ratios[concurrency].get(f"{variant}_vs_ideal", 1.0 if variant == "raw_ideal" else float("nan"))
             lines.append(f"| {concurrency} | {variant} | {cell['throughput_per_s']:.1f} | {ratio:.2f} | {cell['p50_ms']} | "
-                         f"{cell['p99_ms']} | {cell['padding_waste']:.3f} | {cell['errors']} |")
+                         f"{cell['p99_ms']} | {cell['padding_waste']:.3f} | {cell.get('texts_per_call', float('nan'))} | {cell['errors']} |")
     lines += ["", "Within-round ratios (median over rounds): " + "; ".join(
         f"c={c}: " + ", ".join(f"{k} {v}" for k, v in r.items()) for c, r in ratios.items())]
     if report.get("rounds"):
-        lines += ["", "Per round: fastpath / raw_ideal, and the most CPU other processes (not this benchmark, "
-                      "tritonserver or its stubs) took during any cell of the round (benchmarks/cpu_meter.py): "
-                  + "; ".join(f"c={c}: " + ", ".join(f"{r['fastpath_vs_ideal']:.2f} ({r['other_cores_max']} cores)"
+        lines += ["", "Per round: fastpath / raw_ideal [its slices], and the most CPU other processes (not this "
+                      "benchmark, tritonserver or its stubs) took during any cell of the round (benchmarks/cpu_meter.py): "
+                  + "; ".join(f"c={c}: " + ", ".join(f"{r['fastpath_vs_ideal']:.2f} {r.get('slices', [])} ({r['other_cores_max']} cores)"
                                                     for r in rs) for c, rs in report["rounds"].items())]
     if "int8_served_cosine" in report:
         cos = report["int8_served_cosine"]

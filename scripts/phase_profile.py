@@ -3,10 +3,12 @@
 Run from the repository root with the artifacts built:
 
     .venv/bin/python scripts/phase_profile.py --model text_embedding --concurrency 1 --seconds 8
+    .venv/bin/python scripts/phase_profile.py --model text_embedding naive_embedding --passes 4 --seconds 12
 
 Starts one tritonserver on the benchmark repository of ``benchmarks/scheduler_cpu.py`` with
 ``FASTPATH_PHASE_PROFILE`` set (fastpath.profiling: seconds and counts per phase, written by the stub
-at unload), loads ``--model`` with a tritonclient gRPC closed loop of one text per request, and
+at unload), loads ``--model`` (several: in ``--passes`` alternating slices each) with a tritonclient gRPC closed loop
+of one text per request, and
 prints throughput, p50 latency and each phase's total seconds, count, and milliseconds per call;
 ``execute.total``'s count is the number of requests (one per ``execute()`` call at c=1).
 Used on 2026-11-30 to find that at c=1 the scheduler planned ~2.7 times per request (idle engine
@@ -31,7 +33,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="text_embedding")
+    parser.add_argument("--model", nargs="+", default=["text_embedding"],
+                        help="models to load; several are measured in alternating slices (--passes)")
+    parser.add_argument("--passes", type=int, default=1, help="slices per model, alternating between the models")
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=8.0)
     args = parser.parse_args(argv)
@@ -41,16 +45,24 @@ def main(argv: list[str] | None = None) -> int:
         from scheduler_cpu import build_repository, load, workload_texts
 
         texts = workload_texts()
-        server = start_server(Path(tmp), models=(args.model,), repository=build_repository(Path(tmp)))
+        server = start_server(Path(tmp), models=tuple(args.model), repository=build_repository(Path(tmp)))
+        cells: dict[str, list[dict]] = {model: [] for model in args.model}
         try:
-            cell = asyncio.run(load(server.grpc_url, args.model, texts, args.concurrency, 1.0, args.seconds))
+            for number in range(args.passes):
+                for model in (args.model if number % 2 == 0 else args.model[::-1]):
+                    cells[model].append(asyncio.run(load(server.grpc_url, model, texts, args.concurrency, 1.0,
+                                                         args.seconds / args.passes)))
         finally:
             server.stop()  # the stub writes its profile at unload
-        print(f"{args.model} at concurrency {args.concurrency}: {cell['throughput_per_s']:.1f} texts/s, "
-              f"p50 {statistics.median(cell['latencies_s']) * 1e3:.2f} ms")
+        for model, parts in cells.items():
+            latencies = [value for cell in parts for value in cell["latencies_s"]]
+            print(f"{model} at concurrency {args.concurrency}: "
+                  f"{statistics.fmean(cell['throughput_per_s'] for cell in parts):.1f} texts/s, "
+                  f"p50 {statistics.median(latencies) * 1e3:.2f} ms (slices: "
+                  + ", ".join(f"{statistics.median(cell['latencies_s']) * 1e3:.2f}" for cell in parts) + ")")
         for path in sorted((Path(tmp) / "profile").glob("*.json")):
             phases = json.loads(path.read_text())["phases"]
-            print(f"{path.stem}: phase, seconds, count, ms per call (totals include the 1 s warm-up)")
+            print(f"{path.stem}: phase, seconds, count, ms per call (totals include each slice's 1 s warm-up)")
             for name, value in sorted(phases.items()):
                 print(f"  {name:28s} {value['seconds']:8.3f} {value['count']:7d} {value['seconds'] / max(1, value['count']) * 1e3:8.3f}")
     return 0

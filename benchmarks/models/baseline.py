@@ -132,7 +132,10 @@ class BaselineEmbeddingModel:
             PROFILE.lap("respond", mark, len(batches))
         else:
             for index, encodings in batches:
-                responses[index] = self._response(self._run(encodings), encodings)
+                embeddings = self._run(encodings)
+                mark = PROFILE.lap("engine.infer", mark)
+                responses[index] = self._response(embeddings, encodings)
+                mark = PROFILE.lap("respond", mark)
         if PROFILE.enabled:
             PROFILE.lap("execute.total", started, len(requests))
             PROFILE.dump(self.profile_name, force=False)
