@@ -27,6 +27,7 @@ from fastpath.models.text_embedding import EMBEDDING_DIM, TextEmbedder
 from fastpath.profiling import PROFILE
 from fastpath.text import decode_texts, set_tokenizer_parallelism
 from fastpath.triton.io import error_response, read_input
+from fastpath.triton.watchdog import exit_with_server
 
 
 def measure_raw(tokenizer: Any, engine: Any, mode: str, texts: list[str], gap_s: float = 0.0) -> tuple[float, int, int, list[float]]:
@@ -76,6 +77,9 @@ class BaselineEmbeddingModel:
         import triton_python_backend_utils as pb
 
         self.pb = pb
+        # A stub outlives a killed tritonserver (Triton 2.51); one left from an interrupted benchmark run kept
+        # ~0.1 core busy under the next one (2026-11-30, seventh session). FastPath's models exit with the server.
+        exit_with_server()
         self.profile_name = args.get("model_instance_name", args["model_name"])
         self.config = parse_parameters(TextEmbeddingConfig, triton_parameters(json.loads(args["model_config"])))
         set_tokenizer_parallelism(self.config.tokenizer_parallelism)  # the same tokenizer settings as text_embedding
