@@ -12,7 +12,8 @@ and runs its graceful shutdown (readiness goes false, in-flight requests drain f
 
 Environment (all optional except the key):
     FASTPATH_ADMIN_KEY         required, at least 16 characters: restricts Triton's model-repository API
-                               (header ``fastpath-admin-key``) and authorizes FastPath swaps.
+                               and its log and trace settings (header ``fastpath-admin-key``) and
+                               authorizes FastPath swaps.
     FASTPATH_MODEL_REPOSITORY  default /opt/fastpath/model_repository
     FASTPATH_MODELS            comma-separated models to load, default text_embedding,fastpath_admin
     FASTPATH_STATE_DIR         swap control-plane directory, default /var/run/fastpath/state

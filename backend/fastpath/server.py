@@ -101,6 +101,12 @@ def check_ports_free(host: str, ports: dict[str, int]) -> None:
                                   f"running there; stop it or choose other ports (HTTP_PORT, GRPC_PORT, METRICS_PORT)") from exc
 
 
+# Triton API groups (``--http-restricted-api`` / ``--grpc-restricted-protocol`` names) that need the admin key
+# when one is set: load/unload, and the log and trace settings, which any client could otherwise change
+# (``POST /v2/logging {"log_verbose_level": 1}`` was accepted without a key: fresh-user trial, 2026-11-30).
+RESTRICTED_APIS = ("model-repository", "logging", "trace")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ServerOptions:
     """Where and how tritonserver listens and what it loads.
@@ -113,9 +119,9 @@ class ServerOptions:
         log_verbose: Triton's ``--log-verbose`` level.
         extra_args: more tritonserver flags, passed as given.
         admin_key: FastPath's admin key. When set, it is passed to the stubs as ``FASTPATH_ADMIN_KEY``
-            (swap/rollback need it) and Triton's own model-repository API (load/unload) is restricted
-            to clients sending the header ``fastpath-admin-key: <key>`` (``--http-restricted-api``,
-            ``--grpc-restricted-protocol``).
+            (swap/rollback need it) and Triton's own model-repository API (load/unload), logging
+            and trace settings (:data:`RESTRICTED_APIS`) are restricted to clients sending the header
+            ``fastpath-admin-key: <key>`` (``--http-restricted-api``, ``--grpc-restricted-protocol``).
         state_dir: control-plane directory for live swaps (``FASTPATH_STATE_DIR``); None makes a fresh
             temporary one per start, removed at stop.
         exit_timeout_s: Triton's ``--exit-timeout-secs``: how long shutdown waits for in-flight
@@ -158,7 +164,7 @@ def server_command(options: ServerOptions, backends: Path, dist: Path) -> list[s
     ]
     command += [f"--load-model={name}" for name in options.models]
     if options.admin_key:
-        restriction = f"model-repository:{ADMIN_HEADER}={options.admin_key}"
+        restriction = f"{','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={options.admin_key}"
         command += [f"--http-restricted-api={restriction}", f"--grpc-restricted-protocol={restriction}"]
     return command + list(options.extra_args)
 

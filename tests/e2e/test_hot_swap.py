@@ -113,6 +113,12 @@ def test_triton_repository_api_needs_the_key(swap_server):
     assert client.is_model_ready("text_embedding")
     index = client.get_model_repository_index(headers={"fastpath-admin-key": KEY})
     assert {m["name"] for m in index} >= {"text_embedding", "fastpath_admin"}
+    # log and trace settings too: any client could turn on verbose logging (fresh-user trial, 2026-11-30)
+    with pytest.raises(InferenceServerException, match="fastpath-admin-key"):
+        client.update_log_settings({"log_verbose_level": 1})
+    with pytest.raises(InferenceServerException, match="fastpath-admin-key"):
+        client.update_trace_settings(settings={"trace_rate": "1"})
+    assert client.get_log_settings(headers={"fastpath-admin-key": KEY})["log_verbose_level"] == 0
 
 
 def _corrupt_versions(model_dir: Path) -> dict[int, str]:

@@ -106,6 +106,20 @@ def test_missing_input_gets_400(triton_server):
     assert status == 400 and "missing required input(s) ['TEXT']" in body.decode()
 
 
+def test_a_json_body_above_4_mb_sent_as_application_json_is_answered(triton_server):
+    """Triton 2.51 crashes on a JSON body above ~4 MB only when it comes as
+    application/x-www-form-urlencoded (curl -d's and urllib's default; fresh-user trial, 2026-11-30):
+    labelled application/json, the README's workaround, 5.6 MB is answered."""
+    texts = [("word " * 140_000)[: 700_000 - k] for k in range(8)]
+    body = json.dumps({"inputs": [{"name": "TEXT", "shape": [8, 1], "datatype": "BYTES", "data": texts}],
+                       "outputs": [{"name": "TRUNCATED"}]}).encode()
+    assert len(body) > 5_000_000
+    status, reply = _post(triton_server, body, {"Content-Type": "application/json"})
+    assert status == 200, reply[:500]
+    truncated = json.loads(reply)["outputs"][0]
+    assert truncated["shape"] == [8, 1] and truncated["data"] == [True] * 8
+
+
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_invalid_utf8_gets_400_and_others_unaffected(triton_server, protocol):
     """K03: raw bytes b"\\xff\\xfe\\xfd" -> a 400 that names the tensor and byte."""

@@ -357,8 +357,8 @@ def test_entrypoint_runs_the_image_tritonserver_with_fastpath_flags():
     assert "--backend-directory=/opt/tritonserver/backends" in command
     assert "--model-repository=/opt/fastpath/model_repository" in command
     assert {"--load-model=text_embedding", "--load-model=fastpath_admin", "--model-control-mode=explicit", "--http-port=18000",
-            "--metrics-config=summary_latencies=true", f"--http-restricted-api=model-repository:fastpath-admin-key={TEST_KEY}",
-            f"--grpc-restricted-protocol=model-repository:fastpath-admin-key={TEST_KEY}"} <= set(command)
+            "--metrics-config=summary_latencies=true", f"--http-restricted-api=model-repository,logging,trace:fastpath-admin-key={TEST_KEY}",
+            f"--grpc-restricted-protocol=model-repository,logging,trace:fastpath-admin-key={TEST_KEY}"} <= set(command)
     assert command[-2:] == ["--log-info=false", "--backend-config=python,shm-growth-byte-size=67108864"]
     assert _entrypoint().triton_environment(env)["FASTPATH_STATE_DIR"] == "/var/run/fastpath/state"
 
