@@ -160,9 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run tritonserver with FastPath models (Ctrl-C stops it)")
     serve.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
     serve.add_argument("--model", action="append", default=None, help="model to load (repeatable; default text_embedding and fastpath_admin)")
-    serve.add_argument("--http-port", type=int, default=_env_int("HTTP_PORT", 8000))
-    serve.add_argument("--grpc-port", type=int, default=_env_int("GRPC_PORT", 8001))
-    serve.add_argument("--metrics-port", type=int, default=_env_int("METRICS_PORT", 8002))
+    serve.add_argument("--http-port", type=int, default=_env_int("HTTP_PORT", 8000),
+                       help="Triton's HTTP/REST port (default: $HTTP_PORT or 8000)")
+    serve.add_argument("--grpc-port", type=int, default=_env_int("GRPC_PORT", 8001),
+                       help="Triton's gRPC port (default: $GRPC_PORT or 8001)")
+    serve.add_argument("--metrics-port", type=int, default=_env_int("METRICS_PORT", 8002),
+                       help="Prometheus metrics port, /metrics (default: $METRICS_PORT or 8002)")
     serve.add_argument("--host", default="0.0.0.0", help="address HTTP and gRPC bind to")
     serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
     serve.add_argument("--ready-timeout-s", type=float, default=300.0)
