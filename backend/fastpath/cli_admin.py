@@ -4,7 +4,8 @@ Each takes ``--url HOST:PORT`` (repeatable or comma-separated: several replicas 
 rolling swap, one replica at a time, all rolled back on the first failure) and ``--protocol
 http|grpc``. The admin key comes from ``FASTPATH_ADMIN_KEY``, else from the file `fastpath serve`
 wrote for that URL's port when it generated one (``~/.cache/fastpath/admin_key.<port>``), else the
-latest it wrote (``admin_key``). Output is the server's JSON reply; the exit code is 0 on success.
+latest it wrote (``admin_key``). Output is the server's JSON reply; the exit code is 0 on success, 1
+(one line on stderr) on failure, e.g. ``status`` of a model with no live instances (not loaded).
 """
 
 from __future__ import annotations
@@ -41,7 +42,30 @@ def _urls(values: list[str] | None, protocol: str = "http") -> list[str]:
     return urls
 
 
+class NotLoadedError(Exception):
+    """``status`` found no live FastPath instance of the model; the message says whether it is loaded."""
+
+
+def _status(client: Any, model: str) -> dict[str, Any]:
+    """``client.status(model)``, refused like ``swap`` refuses it when the model has no live instances.
+
+    Raises:
+        NotLoadedError: the reply lists no instance: the model is not loaded at the client's URL (its
+            readiness endpoint says not ready), or it is loaded but is not a FastPath model with live swaps.
+    """
+    reply = client.status(model)
+    if reply.get("instances"):
+        return reply
+    if client.ready(model):
+        raise NotLoadedError(f"model {model} at {client.url} has no live FastPath instances that swap versions: it is "
+                             "loaded, but it is not a FastPath model with live swaps (text_embedding is)")
+    raise NotLoadedError(f"model {model} is not loaded at {client.url}: it has no live FastPath instances "
+                         f"(`fastpath serve --model {model}` loads it; only FastPath models with live swaps, "
+                         "such as text_embedding, have instances to report)")
+
+
 def _run(args: argparse.Namespace) -> int:
+    from fastpath.cli_client import error_line
     from fastpath_client import Client, FastPathClientError
     from fastpath_client.fleet import rolling_swap
 
@@ -60,11 +84,14 @@ def _run(args: argparse.Namespace) -> int:
                 elif args.command == "rollback":
                     replies[url] = client.rollback(args.model)
                 else:
-                    replies[url] = client.status(args.model)
+                    replies[url] = _status(client, args.model)
         print(json.dumps(replies[urls[0]] if len(urls) == 1 else replies, indent=2))
         return 0
-    except FastPathClientError as exc:
+    except NotLoadedError as exc:
         print(f"fastpath {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except FastPathClientError as exc:
+        print(f"fastpath {args.command}: {error_line(exc, args.protocol)}", file=sys.stderr)
         return 1
 
 

@@ -19,7 +19,9 @@ import asyncio
 import datetime
 import functools
 import logging
+import math
 import platform
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +29,67 @@ import numpy as np
 
 LOG = logging.getLogger("fastpath")
 POOL_REQUESTS = 64
+SERVER_WAIT_S = 60.0  # how long bench waits for a server (or the model) that is still starting
+DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
+PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC"}
+
+
+def port_hint(protocol: str) -> str:
+    """What to check when ``--url`` did not answer in ``--protocol``: the port of the other protocol."""
+    other = "grpc" if protocol == "http" else "http"
+    return (f"is --url the {PROTOCOL_NAMES[protocol]} port (default {DEFAULT_PORTS[protocol]})? "
+            f"for the {PROTOCOL_NAMES[other]} port use --protocol {other}")
+
+
+def error_line(error: Exception, protocol: str) -> str:
+    """One line for a failed CLI command: the client error's message (whitespace folded), with
+    :func:`port_hint` when the server could not be reached or answered another protocol."""
+    from fastpath_client import ProtocolMismatchError, ServerConnectionError
+
+    if isinstance(error, ProtocolMismatchError):
+        other = "grpc" if protocol == "http" else "http"
+        return (f"{error.url} did not answer in {PROTOCOL_NAMES[protocol]} (it looks like Triton's "
+                f"{PROTOCOL_NAMES[other]} port); {port_hint(protocol)}")
+    text = " ".join(str(error).split())
+    if isinstance(error, ServerConnectionError):
+        text += f"; {port_hint(protocol)}"
+    return text
+
+
+def _number(text: str, kind: type, lowest: float, strict: bool, what: str) -> Any:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not math.isfinite(value) or value < lowest or (strict and value == lowest):
+        raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {lowest:g} ({what}), got {text.strip()!r}")
+    return value
+
+
+def _bounded(kind: type, lowest: float, strict: bool, what: str) -> Any:
+    """An argparse type: a ``kind`` number above ``lowest`` (or equal, when not ``strict``); argparse names
+    the option in front of the message ("argument --duration-s: must be > 0 (seconds), got '0'")."""
+    return functools.partial(_number, kind=kind, lowest=lowest, strict=strict, what=what)
+
+
+def _list(text: str, kind: type, lowest: float, strict: bool, what: str) -> list:
+    items = [v for v in text.split(",") if v.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {what}, got {text!r}")
+    try:
+        return [_number(v, kind, lowest, strict, what) for v in items]
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} in {text!r}" if len(items) > 1 else str(exc)) from None
 
 
 def _int_list(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v.strip()]
+    """Concurrencies: positive integers, e.g. ``1,8,32``."""
+    return _list(text, int, 1, False, "concurrent requests, whole numbers")
 
 
 def _float_list(text: str) -> list[float]:
-    return [float(v) for v in text.split(",") if v.strip()]
+    """Request rates: positive numbers of requests/s, e.g. ``10,20.5``."""
+    return _list(text, float, 0, True, "requests per second")
 
 
 def _shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -54,17 +109,23 @@ def register(subparsers: Any) -> None:
     mode.add_argument("--concurrency", type=_int_list, default=None, help="closed-loop sweep, e.g. 1,8,32 (default 1,8,32)")
     mode.add_argument("--request-rate", type=_float_list, default=None, help="open-loop sweep in requests/s, e.g. 10,20")
     bench.add_argument("--poisson", action="store_true", help="Poisson arrivals in --request-rate mode (default constant gaps)")
-    bench.add_argument("--duration-s", type=float, default=15.0, help="measurement per configuration, split into 3 windows")
-    bench.add_argument("--warmup-s", type=float, default=None, help="warm-up per configuration (default min(5, duration/3))")
-    bench.add_argument("--max-windows", type=int, default=6, help="stop after this many windows even if not stable")
-    bench.add_argument("--stability-pct", type=float, default=10.0, help="windows must agree within this percent")
+    bench.add_argument("--duration-s", type=_bounded(float, 0, True, "seconds"), default=15.0,
+                       help="measurement per configuration, split into 3 windows")
+    bench.add_argument("--warmup-s", type=_bounded(float, 0, False, "seconds"), default=None,
+                       help="warm-up per configuration (default min(5, duration/3))")
+    bench.add_argument("--max-windows", type=_bounded(int, 1, False, "windows"), default=6,
+                       help="stop after this many windows even if not stable (at least 3 run)")
+    bench.add_argument("--stability-pct", type=_bounded(float, 0, True, "percent"), default=10.0,
+                       help="windows must agree within this percent")
     bench.add_argument("--url", default=None, help="HOST:PORT of Triton (default localhost:8000, or :8001 for grpc)")
     bench.add_argument("--protocol", choices=("http", "grpc"), default="http")
-    bench.add_argument("--batch-size", type=int, default=1, help="items (texts, images) per request")
+    bench.add_argument("--batch-size", type=_bounded(int, 1, False, "items per request"), default=1,
+                       help="items (texts, images) per request")
     bench.add_argument("--shape", type=_shape, action="append", default=[], help="NAME:d1,d2 for inputs with -1 dims")
     bench.add_argument("--shared-memory", choices=("auto", "always", "never"), default="never",
                        help="send large inputs through system shared memory (default never: like perf_analyzer)")
-    bench.add_argument("--timeout-s", type=float, default=30.0, help="per-request timeout; a timeout counts as an error")
+    bench.add_argument("--timeout-s", type=_bounded(float, 0, True, "seconds"), default=30.0,
+                       help="per-request timeout; a timeout counts as an error")
     bench.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for the JSON and PNG")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.set_defaults(func=cmd_bench)
@@ -178,6 +239,36 @@ def _settings(args: argparse.Namespace) -> list[Any]:
     return [LoadSettings(concurrency=c, **common) for c in (args.concurrency or [1, 8, 32])]
 
 
+class BenchError(Exception):
+    """bench cannot run; the message is the one line the CLI prints."""
+
+
+async def _wait_for_model(client: Any, model: str, protocol: str) -> None:
+    """Wait for the server, then for ``model``; fail at once when the server does not know the model.
+
+    Raises:
+        BenchError: the server did not come up within SERVER_WAIT_S (with :func:`port_hint`).
+        ModelNotFoundError: the server does not serve ``model`` (unknown, or not loaded).
+        RequestTimeoutError: the model did not become ready within SERVER_WAIT_S (the message gives its state).
+        ProtocolMismatchError: ``--url`` answers the other protocol.
+    """
+    from fastpath_client import FastPathClientError, ModelNotFoundError, RequestTimeoutError
+
+    try:
+        await client.wait_ready(timeout_s=SERVER_WAIT_S)
+    except RequestTimeoutError as exc:
+        raise BenchError(f"{exc}; {port_hint(protocol)}") from exc
+    if await client.ready(model):
+        return
+    try:  # an unknown model is a 404 at once; one that is loading says "no available versions"
+        await client.model_config(model)
+    except ModelNotFoundError:
+        raise
+    except FastPathClientError:
+        pass  # loading (or failed to load): wait_ready names its state if it does not come up
+    await client.wait_ready(timeout_s=SERVER_WAIT_S, models=[model])
+
+
 async def _run_all(args: argparse.Namespace, url: str) -> dict[str, Any]:
     from fastpath_client import NO_RETRY, AsyncClient
     from fastpath_client.loadgen import LoadRun
@@ -185,7 +276,7 @@ async def _run_all(args: argparse.Namespace, url: str) -> dict[str, Any]:
     settings = _settings(args)
     async with AsyncClient(url, args.protocol, retry=NO_RETRY, timeout_s=args.timeout_s,
                            shared_memory=args.shared_memory) as client:
-        await client.wait_ready(timeout_s=60.0, models=[args.model])
+        await _wait_for_model(client, args.model, args.protocol)
         spec = await client.model_config(args.model)
         pool = input_pool(spec, args.batch_size, dict(args.shape))
         results = []
@@ -217,18 +308,30 @@ def _table(report: dict[str, Any]) -> str:
         rows.append(f"{r['label']:>10} {str(r['stable']):>6} {r['throughput_per_s']:8.1f} {r['items_per_s']:8.1f} "
                     f"{lat['p50']:8.2f} {lat['p90']:8.2f} {lat['p99']:8.2f} {lat['max']:8.2f} {r['errors']:6d} "
                     f"{srv['queue_us']:9.0f} {srv['compute_infer_us']:9.0f} {srv['avg_batch_size']:5.1f}")
+    rows += [f"{r['label']}: {r['note']}" for r in report["results"] if r.get("note")]
     return "\n".join(rows)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the sweep, write DIR/bench_<model>_<protocol>.json and .png, print a table.
 
-    Returns 0, or 1 when any configuration had errors (samples are in the JSON and the log).
+    Returns 0, or 1 when any configuration had errors (samples are in the JSON and the log), or when
+    bench could not run (server unreachable, another protocol on --url, unknown model: one line on stderr).
     """
+    from fastpath_client import FastPathClientError, ModelNotFoundError
     from fastpath_client.report import write_json, write_png
 
     url = args.url or ("localhost:8001" if args.protocol == "grpc" else "localhost:8000")
-    report = asyncio.run(_run_all(args, url))
+    try:
+        report = asyncio.run(_run_all(args, url))
+    except BenchError as exc:
+        print(f"fastpath bench: {exc}", file=sys.stderr)
+        return 1
+    except FastPathClientError as exc:
+        hint = (f"; the server does not serve it: check the name, or load it (`fastpath serve --model {args.model}`)"
+                if isinstance(exc, ModelNotFoundError) else "")
+        print(f"fastpath bench: {error_line(exc, args.protocol)}{hint}", file=sys.stderr)
+        return 1
     stem = args.out / f"bench_{args.model}_{args.protocol}"
     json_path = write_json(report, stem.with_suffix(".json"))
     png_path = write_png(report, stem.with_suffix(".png"))

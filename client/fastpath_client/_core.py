@@ -6,23 +6,26 @@ Everything here is free of I/O: the two clients differ only in how they wait (bl
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from fastpath_client import detection
-from fastpath_client.errors import FastPathClientError, InvalidInputError, ServerError, from_exception
+from fastpath_client.errors import (
+    FastPathClientError, InvalidInputError, ModelNotFoundError, ModelNotReadyError, ServerError, from_exception,
+)
 from fastpath_client.retry import Backoff, OnRetry, RetryPolicy
 from fastpath_client.shm import (
     InputRegion, RegionPool, SharedMemoryMode, SharedMemoryPolicy, is_local_url, new_region, packed_bytes, size_class,
 )
-from fastpath_client.tensors import ModelSpec, chunks, text_array, wire_array
+from fastpath_client.tensors import ModelSpec, chunks, renumber_items, text_array, wire_array
 
 LOG = logging.getLogger("fastpath_client")
 PROTOCOLS = ("http", "grpc")
@@ -113,6 +116,52 @@ def collect(result: Any, model: str, names: Sequence[str] | None) -> dict[str, n
     return arrays
 
 
+def index_state(rows: Sequence[Mapping[str, str]]) -> str:
+    """A model's state from its rows of the repository index (:meth:`Client.versions`), for messages."""
+    if not rows:
+        return "not in the repository index (no such model directory)"
+    return ", ".join(f"version {row['version'] or '?'} {row['state'] or 'UNKNOWN'}"
+                     + (f" ({row['reason']})" if row["reason"] else "") for row in rows)
+
+
+def unrestricted_state(metadata_error: FastPathClientError | None) -> str:
+    """A not-ready model's state as far as the unrestricted API tells, from what its metadata request
+    (``GET /v2/models/<name>``, gRPC ``ModelMetadata``) answered: None (it answered) or the error."""
+    if metadata_error is None:
+        return "not ready (the server knows the model, but no version is ready)"
+    message = metadata_error.server_message
+    if "no available versions" in message or isinstance(metadata_error, ModelNotReadyError):
+        return "not ready (no version is available: still loading, or it failed to load)"
+    if "is not found" in message or isinstance(metadata_error, ModelNotFoundError):
+        return "not found (the server does not know it: not loaded, unloaded or misspelled)"
+    return "not ready"
+
+
+def renumbered(error: FastPathClientError, tensors: Sequence[str], offset: int) -> FastPathClientError:
+    """``error`` as the caller should see it when its request held the caller's items from ``offset`` on:
+    the element indexes its message and ``server_message`` give for ``tensors`` are moved up by
+    ``offset`` (:func:`~fastpath_client.tensors.renumber_items`). The same error when nothing changes,
+    else a new one of the same class, with the same status, url and model."""
+    message = renumber_items(str(error), tensors, offset)
+    server_message = renumber_items(error.server_message, tensors, offset)
+    if message == str(error) and server_message == error.server_message:
+        return error
+    return type(error)(message, server_message=server_message, status=error.status, url=error.url, model=error.model)
+
+
+@contextlib.contextmanager
+def items_from(offset: int, tensors: Sequence[str]) -> Iterator[None]:
+    """Around the request that carries the caller's items from ``offset`` on: a
+    :class:`FastPathClientError` raised inside names the caller's item indexes (:func:`renumbered`)."""
+    try:
+        yield
+    except FastPathClientError as error:
+        caller = renumbered(error, tensors, offset)
+        if caller is error:
+            raise
+        raise caller from error
+
+
 class ClientCore:
     """Configuration, caches and request planning common to the sync and async clients.
 
@@ -181,6 +230,19 @@ class ClientCore:
 
     def _error(self, exc: BaseException, model: str | None, timeout_s: float | None) -> FastPathClientError:
         return from_exception(exc, url=self.url, model=model, timeout_s=timeout_s)
+
+    def _server_not_ready(self, timeout_s: float) -> str:
+        return f"server {self.url} not ready after {timeout_s:g} s (unreachable or still starting)"
+
+    def _models_not_ready(self, states: Mapping[str, str], timeout_s: float, index_refused: bool) -> str:
+        """The timeout message of ``wait_ready``: each model that is not ready, with its state (from
+        :func:`index_state`, or :func:`unrestricted_state` when the repository index was refused)."""
+        text = f"models not ready at {self.url} after {timeout_s:g} s: " + "; ".join(
+            f"'{model}' {state}" for model, state in states.items())
+        if index_refused:
+            text += (f" (the repository index, which gives each version's state and load error, needs the admin "
+                     f"key: set {ADMIN_KEY_ENV} or pass admin_key=)")
+        return text
 
     def _prepare(self, model: str, inputs: Mapping[str, Any], outputs: Sequence[str] | None) -> PreparedRequest:
         """InferInputs for ``inputs``; large ones are deferred for shared memory per the policy.
@@ -285,10 +347,15 @@ class ClientCore:
                 server_message=error.server_message, status=error.status, url=error.url, model=error.model)
         return error
 
-    def _embed_batches(self, spec: ModelSpec, texts: Sequence[str | bytes]) -> list[np.ndarray]:
+    def _embed_batches(self, spec: ModelSpec, texts: Sequence[str | bytes]) -> list[tuple[int, np.ndarray]]:
+        """(offset of the first text in ``texts``, object array) per request of at most ``max_batch_size``.
+
+        The whole of ``texts`` is checked here, before any request, so client-side errors name the
+        caller's index; the server's per-text errors are renumbered with the offset (:func:`items_from`).
+        """
         spec.input(TEXT_INPUT)
         array = text_array(texts, name=TEXT_INPUT)
-        return [array[part] for part in chunks(len(array), spec.max_batch_size)]
+        return [(part.start, array[part]) for part in chunks(len(array), spec.max_batch_size)]
 
     @staticmethod
     def _embed_join(spec: ModelSpec, parts: list[np.ndarray], count: int) -> np.ndarray:
@@ -301,5 +368,12 @@ class ClientCore:
         return check_rows(spec.name, EMBEDDING_OUTPUT, joined, count, width if width > 0 else None)
 
     def _detection_plan(self, spec: ModelSpec, images: Sequence[Any]) -> tuple[detection.DetectionIO, list[dict]]:
+        """The detection tensors and one request per image (every image checked before any is sent).
+        Request ``i`` carries image ``i``: the server calls it image/element 0, :func:`items_from`
+        renumbers that with offset ``i``."""
         io = detection.detection_io(spec)
         return io, [detection.image_request(io, spec, image, index) for index, image in enumerate(images)]
+
+    @staticmethod
+    def _image_inputs(io: detection.DetectionIO) -> tuple[str, ...]:
+        return tuple(t.name for t in (io.pixels, io.encoded) if t is not None)

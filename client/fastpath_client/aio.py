@@ -11,9 +11,11 @@ import numpy as np
 from fastpath_client import detection
 from fastpath_client._core import (
     ADMIN_MODEL, DETECTION_MODEL, EMBEDDING_MODEL, EMBEDDING_OUTPUT, LOG, MUTATING_COMMANDS, TEXT_INPUT, ClientCore,
-    collect, grpc_channel_args,
+    collect, grpc_channel_args, index_state, items_from, unrestricted_state,
 )
-from fastpath_client.errors import FastPathClientError, InvalidInputError, RequestTimeoutError
+from fastpath_client.errors import (
+    FastPathClientError, InvalidInputError, PermissionDeniedError, ProtocolMismatchError, RequestTimeoutError,
+)
 from fastpath_client.retry import acall_with_retry
 from fastpath_client.tensors import ModelSpec, model_spec, model_statistics, repository_versions
 
@@ -72,31 +74,63 @@ class AsyncClient(ClientCore):
     async def ready(self, model: str | None = None, *, timeout_s: float | None = None) -> bool:
         """Whether the server (and ``model``, when given) is ready; False when unreachable. Never raises."""
         try:
+            return await self._ready(model, timeout_s)
+        except FastPathClientError:
+            return False
+
+    async def _ready(self, model: str | None, timeout_s: float | None) -> bool:
+        """:meth:`ready`, except that a :class:`~fastpath_client.errors.ProtocolMismatchError` is raised."""
+        try:
             if model is None:
                 return bool(await self._call(None, lambda c: c.is_server_ready(), timeout_s, retry=False))
             return bool(await self._call(model, lambda c: c.is_model_ready(model), timeout_s, retry=False))
+        except ProtocolMismatchError:
+            raise
         except FastPathClientError:
             return False
 
     async def wait_ready(self, timeout_s: float = 120.0, models: Sequence[str] = ()) -> None:
-        """Wait until the server and ``models`` are ready.
+        """Wait until the server and ``models`` are ready; see :meth:`fastpath_client.Client.wait_ready`.
 
         Raises:
-            RequestTimeoutError: not ready after ``timeout_s``, naming what was not ready.
+            RequestTimeoutError: not ready after ``timeout_s``, naming what was not ready (each model with
+                its state from the repository index, or from the unrestricted API without the admin key).
+            ProtocolMismatchError: the url answers the other protocol (raised at once: waiting cannot help).
         """
         deadline = self._clock() + timeout_s
         poll = 0
         while True:
-            waiting = [m for m in ((None,) + tuple(models)) if not await self.ready(m, timeout_s=min(5.0, timeout_s))]
+            waiting = [m for m in ((None,) + tuple(models)) if not await self._ready(m, min(5.0, timeout_s))]
             if not waiting:
                 return
             now = self._clock()
             if now >= deadline:
-                states = {m: await self.versions(m) for m in waiting if m is not None} if None not in waiting else {}
-                raise RequestTimeoutError(f"not ready at {self.url} after {timeout_s:g} s: "
-                                          f"{'server unreachable or starting' if None in waiting else states}", url=self.url)
+                raise RequestTimeoutError(await self._not_ready_message(waiting, timeout_s), url=self.url)
             await self._sleep(min(self.retry.delay_s(poll, 0.0), max(deadline - now, 0.0)))
             poll += 1
+
+    async def _not_ready_message(self, waiting: list[str | None], timeout_s: float) -> str:
+        if None in waiting and not await self.ready(timeout_s=2.0):
+            return self._server_not_ready(timeout_s)
+        states: dict[str, str] = {}
+        refused = False
+        for model in (m for m in waiting if m is not None):
+            if not refused:
+                try:
+                    states[model] = index_state(await self._versions(model, 5.0, retry=False))
+                    continue
+                except FastPathClientError as error:  # 403 without the admin key; the index fails alone
+                    refused = isinstance(error, PermissionDeniedError)
+            states[model] = unrestricted_state(await self._metadata_error(model))
+        return self._models_not_ready(states, timeout_s, refused)
+
+    async def _metadata_error(self, model: str) -> FastPathClientError | None:
+        """What ``get_model_metadata`` (unrestricted) answers for ``model``: None, or the error."""
+        try:
+            await self._call(model, lambda c: c.get_model_metadata(model), 5.0, retry=False)
+        except FastPathClientError as error:
+            return error
+        return None
 
     async def model_config(self, model: str, *, refresh: bool = False) -> ModelSpec:
         """The model's inputs, outputs and max_batch_size (cached)."""
@@ -106,10 +140,17 @@ class AsyncClient(ClientCore):
         return self._specs[model]
 
     async def versions(self, model: str) -> list[dict[str, str]]:
-        """Versions of ``model`` in the repository index: dicts with name, version, state, reason."""
+        """Versions of ``model`` in the repository index: dicts with name, version, state, reason.
+
+        Raises:
+            PermissionDeniedError: the repository index is restricted and the admin key missing or wrong.
+        """
+        return await self._versions(model, None, retry=True)
+
+    async def _versions(self, model: str, timeout_s: float | None, *, retry: bool) -> list[dict[str, str]]:
         as_json = {} if self.protocol == "http" else {"as_json": True}
         return repository_versions(await self._call(model, lambda c: c.get_model_repository_index(
-            headers=self._admin_headers, **as_json)), model)
+            headers=self._admin_headers, **as_json), timeout_s, retry=retry), model)
 
     async def statistics(self, model: str) -> dict[str, tuple[int, int]]:
         """Cumulative ``(count, ns)`` per phase of ``model`` from Triton's statistics API."""
@@ -188,20 +229,37 @@ class AsyncClient(ClientCore):
 
     async def embed(self, texts: Sequence[str | bytes], *, model: str = EMBEDDING_MODEL,
                     timeout_s: float | None = None) -> np.ndarray:
-        """Sentence embeddings, float32 [N, 384]; chunks of ``max_batch_size`` go concurrently."""
+        """Sentence embeddings, float32 [N, 384]; chunks of ``max_batch_size`` go concurrently.
+
+        Raises:
+            InvalidInputError: as :meth:`fastpath_client.Client.embed`; a refused text is named by its
+                index in ``texts``.
+        """
         spec = await self.model_config(model)
-        batches = self._embed_batches(spec, texts)
-        results = await asyncio.gather(*(self.infer(model, {TEXT_INPUT: b}, outputs=[EMBEDDING_OUTPUT],
-                                                    timeout_s=timeout_s) for b in batches))
-        return self._embed_join(spec, [r[EMBEDDING_OUTPUT] for r in results], len(texts))
+
+        async def chunk(offset: int, batch: np.ndarray) -> np.ndarray:
+            with items_from(offset, (TEXT_INPUT,)):
+                result = await self.infer(model, {TEXT_INPUT: batch}, outputs=[EMBEDDING_OUTPUT], timeout_s=timeout_s)
+            return result[EMBEDDING_OUTPUT]
+
+        parts = await asyncio.gather(*(chunk(offset, batch) for offset, batch in self._embed_batches(spec, texts)))
+        return self._embed_join(spec, list(parts), len(texts))
 
     async def detect_text(self, images: Sequence[Any], *, model: str = DETECTION_MODEL,
                           timeout_s: float | None = None) -> list[detection.Detection]:
-        """Text boxes per image; see :meth:`fastpath_client.Client.detect_text`. Images go concurrently."""
+        """Text boxes per image; see :meth:`fastpath_client.Client.detect_text`. Images go concurrently.
+
+        Raises:
+            InvalidInputError: as :meth:`fastpath_client.Client.detect_text`, naming the image's index.
+        """
         io, requests = self._detection_plan(await self.model_config(model), images)
-        results = await asyncio.gather(*(self.infer(model, inputs, outputs=io.outputs,
-                                                    timeout_s=timeout_s) for inputs in requests))
-        return [detection.parse_detection(io, model, r) for r in results]
+
+        async def one(index: int, inputs: dict) -> detection.Detection:
+            with items_from(index, self._image_inputs(io)):
+                result = await self.infer(model, inputs, outputs=io.outputs, timeout_s=timeout_s)
+            return detection.parse_detection(io, model, result)
+
+        return list(await asyncio.gather(*(one(index, inputs) for index, inputs in enumerate(requests))))
 
     async def swap(self, model: str, version: int, *, timeout_s: float = 180.0) -> dict[str, Any]:
         """Make ``version`` of ``model`` active, live; see :meth:`fastpath_client.Client.swap`."""

@@ -11,9 +11,11 @@ import numpy as np
 from fastpath_client import detection
 from fastpath_client._core import (
     ADMIN_MODEL, DETECTION_MODEL, EMBEDDING_MODEL, EMBEDDING_OUTPUT, LOG, MUTATING_COMMANDS, TEXT_INPUT, ClientCore,
-    collect, grpc_channel_args,
+    collect, grpc_channel_args, index_state, items_from, unrestricted_state,
 )
-from fastpath_client.errors import FastPathClientError, InvalidInputError, RequestTimeoutError
+from fastpath_client.errors import (
+    FastPathClientError, InvalidInputError, PermissionDeniedError, ProtocolMismatchError, RequestTimeoutError,
+)
 from fastpath_client.retry import call_with_retry
 from fastpath_client.tensors import ModelSpec, model_spec, model_statistics, repository_versions
 
@@ -85,23 +87,38 @@ class Client(ClientCore):
     def ready(self, model: str | None = None, *, timeout_s: float | None = None) -> bool:
         """Whether the server (and ``model``, when given) is ready; False when unreachable. Never raises."""
         try:
+            return self._ready(model, timeout_s)
+        except FastPathClientError:
+            return False
+
+    def _ready(self, model: str | None, timeout_s: float | None) -> bool:
+        """:meth:`ready`, except that a :class:`~fastpath_client.errors.ProtocolMismatchError` is raised."""
+        try:
             if model is None:
                 return bool(self._call(None, lambda c, kw: c.is_server_ready(**kw), timeout_s, retry=False))
             return bool(self._call(model, lambda c, kw: c.is_model_ready(model, **kw), timeout_s, retry=False))
+        except ProtocolMismatchError:
+            raise
         except FastPathClientError:
             return False
 
     def wait_ready(self, timeout_s: float = 120.0, models: Sequence[str] = ()) -> None:
         """Block until the server and ``models`` are ready, polling with the retry policy's backoff.
 
+        Polling uses only unrestricted endpoints (server and model readiness). On timeout the message
+        gives each model's versions, states and load errors from the repository index when the admin
+        key opens it (``FASTPATH_ADMIN_KEY`` / ``admin_key=``), else what the model's metadata tells:
+        "not found" or "not ready".
+
         Raises:
-            RequestTimeoutError: not ready after ``timeout_s``; the message says what was not ready
-                (unreachable, or each model's state from the repository index).
+            RequestTimeoutError: not ready after ``timeout_s``; the message names what was not ready (the
+                server: unreachable or starting; or each model that is not ready, with its state).
+            ProtocolMismatchError: the url answers the other protocol (raised at once: waiting cannot help).
         """
         deadline = self._clock() + timeout_s
         poll = 0
         while True:
-            waiting = [m for m in ((None,) + tuple(models)) if not self.ready(m, timeout_s=min(5.0, timeout_s))]
+            waiting = [m for m in ((None,) + tuple(models)) if not self._ready(m, min(5.0, timeout_s))]
             if not waiting:
                 return
             now = self._clock()
@@ -112,9 +129,26 @@ class Client(ClientCore):
 
     def _not_ready_message(self, waiting: list[str | None], timeout_s: float) -> str:
         if None in waiting and not self.ready(timeout_s=2.0):
-            return f"server {self.url} not ready after {timeout_s:g} s (unreachable or still starting)"
-        states = {m: self.versions(m) for m in waiting if m is not None}
-        return f"models not ready at {self.url} after {timeout_s:g} s: {states}"
+            return self._server_not_ready(timeout_s)
+        states: dict[str, str] = {}
+        refused = False
+        for model in (m for m in waiting if m is not None):
+            if not refused:
+                try:
+                    states[model] = index_state(self._versions(model, 5.0, retry=False))
+                    continue
+                except FastPathClientError as error:  # 403 without the admin key; the index fails alone
+                    refused = isinstance(error, PermissionDeniedError)
+            states[model] = unrestricted_state(self._metadata_error(model))
+        return self._models_not_ready(states, timeout_s, refused)
+
+    def _metadata_error(self, model: str) -> FastPathClientError | None:
+        """What ``get_model_metadata`` (unrestricted) answers for ``model``: None, or the error."""
+        try:
+            self._call(model, lambda c, kw: c.get_model_metadata(model, **kw), 5.0, retry=False)
+        except FastPathClientError as error:
+            return error
+        return None
 
     def model_config(self, model: str, *, refresh: bool = False) -> ModelSpec:
         """The model's inputs, outputs and max_batch_size from ``get_model_config`` (cached)."""
@@ -125,10 +159,18 @@ class Client(ClientCore):
         return self._specs[model]
 
     def versions(self, model: str) -> list[dict[str, str]]:
-        """Versions of ``model`` in the repository index: dicts with name, version, state, reason."""
+        """Versions of ``model`` in the repository index: dicts with name, version, state, reason.
+
+        Raises:
+            PermissionDeniedError: the server restricts the repository index (``fastpath serve`` does) and
+                the admin key is missing or wrong (``FASTPATH_ADMIN_KEY`` / ``admin_key=``).
+        """
+        return self._versions(model, None, retry=True)
+
+    def _versions(self, model: str, timeout_s: float | None, *, retry: bool) -> list[dict[str, str]]:
         as_json = {} if self.protocol == "http" else {"as_json": True}
         index = self._call(model, lambda c, kw: c.get_model_repository_index(
-            headers=self._admin_headers, **as_json, **kw))
+            headers=self._admin_headers, **as_json, **kw), timeout_s, retry=retry)
         return repository_versions(index, model)
 
     def statistics(self, model: str) -> dict[str, tuple[int, int]]:
@@ -224,15 +266,20 @@ class Client(ClientCore):
         """Sentence embeddings of ``texts``, float32 [N, 384] for all-MiniLM-L6-v2, rows in input order.
 
         Texts are sent as object arrays of UTF-8 bytes (``bytes`` items as given), in requests of at
-        most the model's ``max_batch_size`` (64) texts.
+        most the model's ``max_batch_size`` (64) texts. Every error that names a text names its index
+        in ``texts`` (``TEXT[70]``), whichever request carried it.
 
         Raises:
             InvalidInputError: ``texts`` is a single string or holds non-text items; or the server refused
-                a text (e.g. invalid UTF-8: the message names the element and byte).
+                a text (e.g. invalid UTF-8 or too large: the message names the element, as its index in
+                ``texts``, and the byte or size).
         """
         spec = self.model_config(model)
-        parts = [self.infer(model, {TEXT_INPUT: batch}, outputs=[EMBEDDING_OUTPUT], timeout_s=timeout_s)[EMBEDDING_OUTPUT]
-                 for batch in self._embed_batches(spec, texts)]
+        parts = []
+        for offset, batch in self._embed_batches(spec, texts):
+            with items_from(offset, (TEXT_INPUT,)):
+                parts.append(self.infer(model, {TEXT_INPUT: batch}, outputs=[EMBEDDING_OUTPUT],
+                                        timeout_s=timeout_s)[EMBEDDING_OUTPUT])
         return self._embed_join(spec, parts, len(texts))
 
     def detect_text(self, images: Sequence[Any], *, model: str = DETECTION_MODEL,
@@ -242,10 +289,18 @@ class Client(ClientCore):
         Returns:
             One :class:`~fastpath_client.Detection` per image, in order: boxes float32 [K, 4, 2] in pixel
             coordinates of that image, scores float32 [K].
+
+        Raises:
+            InvalidInputError: an image the model cannot take (checked for all images before any is
+                sent), or one the server refused; the message names its index in ``images``.
         """
         io, requests = self._detection_plan(self.model_config(model), images)
-        return [detection.parse_detection(io, model, self.infer(model, inputs, outputs=io.outputs,
-                                                                 timeout_s=timeout_s)) for inputs in requests]
+        found = []
+        for index, inputs in enumerate(requests):
+            with items_from(index, self._image_inputs(io)):
+                found.append(detection.parse_detection(io, model, self.infer(model, inputs, outputs=io.outputs,
+                                                                             timeout_s=timeout_s)))
+        return found
 
     # -- model-version control (fastpath_admin, issue 5) ----------------------------------------------
 

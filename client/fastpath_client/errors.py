@@ -16,6 +16,7 @@ PermissionDeniedError       403 / PERMISSION_DENIED (restricted API)     no
 ModelNotReadyError          404 / NOT_FOUND "has no available versions"  yes (model loading)
 UnavailableError            502, 503 / UNAVAILABLE                       yes
 ServerConnectionError       connection refused / reset                   yes
+ProtocolMismatchError       the port answers the other protocol          no
 RequestTimeoutError         504 / DEADLINE_EXCEEDED, client timeout      no
 ServerError                 500 and anything else                        no
 ==========================  ===========================================  ======================
@@ -79,6 +80,14 @@ class ServerConnectionError(UnavailableError, ConnectionError):
     """No connection to the server (refused, reset, closed early); retried with backoff."""
 
 
+class ProtocolMismatchError(ServerConnectionError):
+    """The port answered, but not in the client's protocol: an HTTP client on Triton's gRPC port (the
+    reply is not HTTP) or a gRPC client on its HTTP port. Not retried: waiting does not change what a
+    port speaks. The message says which port and ``protocol`` to use."""
+
+    retryable = False
+
+
 class RequestTimeoutError(FastPathClientError, TimeoutError):
     """The call did not finish within its ``timeout_s`` (or a gateway answered 504); not retried."""
 
@@ -96,6 +105,22 @@ _GRPC_CLASSES = {"INVALID_ARGUMENT": InvalidInputError, "UNAVAILABLE": Unavailab
 
 def _where(url: str, model: str | None) -> str:
     return f"model '{model}' at {url}" if model else f"server {url}"
+
+
+# What tritonclient's transports report when the other protocol answers: geventhttpclient and aiohttp
+# parsing an HTTP/2 (gRPC) frame as an HTTP/1 status line; gRPC reading an HTTP/1 reply as HTTP/2.
+_NOT_HTTP = ("Expected HTTP/", "Bad status line")
+_NOT_GRPC = ("Failed parsing HTTP/2", "http1.x server", "Expected SETTINGS frame")
+DEFAULT_PORTS = {"HTTP": 8000, "gRPC": 8001}
+
+
+def _mismatch(url: str, model: str | None, got: str, reply: str, status: str | None = None) -> ProtocolMismatchError:
+    """A :class:`ProtocolMismatchError`: ``url`` answered in protocol ``got`` ("HTTP" or "gRPC"), not the client's."""
+    wanted = "HTTP" if got == "gRPC" else "gRPC"
+    detail = " ".join(reply.split("b'", 1)[0].split()).rstrip(":")[:200]  # without the raw frame bytes
+    text = (f"{_where(url, model)}: the reply is not {wanted} ({detail}): {url} looks like Triton's {got} port; "
+            f"use its {wanted} port (default {DEFAULT_PORTS[wanted]}), or protocol='{got.lower()}' for this one")
+    return ProtocolMismatchError(text, server_message=reply, status=status, url=url, model=model)
 
 
 def _class_for(status: str, message: str) -> type[FastPathClientError]:
@@ -118,6 +143,8 @@ def _from_server(exc, url: str, model: str | None) -> FastPathClientError:
     message = exc.message() or ""
     details = exc.debug_details() or ""
     where = _where(url, model)
+    if status == "UNAVAILABLE" and any(marker in message for marker in _NOT_GRPC):
+        return _mismatch(url, model, "HTTP", message, status)
     if message == EMPTY_BODY_MESSAGE:
         text = (f"HTTP {status} with an empty body from {where}: something between the client and Triton "
                 "(a proxy or load balancer) answered, not Triton itself; check that proxy and its upstream")
@@ -157,6 +184,9 @@ def from_exception(exc: BaseException, *, url: str, model: str | None = None,
         return RequestTimeoutError(f"{where}: no response within the timeout{limit}; raise timeout_s or check the "
                                    f"server's queue ({type(exc).__name__})", url=url, model=model)
     names = {cls.__name__ for cls in type(exc).__mro__}
+    text = str(getattr(exc, "message", "") or (exc.args[0] if exc.args else exc))
+    if names & {"HTTPParseError", "ClientResponseError"} and any(marker in text for marker in _NOT_HTTP):
+        return _mismatch(url, model, "gRPC", f"{type(exc).__name__}: {text}")
     if isinstance(exc, OSError) or names & {"HTTPConnectionClosed", "HTTPParseError", "ClientConnectionError"}:
         return ServerConnectionError(f"{where}: connection failed: {type(exc).__name__}: {exc}; is tritonserver "
                                      "running and listening there?", server_message=str(exc), url=url, model=model)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -51,6 +52,11 @@ class LoadSettings:
         timeout_s: per-request timeout, seconds (a timed-out request counts as an error).
         items_per_request: items (texts, images) in one request, for items/s.
         seed: random seed for Poisson gaps.
+
+    Raises:
+        ValueError: not exactly one mode, concurrency < 1, request_rate <= 0 (or not finite), window_s <= 0,
+            warmup_s < 0, timeout_s <= 0, or not 1 <= stable_windows <= max_windows; the message names
+            the setting and its value.
     """
 
     model: str
@@ -69,10 +75,16 @@ class LoadSettings:
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.request_rate is None):
             raise ValueError("set exactly one of concurrency and request_rate")
-        if (self.concurrency or 1) < 1 or (self.request_rate or 1) <= 0:
-            raise ValueError(f"concurrency must be >= 1 and request_rate > 0, got {self.concurrency}, {self.request_rate}")
-        if self.window_s <= 0 or self.warmup_s < 0 or not 1 <= self.stable_windows <= self.max_windows:
-            raise ValueError("need window_s > 0, warmup_s >= 0 and 1 <= stable_windows <= max_windows")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1 (concurrent requests), got {self.concurrency}")
+        if self.request_rate is not None and not (math.isfinite(self.request_rate) and self.request_rate > 0):
+            raise ValueError(f"request_rate must be > 0 requests/s, got {self.request_rate}")
+        for name, value, lowest, strict in (("window_s", self.window_s, 0, True), ("warmup_s", self.warmup_s, 0, False),
+                                            ("timeout_s", self.timeout_s, 0, True)):
+            if not math.isfinite(value) or value < lowest or (strict and value == lowest):
+                raise ValueError(f"{name} must be {'>' if strict else '>='} {lowest} s, got {value}")
+        if not 1 <= self.stable_windows <= self.max_windows:
+            raise ValueError(f"need 1 <= stable_windows <= max_windows, got {self.stable_windows} and {self.max_windows}")
 
     @property
     def label(self) -> str:
@@ -231,6 +243,10 @@ class LoadRun:
         ok = np.array([r.end_s - r.start_s for r in chosen if r.error is None])
         errors = [r.error for r in chosen if r.error is not None]
         throughput = ok.size / (end - begin)
+        note = None
+        if ok.size == 0:  # latencies are then undefined (null in the JSON); the report says why
+            note = (f"no successful responses in the reported windows ({len(chosen)} requests ended there, "
+                    f"{len(errors)} with errors)")
         return {
             "label": s.label, "concurrency": s.concurrency, "request_rate": s.request_rate, "poisson": s.poisson,
             "measurement_s": end - begin, "windows": windows,
@@ -239,4 +255,5 @@ class LoadRun:
             "errors_total": sum(r.error is not None for r in self.records), "late_sends": self.late_sends,
             "throughput_per_s": throughput, "items_per_s": throughput * s.items_per_request,
             "latency_ms": percentiles_ms(ok), "server": server_split(snapshots[first], snapshots[-1]),
+            "note": note,
         }

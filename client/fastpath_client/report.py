@@ -32,31 +32,49 @@ def write_json(report: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def _value(value: Any) -> float | None:
+    """A finite number, or None (NaN, inf, and JSON's null for them)."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def has_responses(result: dict[str, Any]) -> bool:
+    """Whether a configuration had successful responses in its reported windows (else its latencies
+    are undefined: NaN, or null in the JSON)."""
+    return _value(result["latency_ms"].get("p50")) is not None
+
+
 def time_split_ms(result: dict[str, Any]) -> dict[str, float]:
-    """Average time per request by phase (ms): Triton's phases, then what the client saw beyond them."""
+    """Average time per request by phase (ms): Triton's phases, then what the client saw beyond them
+    (0 where a value is undefined, e.g. no responses)."""
     server = result["server"]
-    split = {phase: (server.get(f"{phase}_us") or 0.0) / 1e3 for phase in
+    split = {phase: (_value(server.get(f"{phase}_us")) or 0.0) / 1e3 for phase in
              ("queue", "compute_input", "compute_infer", "compute_output")}
-    server_total_ms = (server.get("success_us") or 0.0) / 1e3
-    client_ms = result["latency_ms"]["avg"] or 0.0
+    server_total_ms = (_value(server.get("success_us")) or 0.0) / 1e3
+    client_ms = _value(result["latency_ms"].get("avg")) or 0.0
     split["client + network"] = max(client_ms - server_total_ms, 0.0)
     return split
 
 
 def _latency_panel(axis: Any, results: list[dict[str, Any]]) -> None:
-    throughput = [r["throughput_per_s"] for r in results]
+    shown = [r for r in results if has_responses(r)]
+    throughput = [_value(r["throughput_per_s"]) or 0.0 for r in shown]
     for key, style in (("p50", "o-"), ("p90", "s--"), ("p99", "^:")):
-        axis.plot(throughput, [r["latency_ms"][key] for r in results], style, label=key)
-    for r in results:
-        axis.annotate(r["label"] + ("" if r["stable"] else " (unstable)"), (r["throughput_per_s"], r["latency_ms"]["p99"]),
+        axis.plot(throughput, [_value(r["latency_ms"][key]) or 0.0 for r in shown], style, label=key)
+    for r, x in zip(shown, throughput):
+        axis.annotate(r["label"] + ("" if r["stable"] else " (unstable)"), (x, _value(r["latency_ms"]["p99"]) or 0.0),
                       textcoords="offset points", xytext=(4, 6), fontsize=9)
+    empty = [r["label"] for r in results if not has_responses(r)]
+    if empty:  # nothing to plot for these: say so on the chart
+        axis.text(0.98, 0.02, f"no successful responses: {', '.join(empty)}", transform=axis.transAxes,
+                  ha="right", va="bottom", fontsize=9, color="#e15759")
     axis.set_xlabel("throughput (responses/s)")
     axis.set_ylabel("latency (ms)")
     axis.set_title("latency vs throughput")
     axis.grid(alpha=0.3)
-    axis.legend(loc="upper left")
-    lows = [r["latency_ms"]["p50"] for r in results if r["latency_ms"]["p50"]]
-    highs = [r["latency_ms"]["p99"] for r in results if r["latency_ms"]["p99"]]
+    if shown:
+        axis.legend(loc="upper left")
+    lows = [v for v in (_value(r["latency_ms"]["p50"]) for r in shown) if v]
+    highs = [v for v in (_value(r["latency_ms"]["p99"]) for r in shown) if v]
     if lows and highs and max(highs) / max(min(lows), 1e-9) > 20:
         axis.set_yscale("log")  # a sweep from an idle to a saturated server spans decades
         axis.set_ylim(min(lows) / 1.5, max(highs) * 2.0)
@@ -66,7 +84,7 @@ def _latency_panel(axis: Any, results: list[dict[str, Any]]) -> None:
 
 
 def _split_panel(axis: Any, results: list[dict[str, Any]]) -> None:
-    labels = [r["label"] for r in results]
+    labels = [r["label"] + ("" if has_responses(r) else " (no responses)") for r in results]
     left = [0.0] * len(results)
     for phase, color in PHASE_COLORS.items():
         widths = [time_split_ms(r)[phase] for r in results]
@@ -81,6 +99,9 @@ def _split_panel(axis: Any, results: list[dict[str, Any]]) -> None:
 
 def write_png(report: dict[str, Any], path: Path) -> Path:
     """Plot latency (p50/p90/p99) vs throughput per configuration, and the per-phase time split.
+
+    A configuration without successful responses has no point on the latency chart; the chart says
+    so, and its bar in the split is labelled "(no responses)".
 
     Raises:
         ImportError: matplotlib is missing (the message says which extra installs it).

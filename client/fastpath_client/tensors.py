@@ -6,6 +6,7 @@ Nothing here talks to a server, so the sync and async clients share it and unit 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -145,6 +146,23 @@ def chunks(count: int, size: int) -> list[slice]:
     if size <= 0 or count <= size:
         return [slice(0, count)]
     return [slice(start, min(start + size, count)) for start in range(0, count, size)]
+
+
+def renumber_items(message: str, tensors: Sequence[str], offset: int) -> str:
+    """``message`` with the element indexes it gives for ``tensors`` moved up by ``offset``.
+
+    The server numbers the elements of the request it received: ``TEXT[6]``, ``input IMAGE image 0``,
+    ``input IMAGE_BYTES element 0``. When the client split the caller's items into several requests,
+    the request that starts at item ``offset`` of the caller's sequence reports item ``offset + 6`` as
+    ``TEXT[6]``; this turns it back into ``TEXT[70]`` (and ``image 0`` of the request that carries
+    image 5 into ``image 5``). Other numbers are left alone.
+    """
+    if offset == 0 or not tensors:
+        return message
+    names = "|".join(re.escape(name) for name in tensors)
+    shift = lambda match: f"{match.group(1)}{int(match.group(2)) + offset}"  # noqa: E731
+    message = re.sub(rf"(?<![\w])((?:{names})\[)(\d+)(?=\])", shift, message)
+    return re.sub(rf"(?<![\w])((?:input )?(?:{names}) (?:image|element) )(\d+)(?!\w)", shift, message)
 
 
 def check_rows(model: str, output: str, array: np.ndarray, rows: int, width: int | None = None) -> np.ndarray:

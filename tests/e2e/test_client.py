@@ -168,3 +168,82 @@ def test_model_version_control_through_fastpath_admin(triton_server, protocol):
         with pytest.raises(InvalidInputError, match="'no_such_model' is not in the model repository"):
             client.status("no_such_model")
     assert retries == []
+
+
+# Fresh-user trial (helper-16, 2026-11-30): embed() sends long lists in requests of 64 texts, and the
+# server's refusal named the text's index within its request (TEXT[6] for the caller's texts[70]).
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize(("index", "bad", "expected"), [
+    (70, b"bad\xff", "TEXT[70] is not valid UTF-8: byte 0xff at offset 3"),
+    (140, b"x" * (2 << 20), "TEXT[140] is 2097152 bytes"),
+])
+def test_errors_name_the_index_in_the_callers_list_across_requests(triton_server, protocol, mode, index, bad, expected):
+    texts = [f"sentence {i}" for i in range(150)]
+    texts[index] = bad
+    with pytest.raises(InvalidInputError) as info:
+        _embed(triton_server, protocol, mode, texts, shared_memory="never")
+    assert expected in str(info.value) and expected in info.value.server_message
+    assert "TEXT[6]" not in str(info.value) and "TEXT[12]" not in str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_http_client_on_the_grpc_port_fails_at_once(triton_server, mode):
+    """An HTTP client pointed at Triton's gRPC port gets ProtocolMismatchError at once, not a wait_ready
+    timeout (the trial waited 60 s for "server unreachable or starting"). The other way round Triton 2.51's
+    HTTP port closes the connection ("Socket closed"), which a gRPC client cannot tell from a network
+    failure: it times out as before (the CLI adds the port hint)."""
+    from fastpath_client import ProtocolMismatchError, RequestTimeoutError
+
+    def wait(url, protocol, timeout_s):
+        if mode == "sync":
+            with Client(url, protocol) as client:
+                client.wait_ready(timeout_s=timeout_s, models=["text_embedding"])
+            return
+
+        async def run():
+            async with AsyncClient(url, protocol) as client:
+                await client.wait_ready(timeout_s=timeout_s, models=["text_embedding"])
+        asyncio.run(run())
+
+    start = time.monotonic()
+    with pytest.raises(ProtocolMismatchError) as info:
+        wait(triton_server.grpc_url, "http", 30)
+    assert time.monotonic() - start < 10 and not info.value.retryable
+    assert "the reply is not HTTP" in str(info.value) and "default 8000" in str(info.value)
+    with pytest.raises(RequestTimeoutError, match="not ready after 1"):
+        wait(triton_server.http_url, "grpc", 1.0)
+
+
+def _bench(capsys, *argv):
+    from fastpath import cli
+
+    start = time.monotonic()
+    code = cli.main(["bench", "--no-progress", "--duration-s", "0.3", *argv])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("fastpath bench: ")]
+    assert "Traceback" not in err and len(lines) == 1, err
+    return code, lines[0], time.monotonic() - start
+
+
+def test_bench_of_an_unknown_model_ends_at_once_with_one_line(triton_server, capsys, tmp_path):
+    code, line, elapsed = _bench(capsys, "--model", "nope", "--url", triton_server.http_url, "--out", str(tmp_path))
+    assert code == 1 and elapsed < 20 and "'nope'" in line and "not found" in line
+    assert not list(tmp_path.iterdir())
+
+
+def test_bench_on_the_other_protocols_port_ends_with_the_hint(triton_server, capsys, tmp_path):
+    code, line, elapsed = _bench(capsys, "--url", triton_server.grpc_url, "--out", str(tmp_path))
+    assert code == 1 and elapsed < 20
+    assert line.endswith("is --url the HTTP port (default 8000)? for the gRPC port use --protocol grpc")
+
+
+def test_status_of_a_model_that_is_not_loaded_fails_like_swap(triton_server, capsys):
+    """Fresh-user trial: `fastpath status text_detection` (in the repository, not loaded) printed
+    `"instances": {}` and exit 0; it now fails like swap, one line and exit 1."""
+    from fastpath import cli
+
+    assert cli.main(["status", "text_detection", "--url", triton_server.http_url]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fastpath status: model text_detection is not loaded at ")
+    assert cli.main(["status", "text_embedding", "--url", triton_server.http_url]) == 0

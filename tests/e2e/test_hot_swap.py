@@ -200,3 +200,21 @@ def test_the_sdk_sends_the_admin_key_triton_expects_on_each_protocol(swap_server
         with pytest.raises(PermissionDeniedError, match="restricted"):
             client.versions("text_embedding")
     assert retries == []
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_wait_ready_without_the_key_names_each_model_state(swap_server, protocol):
+    """Fresh-user trial: wait_ready(models=["nope"]) without the admin key raised PermissionDeniedError
+    (the repository index is restricted); it waits on unrestricted endpoints and names the state."""
+    from fastpath_client import Client, RequestTimeoutError
+
+    server, _ = swap_server
+    url = server.http_url if protocol == "http" else server.grpc_url
+    with Client(url, protocol, admin_key="") as client:
+        with pytest.raises(RequestTimeoutError) as info:
+            client.wait_ready(timeout_s=1.0, models=["nope", "text_embedding"])
+        client.wait_ready(timeout_s=10, models=["text_embedding"])
+    message = str(info.value)
+    assert "'nope' not found" in message and "'text_embedding'" not in message
+    assert "admin key" in message
+

@@ -82,3 +82,32 @@ def test_aiohttp_connection_errors_by_class_name():
 def test_a_client_error_passes_through_unchanged():
     original = errors.InvalidInputError("bad")
     assert _map(original) is original
+
+
+@pytest.mark.parametrize("message", [
+    # Triton's HTTP server answers the gRPC client's HTTP/2 preface with an HTTP/1 400
+    "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:8000: "
+    "Trying to connect an http1.x server (HTTP status 400)",
+    # a server that answers HTTP/1 bytes without a status gRPC understands
+    "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:8000: Failed parsing HTTP/2 "
+    "(Expected SETTINGS frame as the first frame, got frame type 79)",
+])
+def test_a_grpc_client_on_the_http_port_is_a_protocol_mismatch(message):
+    error = _map(InferenceServerException(msg=message, status="StatusCode.UNAVAILABLE"))
+    assert type(error) is errors.ProtocolMismatchError and isinstance(error, errors.ServerConnectionError)
+    assert not error.retryable and error.server_message == message and error.status == "UNAVAILABLE"
+    assert str(error).startswith(f"model 'text_embedding' at {URL}: the reply is not gRPC (failed to connect")
+    assert str(error).endswith(f"{URL} looks like Triton's HTTP port; use its gRPC port (default 8001), "
+                               "or protocol='http' for this one")
+
+
+def test_an_http_client_on_the_grpc_port_is_a_protocol_mismatch():
+    from geventhttpclient._parser import HTTPParseError
+
+    error = _map(HTTPParseError("Expected HTTP/, RTSP/ or ICE/", 8))
+    assert type(error) is errors.ProtocolMismatchError and not error.retryable
+    assert str(error) == (f"model 'text_embedding' at {URL}: the reply is not HTTP (HTTPParseError: Expected HTTP/, "
+                          f"RTSP/ or ICE/): {URL} looks like Triton's gRPC port; use its HTTP port (default 8000), "
+                          "or protocol='grpc' for this one")
+    truncated = _map(HTTPParseError("invalid chunk size", 3))  # another parse failure stays a connection error
+    assert type(truncated) is errors.ServerConnectionError and truncated.retryable

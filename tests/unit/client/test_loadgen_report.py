@@ -8,8 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from fastpath_client.loadgen import LoadSettings, Record, is_stable, percentiles_ms, server_split, window_summary
-from fastpath_client.report import time_split_ms, write_json, write_png
+from fastpath_client.loadgen import (
+    LoadRun, LoadSettings, Record, is_stable, percentiles_ms, server_split, window_summary,
+)
+from fastpath_client.report import PHASE_COLORS, has_responses, time_split_ms, write_json, write_png
 
 
 def test_percentiles_in_ms():
@@ -65,3 +67,37 @@ def test_report_json_is_standard_and_png_is_written(tmp_path):
     assert time_split_ms(report["results"][0])["client + network"] == pytest.approx(49.5 - 42.75)
     png = write_png(report, tmp_path / "r.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def _no_responses(label):
+    """A configuration whose reported windows had no successful response (e.g. every request failed)."""
+    nan = float("nan")
+    return {"label": label, "stable": False, "throughput_per_s": 0.0, "items_per_s": 0.0,
+            "latency_ms": dict.fromkeys(("avg", "min", "p50", "p90", "p95", "p99", "max"), nan),
+            "server": {"queue_us": nan, "compute_input_us": nan, "compute_infer_us": nan, "compute_output_us": nan,
+                       "success_us": nan}}
+
+
+@pytest.mark.parametrize("results", [[_no_responses("c=1")], [_result("c=1", 20.0, 45.0), _no_responses("c=8")]],
+                         ids=["none", "one-of-two"])
+def test_report_of_a_window_without_responses_is_written_and_says_so(tmp_path, results):
+    report = {"model": "text_embedding", "protocol": "http", "url": "127.0.0.1:8000",
+              "settings": {"items_per_request": 1, "stable_windows": 3, "window_s": 1.0}, "results": results}
+    assert not has_responses(results[-1]) and time_split_ms(results[-1]) == dict.fromkeys(PHASE_COLORS, 0.0)
+    loaded = json.loads(write_json(report, tmp_path / "r.json").read_text())  # NaN -> null
+    assert loaded["results"][-1]["latency_ms"]["p50"] is None and not has_responses(loaded["results"][-1])
+    for name, source in (("from_run.png", report), ("from_json.png", loaded)):
+        png = write_png(source, tmp_path / name)  # was: ValueError: Axis limits cannot be NaN or Inf
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_summary_notes_windows_without_successful_responses():
+    run = LoadRun(None, LoadSettings(model="m", concurrency=1, stable_windows=1, max_windows=1), lambda i: {})
+    run.records = [Record(0.1, 0.5, "ServerError: boom"), Record(0.5, 0.9, "ServerError: boom")]
+    stats = {k: (0, 0) for k in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
+                                 "inference_count", "execution_count")}
+    summary = run._summary([0.0, 1.0], [stats, stats], [window_summary(run.records, 0.0, 1.0)])
+    assert summary["note"] == "no successful responses in the reported windows (2 requests ended there, 2 with errors)"
+    assert summary["errors"] == 2 and summary["throughput_per_s"] == 0.0 and math.isnan(summary["latency_ms"]["p50"])
+    run.records.append(Record(0.2, 0.3))
+    assert run._summary([0.0, 1.0], [stats, stats], [window_summary(run.records, 0.0, 1.0)])["note"] is None
