@@ -183,7 +183,7 @@ async def interleaved_round(raw: RawEngine, client, metrics_url: str, variants: 
         time.sleep(IDEAL_SETTLE_S)
         return ideal()
 
-    start_tokens = scrape_tokens(metrics_url)
+    start_counts = scrape_counters(metrics_url)
     runs = [settled()]
     cells: dict = {}
 
@@ -208,13 +208,13 @@ async def interleaved_round(raw: RawEngine, client, metrics_url: str, variants: 
     cells.update({variant: merge_slices(parts) for variant, parts in slices.items()})
     if after is not None:
         bracket("after", lambda: after(cells))
-    end_tokens = scrape_tokens(metrics_url)
+    end_counts = scrape_counters(metrics_url)
     for variant in variants:
         model = SERVED[variant]
         for kind, field in (("padded", "padded_tokens"), ("real", "real_tokens"), ("calls", "engine_calls"),
                             ("texts", "engine_texts")):
             key = f"{model}:{kind}"
-            cells[variant][field] = end_tokens.get(key, 0.0) - start_tokens.get(key, 0.0)
+            cells[variant][field] = end_counts.get(key, 0.0) - start_counts.get(key, 0.0)
     return {"raw_ideal": merge_raw(runs), **cells}
 
 
@@ -247,7 +247,7 @@ SCRAPED = {"fastpath_padded_tokens_total": "padded", "fastpath_real_tokens_total
            "fastpath_batch_size_count": "calls", "fastpath_batch_size_sum": "texts"}
 
 
-def scrape_tokens(metrics_url: str) -> dict[str, float]:
+def scrape_counters(metrics_url: str) -> dict[str, float]:
     """Padded and real token counters per model, and FastPath's engine calls and the texts they ran,
     from the metrics endpoint: {"model:padded": n, "model:real": n, "model:calls": n, "model:texts": n}."""
     time.sleep(0.6)  # FastPath publishes its metrics every metrics_interval_ms (500 ms)

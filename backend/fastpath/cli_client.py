@@ -30,14 +30,20 @@ import numpy as np
 LOG = logging.getLogger("fastpath")
 POOL_REQUESTS = 64
 SERVER_WAIT_S = 60.0  # how long bench waits for a server (or the model) that is still starting
-DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
 PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC"}
+
+
+def default_port(protocol: str) -> int:
+    """Triton's default port for ``protocol`` ("http" | "grpc"): fastpath_client's table."""
+    from fastpath_client.errors import DEFAULT_PORTS
+
+    return DEFAULT_PORTS[PROTOCOL_NAMES[protocol]]
 
 
 def port_hint(protocol: str) -> str:
     """What to check when ``--url`` did not answer in ``--protocol``: the port of the other protocol."""
     other = "grpc" if protocol == "http" else "http"
-    return (f"is --url the {PROTOCOL_NAMES[protocol]} port (default {DEFAULT_PORTS[protocol]})? "
+    return (f"is --url the {PROTOCOL_NAMES[protocol]} port (default {default_port(protocol)})? "
             f"for the {PROTOCOL_NAMES[other]} port use --protocol {other}")
 
 
@@ -321,7 +327,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fastpath_client import FastPathClientError, ModelNotFoundError
     from fastpath_client.report import write_json, write_png
 
-    url = args.url or ("localhost:8001" if args.protocol == "grpc" else "localhost:8000")
+    url = args.url or f"localhost:{default_port(args.protocol)}"
     try:
         report = asyncio.run(_run_all(args, url))
     except BenchError as exc:
