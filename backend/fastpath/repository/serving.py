@@ -9,7 +9,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +102,9 @@ class VersionedEmbedder:
         validate_text_version(embedder, self.model_dir / str(version), checksums_verified=True)
         self.stages_s["golden_s"] = time.perf_counter() - started
 
-    @contextlib.contextmanager
-    def lease(self) -> Iterator[tuple[TextEmbedder, int]]:
-        """(embedder, version) of the active slot, held for one batch."""
-        with self.slots.lease() as pair:
-            yield pair
+    def lease(self) -> contextlib.AbstractContextManager[tuple[TextEmbedder, int]]:
+        """(embedder, version) of the active slot, held for one batch (a context manager)."""
+        return self.slots.lease()
 
     def close(self) -> None:
         """Stop the agent and the pre-verification, release every slot (idempotent)."""

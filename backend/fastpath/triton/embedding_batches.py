@@ -78,8 +78,8 @@ class EmbeddingBatchHandler:
         rows, length = batch.batch_size, batch.length
         lease = self.pool.lease(TOKEN_INPUTS * rows * length * 8)
         try:
-            views = [lease.view(np.int64, (rows, length), k * rows * length * 8) for k in range(TOKEN_INPUTS)]
-            feeds = self.embedder.tokenizer.pad(encodings, length, out=EncodedBatch(*views)).feeds()
+            views = lease.view(np.int64, (TOKEN_INPUTS, rows, length))  # one view; each input is a contiguous slab
+            feeds = self.embedder.tokenizer.pad(encodings, length, out=EncodedBatch(views[0], views[1], views[2])).feeds()
         except BaseException:
             lease.release()
             raise

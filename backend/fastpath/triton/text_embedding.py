@@ -80,11 +80,16 @@ OUTPUT_NAMES = ("EMBEDDING", "TOKEN_COUNT", "TRUNCATED", "MODEL_VERSION")
 MAX_VERSION_RERUNS = 2
 
 
+_ROW_COLUMNS = {"TOKEN_COUNT": (1, np.int32), "TRUNCATED": (2, np.bool_), "MODEL_VERSION": (3, np.int32)}
+
+
 def _output_array(name: str, rows: list[tuple[np.ndarray, int, bool, int]]) -> np.ndarray:
     """Output ``name`` of a request from its rows (embedding, token count, truncated, version); see the module docstring."""
     if name == "EMBEDDING":
-        return np.stack([row[0] for row in rows]).astype(np.float32, copy=False)
-    column, dtype = {"TOKEN_COUNT": (1, np.int32), "TRUNCATED": (2, np.bool_), "MODEL_VERSION": (3, np.int32)}[name]
+        # one row: a [1, 384] view of the batch output (pb.Tensor copies it into the stub's shared memory)
+        stacked = rows[0][0][None] if len(rows) == 1 else np.stack([row[0] for row in rows])
+        return stacked.astype(np.float32, copy=False)
+    column, dtype = _ROW_COLUMNS[name]
     return np.array([[row[column]] for row in rows], dtype=dtype)
 
 

@@ -232,3 +232,26 @@ def test_a_started_request_does_not_time_out_between_its_batches(answers, clock)
     clock.advance(40e-3)  # the first batch ran past the request's timeout
     second = queue.next_batch(clock.now(), flush=True)
     assert second.expired == () and set(first.batch.items + second.batch.items) == set(items)
+
+
+@pytest.mark.parametrize("pad_to_longest", [False, True])
+@pytest.mark.parametrize("tokens", [3, 16, 17, 200, 300])
+@pytest.mark.parametrize("timeout_s", [None, 1.0, 1e-4])
+def test_a_lone_flushed_text_forms_the_batch_the_full_rules_would(answers, clock, pad_to_longest, tokens, timeout_s):
+    """next_batch(flush=True) with one queued text skips ranking candidates (the c=1 inline path's
+    plan); its batch must equal what the rules form: one row at its bucket (or its own) length, the
+    rule 'deadline' when its timeout is at risk, else 'drain'."""
+    batches = []
+    for shortcut in (True, False):
+        queue = make_queue(CPU)
+        queue.pad_to_longest = pad_to_longest
+        (item,) = submit(queue, clock, request(answers, [tokens]), timeout_s=timeout_s)
+        if shortcut:
+            batch = queue.next_batch(clock.now(), flush=True).batch
+        else:  # the general rules, as next_batch applies them to a backlog
+            risks = list(queue._deadline_risks(clock.now()))
+            batch = queue._form(queue._best(item), item, "deadline" if risks else "drain", clock.now())
+        assert len(queue) == 0 and item.ticket.started and batch.items == (item,)
+        batches.append((batch.batch_size, batch.length, batch.rule, batch.predicted_s))
+    assert batches[0] == batches[1]
+    assert batches[0][2] == ("deadline" if timeout_s == 1e-4 else "drain")
