@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from fastpath.config import TextEmbeddingConfig
+from fastpath.graphs import BERT_INPUTS, Bucket
+from fastpath.graphs.staging import packed_inputs
 from fastpath.memory import create_host_pool
 from fastpath.models.text_embedding import TextEmbedder
 from fastpath.repository.serving import VersionedEmbedder
@@ -48,6 +50,10 @@ def test_batches_are_staged_in_one_pool_block_and_answer_like_the_plain_engine(v
             assert all(np.shares_memory(array, staged.lease.view(np.uint8, staged.lease.nbytes))
                        for array in staged.feeds.values())
             assert pool.stats().outstanding == 1
+            # the graph runner's one-DMA path takes the three inputs as one [3, b, L] block, no copy
+            packed = packed_inputs(staged.feeds, BERT_INPUTS, Bucket(4, 16))
+            assert packed is not None and np.shares_memory(packed, staged.feeds["input_ids"])
+            np.testing.assert_array_equal(packed[1], staged.feeds["attention_mask"])
             outputs = handler.run(staged)
             assert pool.stats().outstanding == 0 and staged.lease.released
             handler.finish(batch, outputs)
