@@ -19,9 +19,15 @@ short anchor never rides along with long texts that would run efficiently withou
 Rules, checked in this order while the engine is free:
     expire    texts past their Triton timeout leave the queue (answered UNAVAILABLE), unless
               another text of their request already ran (the timeout covers the wait before execution).
-    deadline  (b) if waiting longer would make a text miss its deadline given the predicted cost
-              of its batch (plus ``deadline_margin_s``), its best batch runs now.
-    full      (a) a length bucket holds a full largest batch bucket: that batch runs now.
+              The driver also calls :meth:`BatchQueue.expire` at :meth:`BatchQueue.next_expiry_s`
+              while every engine is busy, so the answer comes at the timeout, not at the next batch.
+    deadline  (b) if a text's batch must start before the batch the rules below would run now could
+              end (its predicted cost; the engine asks again only then), given the predicted cost of
+              its own batch plus ``deadline_margin_s``, its best batch runs now instead.
+    full      (a) a length bucket holds a full largest batch bucket: that batch runs now; unless the
+              oldest text has waited ``max_queue_delay_s`` (then ``delay`` goes first, so a bucket
+              refilled by sustained load cannot starve other lengths), and only a bucket whose head
+              has the head's priority level.
     drain     the queue is closed: run the best batch now.
     delay     (c) the oldest text has waited ``max_queue_delay_s``: the best batch runs now.
     idle      the engine is free and waiting is not predicted to pay: at arrival rate ``r`` into the
@@ -29,6 +35,9 @@ Rules, checked in this order while the engine is free:
               only if the fuller batch's efficiency, that idle time counted, beats running now by
               ``min_padding_gain``. Rates are learned only while work is pending, so a closed-loop
               client at concurrency 1 never waits for company (rarely pays on CPU; often on a GPU).
+Within one priority level every text becomes the head in turn, so none waits behind later ones
+for longer than the batches ahead of it take; a worse level can wait as long as better levels keep
+the engine busy (Triton's priority semantics; give such requests a timeout).
 The anchor is the queue head (best priority level, then oldest), except for ``deadline``: the text at risk.
 """
 
@@ -113,6 +122,7 @@ class BatchQueue:
         self._count = 0
         self._seq = 0
         self._closed = False
+        self._deadlines: list[tuple[float, int, WorkItem]] = []  # min-heap of queued texts' deadlines (lazy removal)
 
     def __len__(self) -> int:
         return self._count
@@ -158,6 +168,8 @@ class BatchQueue:
             self._seq += 1
             group = self.bucket_of(item)
             bisect.insort(self._groups[group], item, key=_key)
+            if item.deadline_s is not None:
+                heapq.heappush(self._deadlines, (item.deadline_s, item.seq, item))
             per_group[group] = per_group.get(group, 0) + 1
         for group, texts in per_group.items():
             if pending:
@@ -173,6 +185,7 @@ class BatchQueue:
         items = [item for group in self._groups for item in group]
         self._groups = [[] for _ in self.length_buckets]
         self._count = 0
+        self._deadlines = []
         return items
 
     def next_batch(self, now: float, *, flush: bool = False) -> Decision:
@@ -186,22 +199,40 @@ class BatchQueue:
             return Decision(None, expired, None)
         if self._count == 1 and (flush or self._closed):
             return Decision(self._form_lone(now), expired)
-        for anchor in self._deadline_risks(now):
-            return Decision(self._form(self._best(anchor), anchor, "deadline", now), expired)
-        full = self._full_group()
-        if full is not None:
-            return Decision(self._form(self._single(full), self._groups[full][0], "full", now), expired)
         head = self._head()
+        oldest_s = min(item.arrival_s for group in self._groups for item in group)
+        pick = self._pick(head, oldest_s, now, flush)
+        waiting = isinstance(pick, float)
+        # deadline: a text whose batch must start before the picked batch would end (when this engine
+        # asks next) runs now instead; while the engine waits, the driver asks again at its risk time.
+        horizon_s = 0.0 if waiting else self.costs.estimate(pick[0].size, self.length_buckets[pick[0].hi])
+        for anchor in self._deadline_risks(now + horizon_s):
+            return Decision(self._form(self._best(anchor), anchor, "deadline", now), expired)
+        if waiting:
+            return Decision(None, expired, min(pick, oldest_s + self.max_queue_delay_s, self._next_risk_s()))
+        return Decision(self._form(*pick, now), expired)
+
+    def _pick(self, head: WorkItem, oldest_s: float, now: float, flush: bool) -> tuple[_Candidate, WorkItem, str] | float:
+        """(candidate, anchor, rule) by the rules after ``deadline``, or the clock time worth waiting until (rule ``idle``).
+
+        ``full`` yields to ``delay``: once the oldest text has waited ``max_queue_delay_s``, the
+        head's batch runs even while another bucket holds a full batch, and ``full`` runs only a
+        bucket whose head has the head's priority level. Before (fresh-user trial, 2026-11-30), a
+        bucket refilled to 64 texts by sustained load ran every time, and a lone text of another
+        length (or of a better priority level) waited until the load stopped: 41 s.
+        """
+        overdue = now - oldest_s >= self.max_queue_delay_s
+        if not overdue:
+            full = self._full_group(head.priority_level)
+            if full is not None:
+                return self._single(full), self._groups[full][0], "full"
         best = self._best(head)
         if self._closed or flush:
-            return Decision(self._form(best, head, "drain", now), expired)
-        oldest_s = min(item.arrival_s for group in self._groups for item in group)
-        if now - oldest_s >= self.max_queue_delay_s:
-            return Decision(self._form(best, head, "delay", now), expired)
+            return best, head, "drain"
+        if overdue:
+            return best, head, "delay"
         wait_until = self._worth_waiting(best, now, oldest_s)
-        if wait_until is None:
-            return Decision(self._form(best, head, "idle", now), expired)
-        return Decision(None, expired, min(wait_until, oldest_s + self.max_queue_delay_s, self._next_risk_s()))
+        return (best, head, "idle") if wait_until is None else wait_until
 
     # -- rules -------------------------------------------------------------------------------
 
@@ -225,6 +256,8 @@ class BatchQueue:
                     keep.append(item)
             self._count -= len(group) - len(keep)
             self._groups[index] = keep
+        while self._deadlines and self._deadlines[0][0] <= now:  # expired now, or dispatched: never again
+            heapq.heappop(self._deadlines)
         return tuple(expired)
 
     @staticmethod
@@ -243,13 +276,28 @@ class BatchQueue:
                  if item.deadline_s is not None]
         return [item for risk_s, _, item in sorted(risks, key=lambda r: r[:2]) if risk_s <= now][:1]
 
+    def next_expiry_s(self) -> float:
+        """Clock time the next queued text times out (``inf`` if none can): when the driver should
+        call :meth:`expire` even while every engine is busy, so a timed-out request is answered near its
+        timeout, not at the next batch (fresh-user trial: 1.4 s late under load)."""
+        heap = self._deadlines
+        while heap and (heap[0][2].ticket.started or heap[0][2].ticket.done):
+            heapq.heappop(heap)  # dispatched or answered: its texts no longer expire
+        return heap[0][0] if heap else float("inf")
+
+    def expire(self, now: float) -> tuple[WorkItem, ...]:
+        """Take out the texts whose timeout passed (and those of answered requests); returns the expired ones."""
+        return self._expire(now)
+
     def _next_risk_s(self) -> float:
         times = [self._risk_s(item) for group in self._groups for item in group if item.deadline_s is not None]
         return min(times, default=float("inf"))
 
-    def _full_group(self) -> int | None:
-        """The length bucket with a full largest batch whose head ranks best, if any."""
-        full = [index for index, group in enumerate(self._groups) if len(group) >= self.max_batch]
+    def _full_group(self, level: int) -> int | None:
+        """The length bucket with a full largest batch whose head ranks best, if any; only buckets
+        whose head has priority ``level`` (a better-priority text elsewhere must not wait behind them)."""
+        full = [index for index, group in enumerate(self._groups)
+                if len(group) >= self.max_batch and group[0].priority_level == level]
         return min(full, key=lambda index: _key(self._groups[index][0]), default=None)
 
     def _head(self) -> WorkItem:

@@ -167,6 +167,25 @@ def test_a_request_still_queued_at_its_timeout_gets_unavailable(runner, handler,
     assert ("timeout", 1) in runner.observer.rejections
 
 
+def test_a_request_timing_out_while_the_engine_is_busy_is_answered_at_its_timeout(runner, handler, answers, clock):
+    """Fresh-user trial: under load a 1 ms timeout was answered 1.4 s late, at the next batch. The
+    stager now wakes at the queue's next expiry, so the 503 goes out while the engine still runs."""
+    handler.gate = threading.Event()  # the running batch never ends during this test
+    running = request(answers, [200] * 64, label="running")
+    runner.submit(running)  # predicted to run ~1.6 s
+    handler.wait_staged(1)
+    assert handler.staged[0].predicted_s > 1.0
+    late = request(answers, [10], label="late")
+    runner.submit(late, timeout_s=5e-3)
+    clock.advance(6e-3)
+    answers.wait_for(1, timeout_s=5.0)  # the gate holds the engine for 10 s
+    results, error = answers.of(late[0].ticket)
+    assert isinstance(error, QueueTimeoutError) and answers.count(running[0].ticket) == 0  # the engine is still busy
+    assert ("timeout", 1) in runner.observer.rejections
+    handler.gate.set()
+    answers.wait_for(2)
+
+
 def test_the_next_batch_is_formed_late_and_staged_while_the_engine_runs(runner, handler, answers, clock):
     handler.gate = threading.Event()
     runner.submit(request(answers, [10], label="n"))
