@@ -132,10 +132,14 @@ def test_invalid_utf8_gets_400_and_others_unaffected(triton_server, protocol):
 
 
 def test_zero_sized_binary_request_gets_400(triton_server):
-    """K04: a [0, 1] BYTES tensor through gRPC reaches the model and is refused there with 400."""
+    """K04: a [0, 1] BYTES tensor through gRPC is refused with INVALID_ARGUMENT naming the tensor, by
+    Triton 2.51 itself before the model (its wording; the model's own zero-size check is the backstop)."""
+    module, client = _client(triton_server, "grpc")
+    tensor = module.InferInput("TEXT", [0, 1], "BYTES")
+    tensor.set_data_from_numpy(np.empty((0, 1), dtype=np.object_))
     with pytest.raises(InferenceServerException) as info:
-        _embed(triton_server, "grpc", [])
-    assert "TEXT" in info.value.message()
+        client.infer(MODEL, [tensor])
+    assert "inference input 'TEXT'" in info.value.message() and "got 0" in info.value.message()
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
 
 

@@ -30,8 +30,11 @@ Families:
                                                         Triton's nv_inference_queue_duration_us); its
                                                         rate over ``fastpath_batch_size_sum``'s is the
                                                         mean queue delay per text
-    fastpath_rejected_texts_total            COUNTER    texts answered without running, by ``reason``
-                                                        (queue_full, shutdown, timeout, cancelled)
+    fastpath_rejected_texts_total            COUNTER    texts of requests answered with an error, by
+                                                        ``reason`` (queue_full, shutdown, timeout,
+                                                        cancelled); a request counts all its texts, so a
+                                                        cancelled or shut-down one also counts any that
+                                                        already ran (and are in fastpath_batch_size)
     fastpath_batch_execution_us              HISTOGRAM  engine time per call, per (batch_size, seq_length) bucket
     fastpath_batch_failures_total            COUNTER    engine calls that raised
 
@@ -116,7 +119,8 @@ class SchedulerMetrics(SchedulerObserver):
         # (nv_inference_request_success), so bad input is visible only here.
         self._invalid = make("fastpath_invalid_requests_total", "Requests answered 400 for bad input", family.COUNTER)
         self._rejected = {
-            reason: make("fastpath_rejected_texts_total", "Texts answered with an error without running",
+            reason: make("fastpath_rejected_texts_total", "Texts of requests answered with an error instead of their rows "
+                         "(all of a request's texts, also any that already ran)",
                          family.COUNTER, reason=reason)
             for reason in REJECT_REASONS
         }
