@@ -5,7 +5,7 @@ list per *length bucket*, each ordered by (priority level, arrival). Whenever th
 (or about to be), the driver asks :meth:`BatchQueue.next_batch` for a :class:`Decision`: a batch to
 run now, or the clock time to ask again. Time comes only from the ``now`` argument.
 
-Candidates. A candidate batch is a run of adjacent length buckets ``[lo, hi]`` that holds the
+Candidates (:mod:`fastpath.scheduling.candidates`). A candidate batch is a run of adjacent length buckets ``[lo, hi]`` that holds the
 *anchor* text; it pads to bucket ``hi``. Its size snaps to the engine's batch buckets: either down
 (run the best-ranked ``B_down`` texts, the rest wait) or up (run all ``n`` texts plus
 ``B_up - n`` filler rows). The candidate with the highest *efficiency* wins: the ideal engine time
@@ -44,12 +44,12 @@ The anchor is the queue head (best priority level, then oldest), except for ``de
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import heapq
 from collections.abc import Iterable, Sequence
 
 from fastpath.errors import UnavailableError
 from fastpath.scheduling.batch import Batch, Decision
+from fastpath.scheduling.candidates import Candidate, CandidateRanking, rank_key
 from fastpath.scheduling.costs import CostModel
 from fastpath.scheduling.rates import ArrivalRate
 from fastpath.scheduling.tickets import WorkItem
@@ -57,26 +57,7 @@ from fastpath.scheduling.tickets import WorkItem
 _MIN_WAIT_S = 50e-6  # waiting less than this is not worth a wake-up
 
 
-def _key(item: WorkItem) -> tuple[int, int]:
-    return (item.priority_level, item.seq)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Candidate:
-    lo: int
-    hi: int
-    served: int  # real texts that run
-    size: int  # batch bucket
-    in_range: int  # texts queued in [lo, hi]
-    useful_s: float  # ideal engine seconds of the served texts (see BatchQueue._ideal_s_per_token)
-    cost_s: float  # predicted engine seconds of the batch
-
-    @property
-    def efficiency(self) -> float:
-        return self.useful_s / self.cost_s if self.cost_s > 0 else 0.0
-
-
-class BatchQueue:
+class BatchQueue(CandidateRanking):
     """Bounded, length-bucketed queue with cost-based batch formation. Not thread-safe: the driver
     (:class:`~fastpath.scheduling.runner.BatchRunner`) serializes calls under its lock.
 
@@ -167,7 +148,7 @@ class BatchQueue:
             item.seq = self._seq
             self._seq += 1
             group = self.bucket_of(item)
-            bisect.insort(self._groups[group], item, key=_key)
+            bisect.insort(self._groups[group], item, key=rank_key)
             if item.deadline_s is not None:
                 heapq.heappush(self._deadlines, (item.deadline_s, item.seq, item))
             per_group[group] = per_group.get(group, 0) + 1
@@ -212,7 +193,7 @@ class BatchQueue:
             return Decision(None, expired, min(pick, oldest_s + self.max_queue_delay_s, self._next_risk_s()))
         return Decision(self._form(*pick, now), expired)
 
-    def _pick(self, head: WorkItem, oldest_s: float, now: float, flush: bool) -> tuple[_Candidate, WorkItem, str] | float:
+    def _pick(self, head: WorkItem, oldest_s: float, now: float, flush: bool) -> tuple[Candidate, WorkItem, str] | float:
         """(candidate, anchor, rule) by the rules after ``deadline``, or the clock time worth waiting until (rule ``idle``).
 
         ``full`` yields to ``delay``: once the oldest text has waited ``max_queue_delay_s``, the
@@ -298,12 +279,12 @@ class BatchQueue:
         whose head has priority ``level`` (a better-priority text elsewhere must not wait behind them)."""
         full = [index for index, group in enumerate(self._groups)
                 if len(group) >= self.max_batch and group[0].priority_level == level]
-        return min(full, key=lambda index: _key(self._groups[index][0]), default=None)
+        return min(full, key=lambda index: rank_key(self._groups[index][0]), default=None)
 
     def _head(self) -> WorkItem:
-        return min((group[0] for group in self._groups if group), key=_key)
+        return min((group[0] for group in self._groups if group), key=rank_key)
 
-    def _worth_waiting(self, best: _Candidate, now: float, oldest_s: float) -> float | None:
+    def _worth_waiting(self, best: Candidate, now: float, oldest_s: float) -> float | None:
         """Clock time worth waiting until for more texts, or None to run ``best`` now.
 
         Waiting ``fill_s`` for the next batch bucket idles the engine that long; it pays only if
@@ -323,77 +304,6 @@ class BatchQueue:
         cost_s = fill_s + self.costs.estimate(target, self.length_buckets[best.hi], floor=True)
         return now + fill_s if useful_s / cost_s > best.efficiency * self.min_padding_gain else None
 
-    # -- candidates ----------------------------------------------------------------------------
-
-    def snap_down(self, count: int) -> int:
-        """Largest batch bucket <= ``count``."""
-        return self.batch_buckets[bisect.bisect_right(self.batch_buckets, count) - 1]
-
-    def snap_up(self, count: int) -> int:
-        """Smallest batch bucket >= ``count`` (the largest bucket if none)."""
-        return self.batch_buckets[min(bisect.bisect_left(self.batch_buckets, count), len(self.batch_buckets) - 1)]
-
-    def _ideal_s_per_token(self, group: int) -> float:
-        """Engine seconds per token of a text of this bucket in a full largest batch: the cost floor."""
-        length = self.length_buckets[group]
-        return self.costs.estimate(self.max_batch, length, floor=True) / (self.max_batch * length)
-
-    def _candidate(self, lo: int, hi: int, in_range: int, useful_s: float) -> _Candidate:
-        """Best snapping of the texts in buckets [lo, hi]: cut down to a bucket, or pad up with filler rows.
-
-        ``useful_s`` is the ideal engine time of all ``in_range`` texts; a cut serves its share.
-        """
-        count = min(in_range, self.max_batch)
-        length = self.length_buckets[hi]
-        down, up = self.snap_down(count), self.snap_up(count)
-        cut = _Candidate(lo, hi, down, down, in_range, useful_s * down / in_range, self.costs.estimate(down, length, floor=True))
-        if up == down:
-            return cut
-        padded = _Candidate(lo, hi, count, up, in_range, useful_s * count / in_range, self.costs.estimate(up, length, floor=True))
-        return padded if padded.efficiency >= cut.efficiency * self.min_padding_gain else cut
-
-    def _useful_by_group(self) -> list[float]:
-        """Ideal engine seconds of each bucket's queued texts (tokens x ideal seconds per token)."""
-        return [sum(item.tokens for item in group) * self._ideal_s_per_token(g) if group else 0.0
-                for g, group in enumerate(self._groups)]
-
-    def _single(self, group: int) -> _Candidate:
-        return self._candidate(group, group, len(self._groups[group]), self._useful_by_group()[group])
-
-    def _best(self, anchor: WorkItem) -> _Candidate:
-        """The most efficient candidate (ideal / predicted engine time) among runs of buckets around the anchor's.
-
-        Efficiency charges every padded token and filler row: merging short texts into a long
-        batch, or padding 5 texts up to 8 rows, wins only where the per-call overhead it saves is
-        larger than the padding it adds, by at least ``min_padding_gain``.
-        """
-        home = self.bucket_of(anchor)
-        useful = self._useful_by_group()
-        counts = [len(group) for group in self._groups]
-        # Cost of running each bucket's texts as their own batch: a range of buckets must beat that
-        # too, or a short anchor would "gain" by riding along with long texts that run efficiently
-        # anyway (the anchor's own batch is tiny), padding the short one to the long ones' length.
-        alone = [self.costs.estimate(self.snap_up(min(count, self.max_batch)), self.length_buckets[g], floor=True)
-                 if count else 0.0 for g, count in enumerate(counts)]
-        count_prefix, useful_prefix, alone_prefix = [0], [0.0], [0.0]
-        for count, value, cost in zip(counts, useful, alone):
-            count_prefix.append(count_prefix[-1] + count)
-            useful_prefix.append(useful_prefix[-1] + value)
-            alone_prefix.append(alone_prefix[-1] + cost)
-        own = self._candidate(home, home, counts[home], useful[home])
-        best = own
-        for lo in (index for index in range(home + 1) if counts[index]):
-            for hi in (index for index in range(home, len(counts)) if counts[index]):
-                in_range = count_prefix[hi + 1] - count_prefix[lo]
-                in_useful = useful_prefix[hi + 1] - useful_prefix[lo]
-                candidate = self._candidate(lo, hi, in_range, in_useful)
-                separate_s = alone_prefix[hi + 1] - alone_prefix[lo]
-                if lo != hi and separate_s > 0 and candidate.efficiency < in_useful / separate_s * self.min_padding_gain:
-                    continue
-                if (candidate.efficiency, candidate.served) > (best.efficiency, best.served):
-                    best = candidate
-        return best if best.efficiency >= own.efficiency * self.min_padding_gain else own
-
     def _form_lone(self, now: float) -> Batch:
         """The batch of the only queued text when it runs now regardless (flush or drain): what the
         rules would form (one row at its own length; no candidate to compare), without ranking
@@ -408,10 +318,10 @@ class BatchQueue:
         rule = "deadline" if at_risk else "full" if self.max_batch == 1 else "drain"
         return Batch((item,), 1, length, rule, now, self.costs.estimate(1, length))
 
-    def _form(self, candidate: _Candidate, anchor: WorkItem, rule: str, now: float) -> Batch:
+    def _form(self, candidate: Candidate, anchor: WorkItem, rule: str, now: float) -> Batch:
         """Take the candidate's texts out of the queue: the anchor first, then by (priority, arrival)."""
         groups = [self._groups[g] for g in range(candidate.lo, candidate.hi + 1)]
-        ranked = [anchor] + [item for item in heapq.merge(*groups, key=_key) if item is not anchor]
+        ranked = [anchor] + [item for item in heapq.merge(*groups, key=rank_key) if item is not anchor]
         chosen = ranked[: candidate.served]
         taken = {id(item) for item in chosen}
         for g in range(candidate.lo, candidate.hi + 1):

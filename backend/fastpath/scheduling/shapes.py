@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fastpath.scheduling.candidates import Candidate
 from fastpath.scheduling.costs import CostModel
-from fastpath.scheduling.queue import BatchQueue, _Candidate
+from fastpath.scheduling.queue import BatchQueue
 from fastpath.scheduling.rates import ArrivalRate
 from fastpath.scheduling.tickets import WorkItem
 
@@ -110,6 +111,6 @@ class ShapeBatchQueue(BatchQueue):
         self._shapes = [self._shapes[i] for i in keep]
         self._index = {shape: i for i, shape in enumerate(self._shapes)}
 
-    def _best(self, anchor: WorkItem) -> _Candidate:
+    def _best(self, anchor: WorkItem) -> Candidate:
         """The anchor's own shape only: cut down to a batch bucket or pad up with filler rows."""
         return self._single(self.bucket_of(anchor))
