@@ -11,6 +11,7 @@ per request (images of different sizes do not stack); the async client sends the
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import numpy as np
@@ -96,7 +97,13 @@ def image_request(io: DetectionIO, spec: ModelSpec, image: Any, index: int) -> d
         item = np.empty(_shape_for(spec, io.encoded, (1,)), dtype=np.object_)
         item.reshape(-1)[0] = bytes(image)
         return {io.encoded.name: item}
+    if isinstance(image, (str, os.PathLike)):  # a file name (fresh-user trial: "dtype <U8" told them nothing)
+        raise InvalidInputError(f"image {index} is a file name ({str(image)!r}), not an image: pass its bytes, "
+                                "e.g. pathlib.Path(name).read_bytes(), or an HxWx3 uint8 array")
     array = np.asarray(image)
+    if array.ndim not in (2, 3):  # sent anyway, the server's 400 named a reshaped [1, 1, 5] the caller never made
+        raise InvalidInputError(f"image {index}: shape {list(array.shape)} has {array.ndim} dimensions; expected HxWx3 RGB "
+                                "(or HxW grayscale), one image per list item")
     if io.pixels is None:
         raise InvalidInputError(f"image {index}: model '{spec.name}' takes encoded PNG/JPEG bytes "
                                 f"({io.encoded.name}); encode the array first")

@@ -105,6 +105,8 @@ class BatchQueue(CandidateRanking):
         self._closed = False
         self._deadlines: list[tuple[float, int, WorkItem]] = []  # min-heap of queued texts' deadlines (lazy removal)
 
+    unit = "texts"  # what the queue holds, for messages
+
     def __len__(self) -> int:
         return self._count
 
@@ -135,13 +137,7 @@ class BatchQueue(CandidateRanking):
             UnavailableError: the queue is closed, or the texts do not fit in ``max_texts``
                 (Triton's wording: "Exceeds maximum queue size"); retryable.
         """
-        if self._closed:
-            raise UnavailableError("the model is shutting down and accepts no new requests; retry on another instance")
-        if self._count + len(items) > self.max_texts:
-            raise UnavailableError(
-                f"Exceeds maximum queue size: {self._count} texts queued + {len(items)} in this request > "
-                f"max_queue_texts={self.max_texts}; the server is overloaded, retry later (parameter max_queue_texts)"
-            )
+        self.check_room(len(items))
         pending = engine_busy or self._count > 0
         per_group: dict[int, int] = {}
         for item in items:
@@ -156,6 +152,20 @@ class BatchQueue(CandidateRanking):
             if pending:
                 self._rates[group].arrive(now, texts)
         self._count += len(items)
+
+    def check_room(self, count: int) -> None:
+        """Raise what :meth:`submit` would for ``count`` more texts (call it before costly preparation).
+
+        Raises:
+            UnavailableError: the queue is closed, or ``count`` more would exceed ``max_texts``.
+        """
+        if self._closed:
+            raise UnavailableError("the model is shutting down and accepts no new requests; retry on another instance")
+        if self._count + count > self.max_texts:
+            raise UnavailableError(
+                f"Exceeds maximum queue size: {self._count} {self.unit} queued + {count} in this request > "
+                f"max_queue_texts={self.max_texts}; the server is overloaded, retry later (parameter max_queue_texts)"
+            )
 
     def close(self) -> None:
         """Refuse new texts; queued ones are dispatched without waiting (rule ``drain``)."""

@@ -125,21 +125,25 @@ class BatchRunner:
                 thread.start()
         return self
 
-    def submit(self, items: Sequence[WorkItem], *, timeout_s: float | None = None) -> None:
+    def submit(self, items: Sequence[WorkItem], *, timeout_s: float | None = None, arrival_s: float | None = None) -> None:
         """Queue one request's texts; its ticket will be answered exactly once.
 
         Args:
             items: the request's texts (``tokens``, ``payload``, ``priority_level`` set).
             timeout_s: Triton request timeout in seconds (None or 0: none); sets each item's deadline.
+            arrival_s: when the request reached the model (clock seconds; default now), when its
+                preparation (e.g. image decoding) took time of its own: the timeout and the queue
+                delay count from then.
 
         Raises:
             UnavailableError: queue full or shutting down (the caller answers the request itself).
         """
         with self._cond:
             now = self.clock.now()
+            start_s = now if arrival_s is None else min(arrival_s, now)
             for item in items:
-                item.arrival_s = now
-                item.deadline_s = now + timeout_s if timeout_s else None
+                item.arrival_s = start_s
+                item.deadline_s = start_s + timeout_s if timeout_s else None
             try:
                 busy = bool(self._running) or self._slot is not None or self._staging is not None
                 self.queue.submit(items, now, engine_busy=busy)
@@ -148,6 +152,19 @@ class BatchRunner:
                 raise
             if not self._inline:  # under claim_idle the threads keep off the queue: waking them only costs the GIL
                 self._cond.notify_all()
+
+    def check_room(self, count: int) -> None:
+        """Raise (and count as rejected) what :meth:`submit` would for ``count`` more items, before costly preparation.
+
+        Raises:
+            UnavailableError: queue full or shutting down.
+        """
+        with self._cond:
+            try:
+                self.queue.check_room(count)
+            except UnavailableError:
+                self.observer.rejected("shutdown" if self.queue.closed else "queue_full", count)
+                raise
 
     def claim_idle(self) -> bool:
         """Claim an idle runner for one caller that will queue texts and :meth:`drain_inline` them.

@@ -45,6 +45,8 @@ class ShapeBatchQueue(BatchQueue):
         ValueError: bad batch buckets (see :class:`BatchQueue`), or ``max_idle_shapes`` < 1.
     """
 
+    unit = "images"  # text_detection's items (messages only)
+
     def __init__(self, *, batch_buckets: Sequence[int], costs: CostModel, max_queue_delay_s: float, max_items: int,
                  deadline_margin_s: float = 0.0, min_padding_gain: float = 1.1, max_idle_shapes: int = 64) -> None:
         super().__init__(batch_buckets=batch_buckets, length_buckets=(1,), costs=costs, max_queue_delay_s=max_queue_delay_s,

@@ -126,8 +126,14 @@ class TextDetectionModel:
     def execute(self, requests: list[Any]) -> None:
         """Decode, validate and resize each request's images, queue them, return at once; answers follow."""
         pb, sched = self._pb, self.scheduler_config
+        arrival_s = self.runner.clock.now()  # the call's requests wait while earlier ones decode: timeouts count from here
         for request in requests:
             sender = request.get_response_sender()
+            try:  # a full queue answers 503 before the images are decoded (trial: 503s came 5-20 s late)
+                self.runner.check_room(self._image_count(request))
+            except Exception as exc:
+                send_final(pb, sender, error_response(pb, exc))
+                continue
             try:
                 prepared = [self._prepare(image) for image in self._read_images(request)]
                 level, timeout_s = priority_level(request, sched), request_timeout_s(request, sched)
@@ -141,10 +147,20 @@ class TextDetectionModel:
             items = [WorkItem(ticket, row, image.cells, image, level, shape=image.shape_hw)
                      for row, image in enumerate(prepared)]
             try:
-                self.runner.submit(items, timeout_s=timeout_s)
+                self.runner.submit(items, timeout_s=timeout_s, arrival_s=arrival_s)
             except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
                 send_final(pb, sender, error_response(pb, exc))
         return None
+
+    def _image_count(self, request: Any) -> int:
+        """Images in the request by its input's batch dimension, without decoding (0 if malformed: _read_images says why)."""
+        counts = []
+        for name in (ARRAY_INPUT, BYTES_INPUT):
+            tensor = self._pb.get_input_tensor_by_name(request, name)
+            if tensor is not None:
+                shape = tensor.shape() if hasattr(tensor, "shape") else tensor.as_numpy().shape
+                counts.append(int(shape[0]) if len(shape) else 0)
+        return counts[0] if len(counts) == 1 else 0
 
     def _answer(self, sender: Any, wanted: frozenset[str], ticket: Ticket, detections: list[Any] | None,
                 error: BaseException | None) -> None:

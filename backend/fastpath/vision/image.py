@@ -29,6 +29,7 @@ from PIL import Image, UnidentifiedImageError
 from fastpath.errors import InvalidInputError
 
 ENCODED_FORMATS = ("PNG", "JPEG")
+SIGNATURES = {b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG"}
 ARRAY_INPUT = "IMAGE"
 BYTES_INPUT = "IMAGE_BYTES"
 
@@ -64,11 +65,13 @@ def check_pixel_limits(sizes_hw: Sequence[tuple[int, int]], *, tensor: str, max_
                                 f"{max_request_pixels} pixels per request (max_request_pixels); split the request")
 
 
-def probe_encoded(data: bytes, *, index: int) -> tuple[int, int]:
+def probe_encoded(data: bytes, *, index: int, max_image_pixels: int | None = None) -> tuple[int, int]:
     """(height, width) from a PNG or JPEG header, without decoding the pixels.
 
     Raises:
-        InvalidInputError: the bytes are not a PNG or JPEG file.
+        InvalidInputError: the bytes are empty, not a PNG or JPEG file, a PNG/JPEG whose header is
+            truncated or corrupt, or one whose header Pillow refuses (above 2 x ``Image.MAX_IMAGE_PIXELS``,
+            ~179 Mpx; the message names ``max_image_pixels`` when given).
     """
     if not data:
         raise InvalidInputError(f"input {BYTES_INPUT} element {index} is empty (0 bytes); send an encoded PNG or JPEG file")
@@ -77,9 +80,15 @@ def probe_encoded(data: bytes, *, index: int) -> tuple[int, int]:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=ENCODED_FORMATS) as header:
                 width, height = header.size
-    except Image.DecompressionBombError as exc:
-        raise InvalidInputError(f"input {BYTES_INPUT} element {index} is too large to decode: {exc}") from None
+    except Image.DecompressionBombError:  # Pillow refuses headers above 2 x Image.MAX_IMAGE_PIXELS (~179 Mpx)
+        limit = f"the limit of {max_image_pixels} pixels (config.pbtxt parameter max_image_pixels)" if max_image_pixels else "any limit"
+        raise InvalidInputError(f"input {BYTES_INPUT} element {index} is larger than {2 * Image.MAX_IMAGE_PIXELS} pixels "
+                                f"by its header, far above {limit}; downscale it") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        kind = next((name for signature, name in SIGNATURES.items() if data.startswith(signature)), None)
+        if kind is not None:  # e.g. the first 300 bytes of a JPEG (fresh-user trial): say what it is
+            raise InvalidInputError(f"input {BYTES_INPUT} element {index} ({len(data)} bytes) starts like a {kind} file but its "
+                                    f"header could not be read ({exc}); the file is corrupt or truncated") from None
         # Pillow's UnidentifiedImageError text names only its internal file object ("<_io.BytesIO object at 0x...>")
         reason = "no PNG or JPEG signature" if isinstance(exc, UnidentifiedImageError) else str(exc)
         raise InvalidInputError(f"input {BYTES_INPUT} element {index} ({len(data)} bytes, starting {data[:8]!r}) is not a "
@@ -181,7 +190,7 @@ def images_from_bytes(values: np.ndarray, *, max_image_pixels: int, max_request_
     if len(elements) > max_images:  # before probing any header
         check_pixel_limits([(1, 1)] * len(elements), tensor=BYTES_INPUT, max_image_pixels=max_image_pixels,
                            max_request_pixels=max_request_pixels, max_images=max_images)
-    sizes = [probe_encoded(data, index=i) for i, data in enumerate(elements)]
+    sizes = [probe_encoded(data, index=i, max_image_pixels=max_image_pixels) for i, data in enumerate(elements)]
     check_pixel_limits(sizes, tensor=BYTES_INPUT, max_image_pixels=max_image_pixels,
                        max_request_pixels=max_request_pixels, max_images=max_images)
     return [decode_encoded(data, index=i, expected_hw=size) for i, (data, size) in enumerate(zip(elements, sizes))]

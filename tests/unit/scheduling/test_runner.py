@@ -417,3 +417,26 @@ def test_an_idle_runner_can_be_claimed_for_one_inline_call(clock, handler, answe
             handler.gate.set()
         runner.close(drain_timeout_s=5)
     assert not runner.claim_idle()  # closed
+
+
+def test_check_room_refuses_before_preparation_and_counts_the_rejection(clock, handler, answers):
+    """text_detection asks before decoding a request's images (fresh-user trial: with decoding first,
+    queue-full 503s came 5-20 s late); the answer is submit's own."""
+    runner = BatchRunner(make_queue(CPU, max_texts=4), handler, clock=clock, observer=Recorder())
+    runner.submit(request(answers, [10, 10, 10]))
+    runner.check_room(1)  # room for one more
+    with pytest.raises(UnavailableError, match=r"Exceeds maximum queue size: 3 texts queued \+ 2 in this request"):
+        runner.check_room(2)
+    assert runner.observer.rejections == [("queue_full", 2)]
+    runner.close(drain_timeout_s=0.0)
+
+
+def test_a_timeout_counts_from_the_given_arrival(clock, handler, answers):
+    """submit(arrival_s=...) starts the timeout (and the queue delay) where the request reached the model."""
+    runner = BatchRunner(make_queue(CPU, max_texts=64), handler, clock=clock, observer=Recorder())
+    items = request(answers, [10])
+    arrived = clock.now()
+    clock.advance(0.3)  # decoding the request took 0.3 s
+    runner.submit(items, timeout_s=1.0, arrival_s=arrived)
+    assert items[0].arrival_s == arrived and items[0].deadline_s == pytest.approx(arrived + 1.0)
+    runner.close(drain_timeout_s=0.0)
