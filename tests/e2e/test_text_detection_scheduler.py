@@ -169,3 +169,48 @@ def test_only_the_requested_outputs_come_back(server, protocol):
     assert only.as_numpy("BOXES") is None and only.as_numpy("SCORES") is None
     np.testing.assert_array_equal(only.as_numpy("BOX_COUNTS"), full.as_numpy("BOX_COUNTS"))
     assert int(full.as_numpy("BOX_COUNTS").sum()) > 0
+
+
+@pytest.fixture(scope="module")
+def small_queue_server(tmp_path_factory):
+    """text_detection with a 16-image queue (the least its 16 images per request allow)."""
+    if not text_detection_present(MODEL_REPOSITORY):
+        build_text_detection(MODEL_REPOSITORY)
+    root = tmp_path_factory.mktemp("detection_small_queue")
+    version = root / "repository" / MODEL / "1"
+    version.mkdir(parents=True)
+    config = (MODEL_REPOSITORY / MODEL / "config.pbtxt").read_text()
+    (version.parent / "config.pbtxt").write_text(
+        re.sub(r'(key: "max_queue_texts" value: \{ string_value: )"[^"]*"', r'\1"16"', config))
+    for path in (MODEL_REPOSITORY / MODEL / "1").iterdir():
+        if path.is_file():
+            (version / path.name).symlink_to(path)
+    server = start_server(root, models=(MODEL,), repository=root / "repository")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_full_queue_rejects_before_decoding_with_retryable_unavailable(small_queue_server):
+    """Fresh-user trial (helper-19): execute() decoded every image of a call before the queue-full check,
+    so 503s came 5-20 s late. A burst of 8 requests x 16 images into a 16-image queue: the overflow is
+    answered UNAVAILABLE naming images, the accepted requests get their boxes, the server stays ready."""
+    page = skimage_rgb("page.png")
+    batch = np.repeat(np.stack([page, page, page], axis=-1)[np.newaxis] if page.ndim == 2 else page[np.newaxis], 16, axis=0)
+
+    def send(_):
+        try:
+            return detect_array(small_queue_server, "grpc", batch), None
+        except InferenceServerException as exc:
+            return None, exc
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(send, range(8)))
+    errors = [error for _, error in results if error is not None]
+    assert errors, "8 x 16 images into a 16-image queue must overflow it"
+    assert {error.status() for error in errors} == {"StatusCode.UNAVAILABLE"}
+    assert all("Exceeds maximum queue size" in e.message() and "images queued" in e.message() for e in errors)
+    good = [outputs for outputs, error in results if error is None]
+    assert good and all(counts.shape == (16,) and counts.min() > 0 for _, _, counts in good)
+    assert small_queue_server.is_ready(models=[MODEL])
