@@ -386,7 +386,7 @@ def test_lanes_run_batches_side_by_side_and_a_lone_batch_runs_wide(clock, answer
 def test_an_idle_runner_can_be_claimed_for_one_inline_call(clock, handler, answers):
     """inline_when_idle: claim_idle() succeeds only after INLINE_MIN_IDLE_S of idleness; while claimed the
     caller runs the queue's batches itself (the threads keep off); busy runners are not claimed."""
-    from fastpath.scheduling.runner import INLINE_MIN_IDLE_S
+    from fastpath.scheduling.inline import INLINE_MIN_IDLE_S
 
     runner = BatchRunner(make_queue(CPU, max_queue_delay_s=1.0), handler, clock=clock, observer=Recorder()).start()
     caller = threading.current_thread()
