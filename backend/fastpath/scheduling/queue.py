@@ -261,11 +261,11 @@ class BatchQueue(CandidateRanking):
         size = self.snap_up(min(len(self._groups[group]), self.max_batch))
         return item.deadline_s - self.costs.estimate(size, self.length_buckets[group]) - self.deadline_margin_s
 
-    def _deadline_risks(self, now: float) -> Iterable[WorkItem]:
-        """Texts that must start now to meet their deadline, most urgent first."""
+    def _deadline_risks(self, by_s: float) -> Iterable[WorkItem]:
+        """The text that must start by clock time ``by_s`` to meet its deadline (the most urgent), if any."""
         risks = [(self._risk_s(item), item.seq, item) for group in self._groups for item in group
                  if item.deadline_s is not None]
-        return [item for risk_s, _, item in sorted(risks, key=lambda r: r[:2]) if risk_s <= now][:1]
+        return [item for risk_s, _, item in sorted(risks, key=lambda r: r[:2]) if risk_s <= by_s][:1]
 
     def next_expiry_s(self) -> float:
         """Clock time the next queued text times out (``inf`` if none can): when the driver should

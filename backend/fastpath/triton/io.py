@@ -27,6 +27,16 @@ def read_input(pb_utils: Any, request: Any, name: str) -> np.ndarray:
     return array
 
 
+def input_rows(pb_utils: Any, request: Any, name: str) -> int | None:
+    """The batch dimension (first dim) of input ``name`` without reading its data; None when the
+    request lacks it, 0 for a scalar. For checks before costly work (inline eligibility, queue room)."""
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return None
+    shape = tensor.shape() if hasattr(tensor, "shape") else tensor.as_numpy().shape
+    return int(shape[0]) if len(shape) else 0
+
+
 def error_response(pb_utils: Any, error: BaseException) -> Any:
     """An ``InferenceResponse`` carrying only ``error``, with the Triton code its type maps to.
 

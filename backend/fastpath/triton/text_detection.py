@@ -38,7 +38,7 @@ from fastpath.memory import PoolConfig, create_host_pool
 from fastpath.models.detection_batches import DetectionBatchHandler, check_staging_fits, warm_up
 from fastpath.models.text_detection import PreparedImage, TextDetector, concatenate
 from fastpath.scheduling import BatchRunner, CostModel, ShapeBatchQueue, Ticket, WorkItem
-from fastpath.triton.io import error_response, read_input
+from fastpath.triton.io import error_response, input_rows, read_input
 from fastpath.triton.scheduled import (close_scheduled, metrics_flusher, pool_metrics, priority_level, request_timeout_s,
                                       requested_outputs, scheduler_metrics, select_outputs, send_final)
 from fastpath.triton.selftest import run_self_test
@@ -154,12 +154,8 @@ class TextDetectionModel:
 
     def _image_count(self, request: Any) -> int:
         """Images in the request by its input's batch dimension, without decoding (0 if malformed: _read_images says why)."""
-        counts = []
-        for name in (ARRAY_INPUT, BYTES_INPUT):
-            tensor = self._pb.get_input_tensor_by_name(request, name)
-            if tensor is not None:
-                shape = tensor.shape() if hasattr(tensor, "shape") else tensor.as_numpy().shape
-                counts.append(int(shape[0]) if len(shape) else 0)
+        counts = [rows for rows in (input_rows(self._pb, request, name) for name in (ARRAY_INPUT, BYTES_INPUT))
+                  if rows is not None]
         return counts[0] if len(counts) == 1 else 0
 
     def _answer(self, sender: Any, wanted: frozenset[str], ticket: Ticket, detections: list[Any] | None,

@@ -54,7 +54,7 @@ from fastpath.scheduling import BatchQueue, BatchRunner, CostModel, Ticket, Work
 from fastpath.text import decode_texts, set_tokenizer_parallelism
 from fastpath.triton.embedding_batches import (EmbeddingBatchHandler, register_allocation_counters, staging_pool_config,
                                                warm_up)
-from fastpath.triton.io import error_response, read_input
+from fastpath.triton.io import error_response, input_rows, read_input
 from fastpath.triton.scheduled import (Replies, close_scheduled, metrics_flusher, pool_metrics, priority_level,
                                       request_timeout_s, requested_outputs, scheduler_metrics)
 from fastpath.triton.selftest import run_self_test
@@ -194,11 +194,7 @@ class TextEmbeddingModel:
 
     def _texts_in(self, request: Any) -> int:
         """Rows of the request's TEXT input (0 when it is missing: the request fails on the usual path)."""
-        tensor = self._pb.get_input_tensor_by_name(request, INPUT_NAME)
-        if tensor is None:
-            return 0
-        shape = tensor.shape() if hasattr(tensor, "shape") else tensor.as_numpy().shape
-        return int(shape[0]) if len(shape) else 0
+        return input_rows(self._pb, request, INPUT_NAME) or 0
 
     def _execute(self, requests: list[Any], mode: str) -> list[Any] | None:
         """:meth:`execute` with the answers going ``mode``'s way (``return``: batches run in this call)."""
