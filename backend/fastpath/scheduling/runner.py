@@ -146,8 +146,23 @@ class BatchRunner(InlineClaims):
             except UnavailableError:
                 self.observer.rejected("shutdown" if self.queue.closed else "queue_full", len(items))
                 raise
-            if not self._inline:  # under claim_idle the threads keep off the queue: waking them only costs the GIL
+            if not self._inline and self._may_act_on_new_texts(now, timeout_s):
                 self._cond.notify_all()
+
+    def _may_act_on_new_texts(self, now: float, timeout_s: float | None) -> bool:
+        """Under the lock: whether a thread could act on texts just queued before its next timed wake-up.
+
+        An idle lane's engine thread forms batches; while every lane runs one, the stager sleeps until
+        ``stage_lead_s`` before the earliest predicted end (new texts do not move it) or, once past that,
+        until a staged batch is taken. Only a timeout can pull its next wake-up earlier. Under load every
+        lane is busy, and waking the stager for each request cost a futex round trip and a GIL hand-off
+        for nothing. (Under claim_idle the caller keeps the threads off the queue: see :meth:`submit`.)
+        """
+        if len(self._running) < self.lanes or timeout_s:
+            return True
+        if self._slot is not None or self._staging is not None:
+            return False
+        return now >= min(end_s for _, end_s in self._running.values()) - self.stage_lead_s
 
     def check_room(self, count: int) -> None:
         """Raise (and count as rejected) what :meth:`submit` would for ``count`` more items, before costly preparation.

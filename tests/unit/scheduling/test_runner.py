@@ -201,6 +201,25 @@ def test_the_next_batch_is_formed_late_and_staged_while_the_engine_runs(runner, 
     answers.wait_for(3)
 
 
+def test_a_submit_wakes_the_threads_only_when_one_can_act_before_its_next_timed_wake_up(runner, handler, answers, clock):
+    handler.gate = threading.Event()
+    runner.submit(request(answers, [10], label="n"))
+    handler.wait_staged(1)  # the only lane runs N; the stager sleeps until stage_lead_s before N's predicted end
+    wakes = []
+    notify_all = runner._cond.notify_all
+    runner._cond.notify_all = lambda: (wakes.append(clock.now()), notify_all())
+    runner.submit(request(answers, [10], label="no timeout"))
+    assert wakes == []  # nothing can use the text before the stager's timed wake-up
+    runner.submit(request(answers, [10], label="timed"), timeout_s=5.0)
+    assert len(wakes) == 1  # a timeout may pull the stager's next wake-up earlier
+    clock.advance(handler.staged[0].predicted_s)  # past the lead point: the stager stages N+1
+    handler.wait_staged(2)
+    assert [item.ticket.label for item in handler.staged[1].items] == ["no timeout", "timed"]
+    handler.gate.set()
+    answers.wait_for(3)
+    runner._cond.notify_all = notify_all
+
+
 def test_close_drains_queued_requests_with_real_results(runner, handler, answers):
     handler.gate = threading.Event()
     requests = [request(answers, [10 * (k + 1)], label=str(k)) for k in range(5)]
