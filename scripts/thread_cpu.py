@@ -12,10 +12,10 @@ system CPU seconds (psutil, /proc) before and after a ``--seconds`` window. Prin
 milliseconds per request: the client (this process), tritonserver, and each thread of the model's
 python-backend stub, named by its Python thread name (``py-spy dump``, when py-spy is installed).
 
-On 2026-11-30 (ninth session, dev machine) the shipped ``text_embedding`` at c=32 spent ~7.3 ms of CPU
-per request: its two engine lanes 6.2-6.7, the stub's other threads ~0.45 (execute() 0.24-0.27, the
-completion thread 0.13-0.15, the stager 0.06-0.09), tritonserver 0.25-0.29 and the client 0.35-0.42
-(docs/benchmarks/scheduler_cpu_runs.md, "ninth session").
+On 2026-11-30 (ninth session, dev machine; docs/benchmarks/thread_cpu_ninth.log) the shipped
+``text_embedding`` at c=32 spent ~7.2 ms of CPU per request: its two engine lanes 6.1-6.5, the stub's
+other threads 0.41-0.47 (execute() 0.23-0.24, the completion thread 0.12-0.13, the stager 0.05-0.07),
+tritonserver 0.26-0.28 and the client 0.34-0.36 (docs/benchmarks/scheduler_cpu_runs.md, "ninth session").
 """
 
 from __future__ import annotations
