@@ -131,11 +131,12 @@ class Loop:
 
 
 def snapshot(me: psutil.Process) -> tuple[float, float, float, float]:
-    """(wall s, this process's CPU s, its children's CPU s, system busy CPU s)."""
-    from cpu_meter import _busy, cpu_seconds
+    """(wall s, this process's CPU s, its children's CPU s, system busy CPU s), from benchmarks/cpu_meter.py."""
+    from cpu_meter import CpuMeter, cpu_seconds
 
-    children = sum(cpu_seconds(child) for child in me.children(recursive=True))
-    return time.perf_counter(), cpu_seconds(me), children, _busy(psutil.cpu_times())
+    wall, busy, tree, _ = CpuMeter().sample()
+    own = cpu_seconds(me)
+    return wall, own, tree - own, busy
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from client_cost_probe import Loop
+    from cpu_meter import cpu_seconds
     from conftest import start_server
     from scheduler_cpu import build_repository, workload_texts
 
@@ -81,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
                     stubs = [pid for pid, name in processes.items() if name != "tritonserver"]
                     for _ in range(args.repeats):
                         before = {pid: thread_seconds(pid) for pid in processes}
-                        client_before = sum(me.cpu_times()[:2])
+                        client_before = cpu_seconds(me)
                         cell = await loop.run("tritonclient", args.model, args.concurrency, 0.0, args.seconds)
                         after = {pid: thread_seconds(pid) for pid in processes}
-                        client_s = sum(me.cpu_times()[:2]) - client_before
+                        client_s = cpu_seconds(me) - client_before
                         names = {tid: name for pid in stubs for tid, name in thread_names(pid).items()}
                         requests = max(1, cell["texts_per_s"] * args.seconds)
                         print(f"\n{args.model} at c={args.concurrency}: {cell['texts_per_s']:.1f} texts/s, "
