@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fastpath.build.accuracy import embed_batches, report
-from fastpath.build.quantize import text_batches
-from fastpath.build.torch_weights import evaluation_texts
-from fastpath.engines.onnxruntime import OnnxRuntimeEngine
+from fastpath.artifacts.accuracy import embed_batches, report
+from fastpath.artifacts.quantize import text_batches
+from fastpath.artifacts.torch_weights import evaluation_texts
+from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.text import TextTokenizer
 
 MODEL_DIR = Path("model_repository/text_embedding")

@@ -126,7 +126,7 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/hot_swap.json"))
     args = parser.parse_args()
-    from fastpath.corpus import pydoc_sentences
+    from fastpath.text.corpus import pydoc_sentences
 
     v2 = MODELS / "text_embedding" / "2"
     root = Path(tempfile.mkdtemp(prefix="hot-swap-bench-"))

@@ -4,7 +4,7 @@ Run from the repository root with the artifacts built (about 8 minutes on a 2-co
 
     .venv/bin/python benchmarks/scheduler_cpu.py
 
-Side by side in one run, on real sentences (``fastpath.corpus.pydoc_sentences``, shuffled with a
+Side by side in one run, on real sentences (``fastpath.text.corpus.pydoc_sentences``, shuffled with a
 fixed seed), one text per request, tritonclient gRPC (asyncio) at concurrency 1, 8 and 32:
 
     raw_ideal         raw engine: batches of 64 texts of nearly equal length (runs of the length-sorted
@@ -407,8 +407,8 @@ def run_round(raw: RawEngine, server, metrics_url: str, texts: list[str], sorted
 
 
 def workload_texts() -> list[str]:
-    """The benchmarks' workload: ``fastpath.corpus.pydoc_sentences()`` shuffled with seed 0."""
-    from fastpath.corpus import pydoc_sentences
+    """The benchmarks' workload: ``fastpath.text.corpus.pydoc_sentences()`` shuffled with seed 0."""
+    from fastpath.text.corpus import pydoc_sentences
 
     texts = pydoc_sentences()
     random.Random(0).shuffle(texts)
@@ -502,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
                     "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
                     "nice": os.nice(0),
                     "note": args.machine_note},
-        "workload": {"sentences": len(texts), "source": "fastpath.corpus.pydoc_sentences(), shuffled (seed 0)",
+        "workload": {"sentences": len(texts), "source": "fastpath.text.corpus.pydoc_sentences(), shuffled (seed 0)",
                      "texts_per_request": 1, "rounds": args.rounds, "passes": args.passes, "warmup_s": args.warmup_s,
                      "duration_s": args.duration_s},
         "wall_s": time.time() - started,

@@ -3,8 +3,8 @@ flags ``fastpath serve`` uses.
 
 ``fastpath serve`` runs the ``tritonserver`` inside the nvidia-pytriton wheel. In the NGC image the
 server lives in ``/opt/tritonserver`` (the same Triton 2.51, plus the TensorRT and other backends), and
-``fastpath.server`` has no option to point at it (see docs/deployment.md, "Using `fastpath serve` in the
-image"). So this script builds the argument list with :func:`fastpath.server.server_command` (one source
+``fastpath.server.process`` has no option to point at it (see docs/deployment.md, "Using `fastpath serve` in the
+image"). So this script builds the argument list with :func:`fastpath.server.process.server_command` (one source
 of truth for the flags: explicit model control, strict readiness, the admin-key restriction of Triton's
 model-repository API) and ``exec``s it. Triton then receives SIGTERM from Docker or Kubernetes directly
 and runs its graceful shutdown (readiness goes false, in-flight requests drain for up to
@@ -72,7 +72,7 @@ def admin_key(env: Mapping[str, str]) -> str:
 
 def triton_command(env: Mapping[str, str]) -> list[str]:
     """The ``tritonserver`` argument list for this container's environment ``env``."""
-    from fastpath.server import ServerOptions, server_command
+    from fastpath.server.process import ServerOptions, server_command
 
     dist = Path(env.get("FASTPATH_TRITON_DIR", "/opt/tritonserver"))
     models = tuple(m.strip() for m in env.get("FASTPATH_MODELS", ",".join(DEFAULT_MODELS)).split(",") if m.strip())

@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     args = parser.parse_args(argv)
 
-    from fastpath.config import TextEmbeddingConfig
-    from fastpath.models.text_embedding import TextEmbedder
+    from fastpath.models.text_embedding.config import TextEmbeddingConfig
+    from fastpath.models.text_embedding.pipeline import TextEmbedder
 
     embedder = TextEmbedder.from_directory(ARTIFACTS, TextEmbeddingConfig())
     if not embedder.engine.lanes:

@@ -96,7 +96,7 @@ def main() -> int:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ["FASTPATH_STACK_DUMP"] = str((args.out / "stacks.txt").resolve())
-    from fastpath.server import ServerOptions, TritonServer
+    from fastpath.server.process import ServerOptions, TritonServer
     from tests.conftest import free_ports
     from triton_gpu import make_repository
 
@@ -160,7 +160,7 @@ def main() -> int:
         step("main client x5", [main_one() for _ in range(5)])
         step("requested output EMBEDDING x5", [main_with([TEXT], ["EMBEDDING"]) for _ in range(5)])
         step("main client x5 (2)", [main_one() for _ in range(5)])
-        from fastpath.corpus import pydoc_sentences
+        from fastpath.text.corpus import pydoc_sentences
 
         sample = pydoc_sentences()[:61] + ["", "hello world", "word " * 400]
         step("64 mixed texts", [main_with(sample)])

@@ -50,7 +50,7 @@ def wait_for(predicate, timeout_s: float, poll_s: float = 0.05) -> bool:
 def start_server(log_dir: Path, models: tuple[str, ...] = ("text_embedding", "fastpath_admin"), repository: Path = MODEL_REPOSITORY,
                  extra_args: tuple[str, ...] = (), admin_key: str = ""):
     """Start tritonserver on free ports and wait until ``models`` are ready; caller stops it."""
-    from fastpath.server import ServerOptions, TritonServer
+    from fastpath.server.process import ServerOptions, TritonServer
 
     http_port, grpc_port, metrics_port = free_ports(3)
     options = ServerOptions(
@@ -105,6 +105,6 @@ def reference(reference_model):
 
 @pytest.fixture(scope="session")
 def sentences():
-    from fastpath.corpus import pydoc_sentences
+    from fastpath.text.corpus import pydoc_sentences
 
     return pydoc_sentences()

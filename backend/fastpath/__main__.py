@@ -2,6 +2,6 @@
 
 import sys
 
-from fastpath.cli import main
+from fastpath.cli.main import main
 
 sys.exit(main())

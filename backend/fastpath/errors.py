@@ -50,3 +50,65 @@ class ArtifactError(FastPathError):
 
 class SelfTestError(FastPathError, RuntimeError):
     """The python-backend stub environment failed FastPath's load-time self-test."""
+
+
+class QueueTimeoutError(UnavailableError):
+    """A request was still queued when its timeout passed (Triton: "Request timeout expired", UNAVAILABLE)."""
+
+
+class RequestCancelledError(FastPathError):
+    """The client cancelled the request before it ran; maps to Triton's CANCELLED."""
+
+    triton_code = "CANCELLED"
+
+
+class SwapError(FastPathError):
+    """A swap failed; the active version keeps serving. The message names the stage and the reason."""
+
+    triton_code = "INVALID_ARG"
+
+
+class SwapInProgressError(SwapError):
+    """Another swap of the same model instance is running; try again when it has finished."""
+
+    triton_code = "UNAVAILABLE"
+
+
+class PermissionDeniedError(FastPathError):
+    """A mutating command came without the right admin key."""
+
+    triton_code = "INVALID_ARG"  # Triton 2.51's python backend has no PERMISSION_DENIED code mapping to HTTP 403
+
+
+class BenchError(FastPathError):
+    """bench cannot run; the message is the one line the CLI prints."""
+
+
+class AccuracyGateError(ArtifactError):
+    """A quantized artifact is too far from its fp32 reference; the build fails."""
+
+
+class NotLoadedError(FastPathError):
+    """``status`` found no live FastPath instance of the model; the message says whether it is loaded."""
+
+
+class ServerError(FastPathError, RuntimeError):
+    """tritonserver could not be started, did not become ready, or exited."""
+
+
+class LeaseError(FastPathError, RuntimeError):
+    """A lease was misused: released twice, released to another pool, or viewed after release."""
+
+
+class CudaError(FastPathError, RuntimeError):
+    """A CUDA runtime call failed.
+
+    Attributes:
+        error_name: CUDA's name for the status, e.g. ``"cudaErrorMemoryAllocation"``.
+        call: what was being done, e.g. ``"cudaHostAlloc(16777216 bytes)"``.
+    """
+
+    def __init__(self, message: str, *, error_name: str = "", call: str = "") -> None:
+        super().__init__(message)
+        self.error_name = error_name
+        self.call = call

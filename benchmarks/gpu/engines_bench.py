@@ -49,9 +49,9 @@ def prepare(bundle: Path, sentences: int, version: Path) -> None:
     """Write the bundle (run on the dev machine, where the fp32 version ``version`` was built)."""
     import shutil
 
-    from fastpath.build.quantize import text_batches
-    from fastpath.build.torch_weights import evaluation_texts
-    from fastpath.engines.onnxruntime import OnnxRuntimeEngine
+    from fastpath.artifacts.quantize import text_batches
+    from fastpath.artifacts.torch_weights import evaluation_texts
+    from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
     from fastpath.text import TextTokenizer
 
     bundle.mkdir(parents=True, exist_ok=True)

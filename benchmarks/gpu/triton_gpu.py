@@ -393,8 +393,8 @@ def main() -> int:
                         help="comma list of load generators to run each cell with: tritonclient, grpc-raw (see _worker)")
     parser.add_argument("--out", type=Path, default=Path("triton_gpu.json"))
     args = parser.parse_args()
-    from fastpath.corpus import pydoc_sentences
-    from fastpath.server import ServerOptions, TritonServer
+    from fastpath.text.corpus import pydoc_sentences
+    from fastpath.server.process import ServerOptions, TritonServer
     from tests.conftest import free_ports
 
     texts = pydoc_sentences()
@@ -575,9 +575,9 @@ def raw_graph_throughput(version_dir: Path, texts: list[str], bulk: int, precisi
     ``TorchEngine.infer`` alone (host-to-device copy, graph replay, device-to-host copy), one
     batch after another on one stream, for at least 3 s.
     """
-    from fastpath.config import TextEmbeddingConfig
+    from fastpath.models.text_embedding.config import TextEmbeddingConfig
     from fastpath.engines.torch import TorchEngine
-    from fastpath.models.text_embedding import engine_options
+    from fastpath.models.text_embedding.pipeline import engine_options
     from fastpath.text import TextTokenizer
 
     config = TextEmbeddingConfig(runtime="torch", precision=precision, device=device, max_seq_length=256,

@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from fastpath.config import TextEmbeddingConfig, parse_parameters, triton_parameters
-from fastpath.models.text_embedding import EMBEDDING_DIM, TextEmbedder
+from fastpath.config import parse_parameters, triton_parameters
+from fastpath.models.text_embedding.config import TextEmbeddingConfig
+from fastpath.models.text_embedding.pipeline import EMBEDDING_DIM, TextEmbedder
 from fastpath.profiling import PROFILE
 from fastpath.text import decode_texts, set_tokenizer_parallelism
 from fastpath.triton.io import error_response, read_input

@@ -50,7 +50,7 @@ def scrape() -> dict[str, object]:
     import tritonclient.http as httpclient
     from entrypoint import DEFAULT_TRITON_ARGS
 
-    from fastpath.server import ServerOptions, TritonServer
+    from fastpath.server.process import ServerOptions, TritonServer
 
     http, grpc, metrics = _free_port(), _free_port(), _free_port()
     options = ServerOptions(model_repository=REPO_ROOT / "model_repository", http_port=http, grpc_port=grpc,

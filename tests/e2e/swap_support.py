@@ -29,10 +29,10 @@ def link_version(source: Path, target: Path) -> None:
 
 def make_swap_repository(root: Path, versions: dict[int, Path]) -> Path:
     """A model repository with text_embedding (the given versions, each with golden inputs) and fastpath_admin."""
-    from fastpath.build.manifest import read_manifest
-    from fastpath.config import TextEmbeddingConfig
-    from fastpath.models.text_embedding import TextEmbedder
-    from fastpath.repository.golden import add_golden
+    from fastpath.artifacts.manifest import read_manifest
+    from fastpath.models.text_embedding.config import TextEmbeddingConfig
+    from fastpath.models.text_embedding.pipeline import TextEmbedder
+    from fastpath.models.text_embedding.golden import add_golden
 
     repository = root / "repo"
     shutil.copytree(MODELS / "fastpath_admin", repository / "fastpath_admin", ignore=shutil.ignore_patterns("__pycache__"))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fastpath.cli import main
+from fastpath.cli.main import main
 
 pytestmark = pytest.mark.e2e
 

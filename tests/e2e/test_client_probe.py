@@ -185,7 +185,7 @@ def test_region_of_a_timed_out_request_is_unregistered_by_close(probe_server, mo
 
 
 def _start_unready(tmp_path, models):
-    from fastpath.server import ServerOptions, TritonServer
+    from fastpath.server.process import ServerOptions, TritonServer
 
     http_port, grpc_port, metrics_port = free_ports(3)
     options = ServerOptions(model_repository=write_probe_repository(tmp_path / "repository"), models=models,

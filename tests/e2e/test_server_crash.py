@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from fastpath.server import SHM_GLOB, group_members
+from fastpath.server.process import SHM_GLOB, group_members
 
 from tests.conftest import start_server
 

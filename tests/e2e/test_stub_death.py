@@ -1,5 +1,5 @@
 """A python-backend stub killed under a running tritonserver: Triton 2.51 keeps the model ready but
-fails every request; the container probe (``python -m fastpath.stubs --check``) says so, and
+fails every request; the container probe (``python -m fastpath.server.stubs --check``) says so, and
 FastPath's stub supervisor (what ``fastpath serve`` runs) reloads the model."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from fastpath.cli import stub_supervisor
-from fastpath.server import group_members
-from fastpath.stubs import list_stubs, main as check_stubs
-from fastpath.triton_api import main as unload_all
+from fastpath.cli.serve import stub_supervisor
+from fastpath.server.process import group_members
+from fastpath.server.stubs import list_stubs, main as check_stubs
+from fastpath.server.triton_api import main as unload_all
 from tests.conftest import start_server, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -1,7 +1,7 @@
 """text_detection through a real tritonserver, over HTTP and gRPC, against rapidocr in-process.
 
 Served boxes are matched one-to-one with the boxes rapidocr-onnxruntime's own TextDetector finds on
-the same image (resize limit 960) at IoU >= 0.9 (tests/unit/vision/reference.py MIN_IOU); the counts
+the same image (resize limit 960) at IoU >= 0.9 (tests/unit/models/text_detection/reference.py MIN_IOU); the counts
 must be equal. Bad and odd input follows ../shared/cases K04, K05, K07, K09, K10.
 """
 
@@ -17,9 +17,9 @@ import tritonclient.http as httpclient
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
-from fastpath.build.detection import build_text_detection, text_detection_present
+from fastpath.artifacts.detection import build_text_detection, text_detection_present
 from tests.conftest import MODEL_REPOSITORY, start_server
-from tests.unit.vision.reference import (
+from tests.unit.models.text_detection.reference import (
     assert_matches_reference,
     blank_png,
     jpeg_bytes,

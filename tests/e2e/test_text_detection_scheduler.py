@@ -19,11 +19,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from fastpath.build.detection import build_text_detection, text_detection_present
+from fastpath.artifacts.detection import build_text_detection, text_detection_present
 from tests.conftest import MODEL_REPOSITORY, start_server
 from tests.e2e.test_scheduler import _metric_sum, _metrics
 from tests.e2e.test_text_detection import BAD_STATUS, MODEL, _split, detect_array, detect_bytes
-from tests.unit.vision.reference import png_bytes, skimage_path, skimage_rgb
+from tests.unit.models.text_detection.reference import png_bytes, skimage_path, skimage_rgb
 
 pytestmark = pytest.mark.e2e
 

@@ -266,7 +266,7 @@ def test_probes_point_at_triton_health_and_the_stub_check_on_the_http_port():
     assert (ready["path"], ready["port"]) == ("/v2/health/ready", 8000)
     assert (startup["path"], startup["port"]) == ("/v2/health/ready", 8000)
     # liveness: Triton answers and no ready model lost a stub (tests/e2e/test_stub_death.py runs this command)
-    assert container["livenessProbe"]["exec"]["command"] == ["python", "-m", "fastpath.stubs", "--check", "--http-port", "8000"]
+    assert container["livenessProbe"]["exec"]["command"] == ["python", "-m", "fastpath.server.stubs", "--check", "--http-port", "8000"]
     probe = container["startupProbe"]
     assert probe["periodSeconds"] * probe["failureThreshold"] >= 300, "startup budget below fastpath serve's 300 s"
     assert {p["containerPort"] for p in container["ports"]} == {8000, 8001, 8002}
@@ -296,9 +296,9 @@ def test_admin_key_comes_from_a_secret_and_is_nowhere_in_the_files():
 def test_grace_period_covers_prestop_and_triton_drain():
     (deployment,) = _k8s("Deployment")
     exit_timeout = next(int(a.split("=")[1]) for a in _entrypoint().DEFAULT_TRITON_ARGS if a.startswith("--exit-timeout-secs"))
-    # preStop: sh -c "sleep S && python -m fastpath.triton_api --unload-all ... --timeout-s U" (drain before SIGTERM)
+    # preStop: sh -c "sleep S && python -m fastpath.server.triton_api --unload-all ... --timeout-s U" (drain before SIGTERM)
     shell, flag, script = _container()["lifecycle"]["preStop"]["exec"]["command"]
-    assert (shell, flag) == ("sh", "-c") and "python -m fastpath.triton_api --unload-all --http-port 8000" in script
+    assert (shell, flag) == ("sh", "-c") and "python -m fastpath.server.triton_api --unload-all --http-port 8000" in script
     pre_stop = int(re.search(r"sleep (\d+)", script).group(1)) + float(re.search(r"--timeout-s (\d+)", script).group(1))
     assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > pre_stop + exit_timeout
 

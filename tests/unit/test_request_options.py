@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from fastpath.config import SchedulerConfig
+from fastpath.scheduling.config import SchedulerConfig
 from fastpath.errors import InvalidInputError
 from fastpath.triton.scheduled import priority_level
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from fastpath.errors import InvalidInputError
-from fastpath.models.text_embedding import padded_length, plan_batches
+from fastpath.models.text_embedding.pipeline import padded_length, plan_batches
 from fastpath.text import TextTokenizer, decode_texts
 
 from tests.conftest import MODEL_REPOSITORY

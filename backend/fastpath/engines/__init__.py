@@ -30,7 +30,7 @@ EngineFactory = Callable[..., Engine]
 
 # runtime name -> "module:function" loaded on first use
 _REGISTRY: dict[str, str | EngineFactory] = {
-    "onnxruntime": "fastpath.engines.onnxruntime:load",
+    "onnxruntime": "fastpath.engines.onnxruntime.loader:load",
     "torch": "fastpath.engines.torch:TorchEngine",
     "tensorrt": "fastpath.engines.tensorrt.runtime:TensorRTEngine",
 }

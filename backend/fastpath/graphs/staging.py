@@ -101,7 +101,7 @@ def packed_inputs(feeds: Mapping[str, np.ndarray], inputs: tuple[PaddedInput, ..
 
     They are one block when every input is a C-contiguous int64 array of exactly the bucket's shape
     ``(bucket.batch, bucket.length)`` and input ``k`` starts where input ``k - 1`` ends, in the
-    order of ``inputs`` (what :class:`~fastpath.triton.embedding_batches.EmbeddingBatchHandler` leases
+    order of ``inputs`` (what :class:`~fastpath.models.text_embedding.batches.EmbeddingBatchHandler` leases
     from the staging pool). The returned array is a strided view spanning the three arrays' memory,
     which is valid because they tile it exactly; nothing is copied, and nothing writes through it.
     """

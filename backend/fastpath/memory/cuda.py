@@ -14,21 +14,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from fastpath.errors import FastPathError
-
-
-class CudaError(FastPathError, RuntimeError):
-    """A CUDA runtime call failed.
-
-    Attributes:
-        error_name: CUDA's name for the status, e.g. ``"cudaErrorMemoryAllocation"``.
-        call: what was being done, e.g. ``"cudaHostAlloc(16777216 bytes)"``.
-    """
-
-    def __init__(self, message: str, *, error_name: str = "", call: str = "") -> None:
-        super().__init__(message)
-        self.error_name = error_name
-        self.call = call
+from fastpath.errors import CudaError, FastPathError
 
 
 @functools.lru_cache(maxsize=1)

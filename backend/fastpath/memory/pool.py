@@ -28,17 +28,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fastpath.errors import FastPathError, InvalidInputError, UnavailableError
+from fastpath.errors import FastPathError, InvalidInputError, LeaseError, UnavailableError
 from fastpath.memory.allocators import Allocator, Block, PageAlignedAllocator
 from fastpath.memory.stats import LeakedLease, LeakReport, PoolConfig, PoolStats, capture_stack, format_stack
 
 logger = logging.getLogger("fastpath.memory")
 
 _TRACE_DEPTH = 8
-
-
-class LeaseError(FastPathError, RuntimeError):
-    """A lease was misused: released twice, released to another pool, or viewed after release."""
 
 
 class Lease:

@@ -15,22 +15,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from fastpath.errors import FastPathError, UnavailableError
+from fastpath.errors import FastPathError, QueueTimeoutError, RequestCancelledError, UnavailableError
 
 LOG = logging.getLogger(__name__)
 
 _UNSET = object()
 DoneCallback = Callable[["Ticket", "list[Any] | None", "BaseException | None"], None]
-
-
-class QueueTimeoutError(UnavailableError):
-    """A request was still queued when its timeout passed (Triton: "Request timeout expired", UNAVAILABLE)."""
-
-
-class RequestCancelledError(FastPathError):
-    """The client cancelled the request before it ran; maps to Triton's CANCELLED."""
-
-    triton_code = "CANCELLED"
 
 
 class Ticket:

@@ -1,7 +1,7 @@
 """``TritonPythonModel`` of ``fastpath_admin``: model-version control through Triton's own endpoints.
 
 Input ``REQUEST`` (TYPE_STRING [1]) holds one JSON command, output ``RESPONSE`` (TYPE_STRING [1]) the
-JSON reply; see :class:`fastpath.repository.admin.AdminService`. No extra port: clients call it with
+JSON reply; see :class:`fastpath.swaps.admin.AdminService`. No extra port: clients call it with
 a normal infer request (HTTP or gRPC). A refused command is a 400 whose message is the reason.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from fastpath.errors import InvalidInputError
-from fastpath.repository.admin import AdminService
-from fastpath.repository.control import state_dir
+from fastpath.swaps.admin import AdminService
+from fastpath.swaps.control import state_dir
 from fastpath.triton.io import error_response, read_input
 from fastpath.triton.watchdog import exit_with_server
 

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from fastpath.config import SchedulerConfig
+from fastpath.scheduling.config import SchedulerConfig
 from fastpath.errors import InvalidInputError
 from fastpath.scheduling import SchedulerObserver
 

@@ -1,3 +1,3 @@
 """Triton python-backend entry point for text_detection: the model lives in the fastpath package."""
 
-from fastpath.triton.text_detection import TextDetectionModel as TritonPythonModel  # noqa: F401
+from fastpath.models.text_detection.model import TextDetectionModel as TritonPythonModel  # noqa: F401

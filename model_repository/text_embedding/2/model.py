@@ -1,3 +1,3 @@
 """Triton python-backend entry point for text_embedding: the model lives in the fastpath package."""
 
-from fastpath.triton.text_embedding import TextEmbeddingModel as TritonPythonModel  # noqa: F401
+from fastpath.models.text_embedding.model import TextEmbeddingModel as TritonPythonModel  # noqa: F401

@@ -38,7 +38,7 @@ def test_a_session_pinned_to_one_cpu_starts_no_worker_threads():
         import os
         os.sched_setaffinity(0, {{sorted(os.sched_getaffinity(0))[0]}})
         from fastpath.engines.cpus import ort_intra_op_threads, process_cpus
-        from fastpath.engines.onnxruntime import OnnxRuntimeEngine
+        from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
         before = len(os.listdir("/proc/self/task"))
         engine = OnnxRuntimeEngine({MODEL!r}, intra_op_threads=0)
         print(process_cpus(), ort_intra_op_threads(0), len(os.listdir("/proc/self/task")) - before)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fastpath.config import SchedulerConfig, TextEmbeddingConfig, parse_parameters, parse_sections
+from fastpath.config import parse_parameters, parse_sections
+from fastpath.models.text_embedding.config import TextEmbeddingConfig
+from fastpath.scheduling.config import SchedulerConfig
 from fastpath.errors import ConfigError
 
 

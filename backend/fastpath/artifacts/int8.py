@@ -1,0 +1,170 @@
+"""Building the INT8 version (``text_embedding/2``) from the fp32 version (``text_embedding/1``).
+
+Steps (each with a progress bar where it takes more than a moment):
+
+1. Verify the fp32 version's manifest (a tampered source is refused before anything is built).
+2. Split :mod:`fastpath.text.corpus` text: calibration sentences and validation sentences from the
+   calibration split (disjoint from each other), evaluation sentences from the evaluation split.
+3. Try each :data:`~fastpath.artifacts.quantize.RECIPES` entry until one passes the accuracy gate on
+   the validation sentences.
+4. The gate proper on the evaluation split (and on the fp32 version's golden texts): below
+   cosine 0.99 minimum or 0.995 mean, the build fails saying by how much and publishes nothing.
+5. Write ``model.onnx`` (INT8 QDQ), ``tokenizer.json`` and ``golden.npz`` (the fp32 truth, copied),
+   the ``model.py`` shim, and a manifest; publish the directory atomically
+   (:func:`fastpath.swaps.publish.publish_version`): it appears whole or not at all.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+from fastpath.artifacts.accuracy import AccuracyGateError, AccuracyReport, check_gate, embed_batches, report
+from fastpath.artifacts.manifest import verify_manifest, write_manifest
+from fastpath.artifacts.quantize import RECIPES, QuantRecipe, quantize_int8, text_batches
+from fastpath.text.corpus import pydoc_sentences, split_sentences
+from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
+from fastpath.errors import ArtifactError
+from fastpath.text import TextTokenizer
+
+LOG = logging.getLogger("fastpath.artifacts")
+
+FP32_VERSION = 1
+INT8_VERSION = 2
+SHIM = "model.py"
+# the python-backend entry point; identical to version 1's (Triton offers a version only with it)
+SHIM_TEXT = (
+    '"""Triton python-backend entry point for text_embedding: the model lives in the fastpath package."""\n\n'
+    "from fastpath.models.text_embedding.model import TextEmbeddingModel as TritonPythonModel  # noqa: F401\n"
+)
+FILES = ("model.onnx", "tokenizer.json", "golden.npz", SHIM)
+Progress = Callable[[Iterable, str], Iterable]
+# ../shared/cases K01-K03: blank text ([CLS] [SEP] only), unicode, a text truncated at 256 tokens
+EDGE_TEXTS = ("", "   ", "hello world", " 😃 naïve café 的人有", "word " * 300)
+
+
+def tqdm_progress(iterable: Iterable, description: str) -> Iterable:
+    """Wrap ``iterable`` in a tqdm progress bar on stderr (updates at most once a second)."""
+    from tqdm import tqdm
+
+    return tqdm(iterable, desc=description, unit="batch", mininterval=1.0, leave=False)
+
+
+def _embed(path: Path, batches: list[dict[str, np.ndarray]], progress: Progress, label: str) -> np.ndarray:
+    with OnnxRuntimeEngine(str(path)) as engine:
+        return embed_batches(lambda feeds: engine.infer(feeds)["embedding"], progress(batches, label))
+
+
+def _golden_report(candidate: Path, source: Path, tokenizer: TextTokenizer) -> dict:
+    with np.load(source / "golden.npz", allow_pickle=False) as golden:
+        texts, expected = [str(t) for t in golden["texts"]], golden["embeddings"]
+    got = _embed(candidate, text_batches(texts, tokenizer, 32), lambda it, _label: it, "golden")
+    return check_gate(report(expected, got, texts, reference_name="golden.npz (fp32)", candidate_name="model.onnx (int8)",
+                             split="golden texts", mean_cosine=0.99)).to_dict()
+
+
+def _first_passing_recipe(source_onnx: Path, output: Path, calibration: list[dict], validation: list[str],
+                          tokenizer: TextTokenizer, recipes: Iterable[QuantRecipe], progress: Progress) -> tuple[dict, dict]:
+    validation = [*validation, *EDGE_TEXTS]
+    batches = text_batches(validation, tokenizer, 32)
+    reference = _embed(source_onnx, batches, progress, "fp32 on validation text")
+    failures = []
+    for recipe in recipes:
+        LOG.info("quantizing with recipe %s", recipe.name)
+        summary = quantize_int8(source_onnx, output, calibration, recipe, progress=progress)
+        result = report(reference, _embed(output, batches, progress, "int8 on validation text"), validation,
+                        reference_name="fp32 model.onnx", candidate_name=f"int8 ({recipe.name})",
+                        split="calibration split, held out, + edge texts")
+        if result.passed:
+            return summary, result.to_dict()
+        failures.append(f"{recipe.name}: " + "; ".join(result.shortfalls()))
+        LOG.warning("recipe %s fails on validation text: %s", recipe.name, "; ".join(result.shortfalls()))
+    raise AccuracyGateError("no quantization recipe passes the accuracy gate on validation text: " + " | ".join(failures))
+
+
+def _metadata(source_manifest: dict, source_version: int, summary: dict, validation: dict, evaluation: AccuracyReport,
+              golden: dict, calibration_texts: int, validation_texts: int, started: float) -> dict:
+    """The INT8 version's manifest fields (``write_manifest`` adds files and sizes)."""
+    return {
+        "model": source_manifest.get("model"),
+        "source": {"version": source_version, "model.onnx_sha256": source_manifest["files"]["model.onnx"],
+                   "upstream": source_manifest.get("source")},
+        "precision": "int8",
+        "artifact": "model.onnx",
+        "artifacts": {"onnxruntime": {"file": "model.onnx", "precision": "int8 QDQ"},
+                      "tensorrt": {"file": "model.onnx", "precision": "int8 (explicit quantization) + fp16"}},
+        "quantization": {**summary, "calibration_texts": calibration_texts, "validation_texts": validation_texts},
+        "buckets": source_manifest.get("buckets"),
+        "accuracy": {"evaluation": evaluation.to_dict(), "validation": validation, "golden": golden},
+        "golden": {"file": "golden.npz", "texts": golden["texts"], "min_cosine": 0.99},
+        "tools": {name: md.version(name) for name in ("onnxruntime", "onnx", "numpy", "tokenizers")},
+        "inputs": source_manifest.get("inputs"), "output": source_manifest.get("output"),
+        "max_seq_length": source_manifest.get("max_seq_length", 256),
+        "build_seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def build_int8_version(model_dir: Path, *, source_version: int = FP32_VERSION, target_version: int = INT8_VERSION,
+                       calibration_texts: int = 256, validation_texts: int = 256, evaluation_texts: int | None = None,
+                       recipes: Iterable[QuantRecipe] = RECIPES, progress: Progress = tqdm_progress) -> Path:
+    """Quantize ``model_dir/<source_version>`` into ``model_dir/<target_version>`` behind the accuracy gate.
+
+    Args:
+        model_dir: the model's directory in the model repository (``model_repository/text_embedding``).
+        source_version: the fp32 version.
+        target_version: the version to (re)publish.
+        calibration_texts: sentences from the calibration split used for calibration.
+        validation_texts: further sentences of the calibration split used to choose a recipe.
+        evaluation_texts: sentences of the evaluation split for the final gate (None: all of them).
+        recipes: quantization recipes to try, in order.
+        progress: progress-bar wrapper.
+
+    Returns:
+        The published version directory.
+
+    Raises:
+        ArtifactError: the source version is missing or fails verification, or the split is too small.
+        AccuracyGateError: the INT8 model fails the gate (message says by how much); nothing is published.
+    """
+    from fastpath.swaps.publish import publish_version
+
+    started = time.perf_counter()
+    source = model_dir / str(source_version)
+    source_manifest = verify_manifest(source, required=("model.onnx", "tokenizer.json", "golden.npz"))
+    if source_manifest.get("precision") != "fp32":
+        raise ArtifactError(f"{source} holds precision {source_manifest.get('precision')!r}; INT8 is built from an fp32 version")
+    calibration_split, evaluation_split = split_sentences(pydoc_sentences())
+    if calibration_texts + validation_texts > len(calibration_split):
+        raise ArtifactError(f"{calibration_texts} calibration + {validation_texts} validation sentences exceed the {len(calibration_split)} of the calibration split")
+    evaluation = evaluation_split[:evaluation_texts]
+    tokenizer = TextTokenizer(source / "tokenizer.json", max_seq_length=source_manifest.get("max_seq_length", 256))
+    calibration = text_batches(sorted(calibration_split[:calibration_texts], key=len), tokenizer, 16)
+    validation = calibration_split[len(calibration_split) - validation_texts :]
+    with tempfile.TemporaryDirectory(prefix=f".building-{target_version}-", dir=model_dir) as work_name:
+        work = Path(work_name)
+        summary, validation_report = _first_passing_recipe(source / "model.onnx", work / "model.onnx", calibration,
+                                                           validation, tokenizer, recipes, progress)
+        batches = text_batches(evaluation, tokenizer, 32)
+        reference = _embed(source / "model.onnx", batches, progress, "fp32 on evaluation text")
+        candidate = _embed(work / "model.onnx", batches, progress, "int8 on evaluation text")
+        evaluation_report = check_gate(report(reference, candidate, evaluation, reference_name=f"version {source_version} model.onnx (fp32)",
+                                              candidate_name="model.onnx (int8 QDQ)", split="pydoc evaluation split"))
+        LOG.info("evaluation: min cosine %.4f, mean %.4f on %d texts", evaluation_report.min_cosine,
+                 evaluation_report.mean_cosine, evaluation_report.texts)
+        golden = _golden_report(work / "model.onnx", source, tokenizer)
+        for name in ("tokenizer.json", "golden.npz"):
+            shutil.copyfile(source / name, work / name)
+        (work / SHIM).write_text(SHIM_TEXT)
+        write_manifest(work, FILES, _metadata(source_manifest, source_version, summary, validation_report, evaluation_report,
+                                              golden, calibration_texts, validation_texts, started))
+        published = publish_version(work, model_dir, target_version, replace=True)
+    LOG.info("published %s: evaluation min cosine %.4f, mean %.4f on %d texts", published,
+             evaluation_report.min_cosine, evaluation_report.mean_cosine, evaluation_report.texts)
+    return published

@@ -1,0 +1,1 @@
+"""The ``fastpath`` command: ``serve``, ``build``, ``swap``/``rollback``/``status`` and ``bench`` (``fastpath.cli.main.main``)."""

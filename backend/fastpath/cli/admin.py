@@ -1,0 +1,110 @@
+"""``fastpath swap | rollback | status``: live model-version control from the command line.
+
+Each takes ``--url HOST:PORT`` (repeatable or comma-separated: several replicas make ``swap`` a
+rolling swap, one replica at a time, all rolled back on the first failure) and ``--protocol
+http|grpc``. The admin key comes from ``FASTPATH_ADMIN_KEY``, else from the file `fastpath serve`
+wrote for that URL's port when it generated one (``~/.cache/fastpath/admin_key.<port>``), else the
+latest it wrote (``admin_key``). Output is the server's JSON reply; the exit code is 0 on success, 1
+(one line on stderr) on failure, e.g. ``status`` of a model with no live instances (not loaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+from fastpath.errors import NotLoadedError
+
+
+def _key(url: str) -> str | None:
+    """FASTPATH_ADMIN_KEY, else the key `fastpath serve` wrote for ``url``'s port, else the latest it wrote."""
+    from fastpath.cli.common import admin_key_file
+
+    key = os.environ.get("FASTPATH_ADMIN_KEY")
+    if key:
+        return key
+    port = url.rsplit(":", 1)[-1] if ":" in url else None
+    for path in ([admin_key_file(port)] if port and port.isdigit() else []) + [admin_key_file()]:
+        if path.is_file():
+            return path.read_text().strip()
+    return None
+
+
+def default_url(protocol: str) -> str:
+    """localhost with the port ``fastpath serve`` uses: HTTP_PORT (8000) for http, GRPC_PORT (8001) for grpc."""
+    name, port = ("GRPC_PORT", "8001") if protocol == "grpc" else ("HTTP_PORT", "8000")
+    return f"localhost:{os.environ.get(name) or port}"
+
+
+def _urls(values: list[str] | None, protocol: str = "http") -> list[str]:
+    urls = [u.strip() for value in (values or [default_url(protocol)]) for u in value.split(",") if u.strip()]
+    return urls
+
+
+def _status(client: Any, model: str) -> dict[str, Any]:
+    """``client.status(model)``, refused like ``swap`` refuses it when the model has no live instances.
+
+    Raises:
+        NotLoadedError: the reply lists no instance: the model is not loaded at the client's URL (its
+            readiness endpoint says not ready), or it is loaded but is not a FastPath model with live swaps.
+    """
+    reply = client.status(model)
+    if reply.get("instances"):
+        return reply
+    if client.ready(model):
+        raise NotLoadedError(f"model {model} at {client.url} has no live FastPath instances that swap versions: it is "
+                             "loaded, but it is not a FastPath model with live swaps (text_embedding is)")
+    raise NotLoadedError(f"model {model} is not loaded at {client.url}: it has no live FastPath instances "
+                         f"(`fastpath serve --model {model}` loads it; only FastPath models with live swaps, "
+                         "such as text_embedding, have instances to report)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from fastpath.cli.common import error_line
+    from fastpath_client import Client, FastPathClientError
+    from fastpath_client.fleet import rolling_swap
+
+    urls = _urls(args.url, args.protocol)
+    try:
+        if args.command == "swap" and len(urls) > 1:
+            result = rolling_swap(urls, args.model, args.version, protocol=args.protocol,
+                                  client_factory=lambda url: Client(url, protocol=args.protocol, admin_key=_key(url)))
+            print(json.dumps(result.__dict__, indent=2))
+            return 0 if result.ok else 1
+        replies: dict[str, Any] = {}
+        for url in urls:
+            with Client(url, protocol=args.protocol, admin_key=_key(url)) as client:
+                if args.command == "swap":
+                    replies[url] = client.swap(args.model, args.version)
+                elif args.command == "rollback":
+                    replies[url] = client.rollback(args.model)
+                else:
+                    replies[url] = _status(client, args.model)
+        print(json.dumps(replies[urls[0]] if len(urls) == 1 else replies, indent=2))
+        return 0
+    except NotLoadedError as exc:
+        print(f"fastpath {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except FastPathClientError as exc:
+        print(f"fastpath {args.command}: {error_line(exc, args.protocol)}", file=sys.stderr)
+        return 1
+
+
+def register(subparsers: Any) -> None:
+    """Add the swap, rollback and status subcommands."""
+    helps = {
+        "swap": "serve VERSION of MODEL, live (load, warm, validate, flip; the old version keeps serving on failure)",
+        "rollback": "go back to the version served before the last swap",
+        "status": "active version, standby, state and last error of MODEL's instances",
+    }
+    for command, text in helps.items():
+        parser = subparsers.add_parser(command, help=text, description=text + ". " + (__doc__ or "").split("\n\n")[1])
+        parser.add_argument("model", help="model name, e.g. text_embedding")
+        if command == "swap":
+            parser.add_argument("version", type=int, help="version directory number in the model repository")
+        parser.add_argument("--url", action="append", help="HOST:PORT of a replica (default localhost:$HTTP_PORT, or "
+                            "$GRPC_PORT with --protocol grpc, as `fastpath serve` uses; else 8000/8001); repeat or comma-separate for a fleet")
+        parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
+        parser.set_defaults(func=_run, command=command)

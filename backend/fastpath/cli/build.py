@@ -1,0 +1,138 @@
+"""``fastpath build``: versioned model artifacts in the model repository.
+
+    fastpath build                      fp32 version of text_embedding (1) + text_detection
+    fastpath build --if-missing         the same, skipping versions whose manifest verifies (make serve/test)
+    fastpath build --int8               also the INT8 version of text_embedding (2), behind the accuracy gate
+    fastpath build --verify             check every version's manifest (sizes and sha256); exit 1 on a problem
+
+Layout (docs/design/engines.md): ``text_embedding/1`` holds ``model.onnx`` (fp32),
+``model.fp16.safetensors`` (torch runtime), ``tokenizer.json``, ``golden.npz`` and ``manifest.json``;
+``text_embedding/2`` holds ``model.onnx`` (INT8 QDQ), ``tokenizer.json``, ``golden.npz``,
+``model.py`` and ``manifest.json``. Both also hold ``model.external.onnx`` + ``.data``: the same
+model with its weights in ONNX external data, which ONNX Runtime loads 3x faster for live swaps
+(:mod:`fastpath.artifacts.external_data`; made from the verified ``model.onnx``, added by ``--if-missing``
+to versions built before it). A failed build publishes nothing and exits 1 with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from fastpath.errors import ArtifactError
+
+LOG = logging.getLogger("fastpath")
+
+FP32_REQUIRED = ("model.onnx", "model.fp16.safetensors", "tokenizer.json", "golden.npz")
+INT8_REQUIRED = ("model.onnx", "tokenizer.json", "golden.npz", "model.py")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``build`` command to the ``fastpath`` parser."""
+    from fastpath.cli.common import DEFAULT_REPOSITORY
+
+    build = subparsers.add_parser("build", help="build versioned model artifacts into the model repository",
+                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    build.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
+    build.add_argument("--if-missing", action="store_true", help="skip versions whose manifest verifies")
+    build.add_argument("--int8", action="store_true", help="also build text_embedding version 2 (INT8 QDQ)")
+    build.add_argument("--calibration-texts", type=int, default=256, help="calibration-split sentences for INT8 calibration")
+    build.add_argument("--validation-texts", type=int, default=256, help="further calibration-split sentences to choose a recipe")
+    build.add_argument("--evaluation-texts", type=int, default=None, help="evaluation-split sentences for the gate (default: all)")
+    build.add_argument("--verify", action="store_true", help="only verify every version's manifest")
+    build.set_defaults(func=cmd_build)
+
+
+def _complete(version_dir: Path, required: tuple[str, ...]) -> bool:
+    """True when the version's manifest verifies and lists every required file."""
+    from fastpath.artifacts.manifest import verify_manifest
+
+    try:
+        verify_manifest(version_dir, required=required)
+    except ArtifactError as exc:
+        if version_dir.exists():
+            LOG.warning("rebuilding %s: %s", version_dir, exc)
+        return False
+    return True
+
+
+def verify_repository(repository: Path) -> int:
+    """Verify the manifest of every numbered version directory; return the number of failures."""
+    from fastpath.artifacts.manifest import verify_manifest
+
+    failures = 0
+    for version_dir in sorted(p for p in repository.glob("*/*") if p.is_dir() and p.name.isdigit()):
+        if not (version_dir / "manifest.json").exists():
+            LOG.info("%s: no manifest (not built)", version_dir)
+            continue
+        try:
+            manifest = verify_manifest(version_dir)
+            LOG.info("%s: ok (%s, %d files)", version_dir, manifest.get("precision", "?"), len(manifest["files"]))
+        except ArtifactError as exc:
+            failures += 1
+            LOG.error("%s", exc)
+    return failures
+
+
+def _add_external_data(version_dir: Path) -> None:
+    """List the external-data copy of ``model.onnx`` that swaps load 3x faster (fastpath.artifacts.external_data)."""
+    from fastpath.artifacts.external_data import GRAPH_NAME, add_external_data_copy
+
+    if add_external_data_copy(version_dir):
+        LOG.info("wrote %s (model.onnx with its weights in external data, for fast loads)", version_dir / GRAPH_NAME)
+
+
+def _int8_current(int8_dir: Path, fp32_dir: Path) -> bool:
+    """True when version 2 verifies and was quantized from version 1's current model.onnx."""
+    from fastpath.artifacts.manifest import read_manifest
+
+    if not _complete(int8_dir, INT8_REQUIRED):
+        return False
+    built_from = read_manifest(int8_dir).get("source", {}).get("model.onnx_sha256")
+    if built_from == read_manifest(fp32_dir)["files"]["model.onnx"]:
+        return True
+    LOG.warning("rebuilding %s: it was quantized from another fp32 model.onnx", int8_dir)
+    return False
+
+
+def _build_text_embedding(args: argparse.Namespace) -> None:
+    from fastpath.artifacts.export import export_text_embedding
+
+    model_dir = args.model_repository / "text_embedding"
+    fp32_dir = model_dir / "1"
+    if args.if_missing and _complete(fp32_dir, FP32_REQUIRED):
+        LOG.info("text_embedding version 1 (fp32) present and verified in %s", fp32_dir)
+    else:
+        LOG.info("exporting all-MiniLM-L6-v2 (fp32 ONNX + fp16 torch weights) into %s", fp32_dir)
+        path = export_text_embedding(fp32_dir)
+        LOG.info("wrote %s (%.1f MB)", path, path.stat().st_size / 1e6)
+    _add_external_data(fp32_dir)
+    if not args.int8:
+        return
+    from fastpath.artifacts.int8 import build_int8_version
+
+    int8_dir = model_dir / "2"
+    if args.if_missing and _int8_current(int8_dir, fp32_dir):
+        LOG.info("text_embedding version 2 (int8) present and verified in %s", int8_dir)
+    else:
+        LOG.info("quantizing version 1 to INT8 QDQ into %s", int8_dir)
+        published = build_int8_version(model_dir, calibration_texts=args.calibration_texts,
+                                       validation_texts=args.validation_texts, evaluation_texts=args.evaluation_texts)
+        LOG.info("wrote %s (%.1f MB)", published / "model.onnx", (published / "model.onnx").stat().st_size / 1e6)
+    _add_external_data(int8_dir)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    """Run ``fastpath build``; exit status 1 with the reason when a build or verification fails."""
+    if args.verify:
+        return 1 if verify_repository(args.model_repository) else 0
+    from fastpath.artifacts.detection import ensure_text_detection
+
+    try:
+        ensure_text_detection(args.model_repository, if_missing=args.if_missing)  # copied from the rapidocr wheel
+        _build_text_embedding(args)
+    except ArtifactError as exc:
+        LOG.error("fastpath build failed: %s", exc)
+        return 1
+    return 0

@@ -1,0 +1,59 @@
+"""What the ``fastpath`` commands share: default paths and ports, the admin-key files, one-line errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_REPOSITORY = REPO_ROOT / "model_repository"
+
+
+def env_int(name: str, default: int) -> int:
+    """The integer in environment variable ``name``, else ``default``; exits naming the variable when it is not one."""
+    value = os.environ.get(name, "")
+    try:
+        return int(value) if value else default
+    except ValueError:
+        raise SystemExit(f"environment variable {name}={value!r} is not a port number") from None
+
+
+ADMIN_KEY_FILE = Path.home() / ".cache" / "fastpath" / "admin_key"
+
+
+def admin_key_file(port: int | str | None = None) -> Path:
+    """Where `fastpath serve` writes a generated admin key: one file per port it listens on
+    (``admin_key.<port>``, so servers on other ports keep theirs), and ``admin_key`` for the latest."""
+    return ADMIN_KEY_FILE if port is None else ADMIN_KEY_FILE.with_name(f"{ADMIN_KEY_FILE.name}.{port}")
+
+
+PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC"}
+
+
+def default_port(protocol: str) -> int:
+    """Triton's default port for ``protocol`` ("http" | "grpc"): fastpath_client's table."""
+    from fastpath_client.errors import DEFAULT_PORTS
+
+    return DEFAULT_PORTS[PROTOCOL_NAMES[protocol]]
+
+
+def port_hint(protocol: str) -> str:
+    """What to check when ``--url`` did not answer in ``--protocol``: the port of the other protocol."""
+    other = "grpc" if protocol == "http" else "http"
+    return (f"is --url the {PROTOCOL_NAMES[protocol]} port (default {default_port(protocol)})? "
+            f"for the {PROTOCOL_NAMES[other]} port use --protocol {other}")
+
+
+def error_line(error: Exception, protocol: str) -> str:
+    """One line for a failed CLI command: the client error's message (whitespace folded), with
+    :func:`port_hint` when the server could not be reached or answered another protocol."""
+    from fastpath_client import ProtocolMismatchError, ServerConnectionError
+
+    if isinstance(error, ProtocolMismatchError):
+        other = "grpc" if protocol == "http" else "http"
+        return (f"{error.url} did not answer in {PROTOCOL_NAMES[protocol]} (it looks like Triton's "
+                f"{PROTOCOL_NAMES[other]} port); {port_hint(protocol)}")
+    text = " ".join(str(error).split())
+    if isinstance(error, ServerConnectionError):
+        text += f"; {port_hint(protocol)}"
+    return text

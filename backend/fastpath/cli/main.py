@@ -1,0 +1,46 @@
+"""The ``fastpath`` command line.
+
+    fastpath serve [--model NAME ...]          run tritonserver on the model repository (what `make serve` runs)
+    fastpath build [--if-missing] [--int8]     build versioned model artifacts
+    fastpath swap | rollback | status          live model-version control
+    fastpath bench --model M ...               the SDK's Python load generator (served figures: perf_analyzer)
+
+Ports default to the environment variables HTTP_PORT, GRPC_PORT and METRICS_PORT, then to Triton's
+8000, 8001 and 8002.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from fastpath.cli import admin, bench, build, serve
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``fastpath`` parser with every command registered."""
+    parser = argparse.ArgumentParser(prog="fastpath", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in (build, serve, bench, admin):
+        command.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one ``fastpath`` command; returns its exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s fastpath %(levelname)s %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        # The reader of our stdout went away (`fastpath status | head`): stop quietly, as Unix tools do.
+        # Python's documented recipe (library/signal.html, "Note on SIGPIPE"): point stdout at devnull
+        # so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
+
+
+if __name__ == "__main__":
+    sys.exit(main())

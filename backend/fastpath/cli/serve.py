@@ -1,0 +1,163 @@
+"""``fastpath serve``: tritonserver on the model repository, with stub supervision and the admin key.
+
+By default it loads every model of the model repository (each directory holding a ``config.pbtxt``),
+as Triton does; ``--model NAME`` (repeatable) loads exactly the models named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fastpath.cli.common import DEFAULT_REPOSITORY, admin_key_file, env_int
+
+if TYPE_CHECKING:
+    from fastpath.server.process import TritonServer
+    from fastpath.server.stubs import StubSupervisor
+
+LOG = logging.getLogger("fastpath")
+
+
+def repository_models(model_repository: Path) -> list[str]:
+    """The models of a Triton model repository: its subdirectories holding a ``config.pbtxt``, sorted.
+
+    Raises:
+        SystemExit: the directory does not exist or holds no model.
+    """
+    if not model_repository.is_dir():
+        raise SystemExit(f"--model-repository {model_repository} is not a directory")
+    models = sorted(p.parent.name for p in model_repository.glob("*/config.pbtxt"))
+    if not models:
+        raise SystemExit(f"--model-repository {model_repository} holds no model (no */config.pbtxt)")
+    return models
+
+
+def _admin_key() -> tuple[str, bool]:
+    """(key, generated): FASTPATH_ADMIN_KEY, or a fresh key that :func:`_publish_admin_key` writes once serving."""
+    key = os.environ.get("FASTPATH_ADMIN_KEY", "")
+    if key:
+        LOG.info("admin key: from FASTPATH_ADMIN_KEY (swap/rollback and Triton's model-repository API need it)")
+        return key, False
+    import secrets
+
+    return secrets.token_urlsafe(24), True
+
+
+def _publish_admin_key(key: str, ports: tuple[int, ...]) -> None:
+    """Write a generated key (0600) for each port and as the latest, only once the server is ready:
+    a serve that fails to start (port in use) must not replace the key of one that is running."""
+    for path in [admin_key_file(port) for port in ports] + [admin_key_file()]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(key + "\n")
+    LOG.info("admin key: FASTPATH_ADMIN_KEY was not set, generated one in %s (and %s); `fastpath swap` finds it "
+             "there, or run `export FASTPATH_ADMIN_KEY=$(cat %s)` (set it before `make serve` to choose the key)",
+             admin_key_file(ports[0]), admin_key_file(), admin_key_file(ports[0]))
+
+
+def _withdraw_admin_key(key: str, ports: tuple[int, ...]) -> None:
+    """At exit: remove the key files :func:`_publish_admin_key` wrote that still hold ``key`` (a
+    server started since on the same ports has written its own: those stay)."""
+    for path in [admin_key_file(port) for port in ports] + [admin_key_file()]:
+        try:
+            if path.read_text().strip() == key:
+                path.unlink()
+        except OSError:
+            continue
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from fastpath.server.process import ServerError, ServerOptions, TritonServer
+
+    admin_key, generated = _admin_key()
+    options = ServerOptions(
+        model_repository=args.model_repository,
+        models=tuple(args.model or repository_models(args.model_repository)),
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        host=args.host,
+        log_verbose=args.log_verbose,
+        admin_key=admin_key,
+    )
+    server = TritonServer(options)
+    stop_requested = threading.Event()
+
+    def _request_stop(signum: int, _frame: object) -> None:
+        # Only flag here: waiting on the child inside a handler that interrupted Popen.wait deadlocks.
+        LOG.info("received %s: stopping tritonserver", signal.Signals(signum).name)
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, _request_stop)
+    signal.signal(signal.SIGINT, _request_stop)
+    try:
+        server.start()
+    except ServerError as exc:
+        LOG.error("%s", exc)
+        return 1
+    LOG.info("tritonserver pid %s, models %s from %s", server.pid, ", ".join(options.models), options.model_repository)
+    try:
+        server.wait_ready(timeout_s=args.ready_timeout_s, cancel=stop_requested)
+    except ServerError as exc:
+        server.stop()
+        LOG.error("%s", exc)
+        return 1
+    if not stop_requested.is_set():
+        if generated:
+            _publish_admin_key(admin_key, (options.http_port, options.grpc_port))
+        LOG.info("ready: HTTP http://%s:%d  gRPC %s:%d  metrics http://%s:%d/metrics",
+                 args.host, options.http_port, args.host, options.grpc_port, args.host, options.metrics_port)
+        # application/json: curl -d's default form content type crashes Triton 2.51 above ~4 MB (README)
+        LOG.info("try: curl -s localhost:%d/v2/models/text_embedding/infer -H 'Content-Type: application/json' -d "
+                 "'{\"inputs\":[{\"name\":\"TEXT\",\"shape\":[1,1],\"datatype\":\"BYTES\",\"data\":[\"hello world\"]}]}'",
+                 options.http_port)
+    supervisor = None
+    if not stop_requested.is_set():
+        supervisor = stub_supervisor(server)
+        supervisor.start()
+    while server.poll() is None and not stop_requested.wait(0.5):
+        if supervisor is not None and supervisor.failure is not None:
+            LOG.error("stopping tritonserver: %s", supervisor.failure)
+            break
+    if supervisor is not None:
+        supervisor.stop()
+        supervisor.join(timeout=1.0)  # a reload under way goes on; server.stop() unloads what it loads
+    code = server.stop()
+    if generated:
+        _withdraw_admin_key(admin_key, (options.http_port, options.grpc_port))
+    LOG.info("tritonserver exited with code %s", code)
+    return 1 if supervisor is not None and supervisor.failure is not None else code
+
+
+def stub_supervisor(server: TritonServer) -> StubSupervisor:
+    """A :class:`~fastpath.server.stubs.StubSupervisor` of ``server``'s python-backend stubs (not started)."""
+    from fastpath.server.process import group_members
+    from fastpath.server.stubs import StubSupervisor, list_stubs
+
+    pid = server.pid
+    return StubSupervisor(lambda: list_stubs(group_members(pid)), server.api())
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``serve`` command to the ``fastpath`` parser."""
+    serve = subparsers.add_parser("serve", help="run tritonserver with FastPath models (Ctrl-C stops it)")
+    serve.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
+    serve.add_argument("--model", action="append", default=None,
+                       help="model to load (repeatable; default: every model of the model repository)")
+    serve.add_argument("--http-port", type=int, default=env_int("HTTP_PORT", 8000),
+                       help="Triton's HTTP/REST port (default: $HTTP_PORT or 8000)")
+    serve.add_argument("--grpc-port", type=int, default=env_int("GRPC_PORT", 8001),
+                       help="Triton's gRPC port (default: $GRPC_PORT or 8001)")
+    serve.add_argument("--metrics-port", type=int, default=env_int("METRICS_PORT", 8002),
+                       help="Prometheus metrics port, /metrics (default: $METRICS_PORT or 8002)")
+    serve.add_argument("--host", default="0.0.0.0",
+                       help="address HTTP, gRPC and metrics bind to (default 0.0.0.0, Triton's: every interface; "
+                            "--host 127.0.0.1 keeps it on this machine)")
+    serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
+    serve.add_argument("--ready-timeout-s", type=float, default=300.0)
+    serve.set_defaults(func=cmd_serve)

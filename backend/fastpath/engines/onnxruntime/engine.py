@@ -1,0 +1,103 @@
+"""ONNX Runtime engine (CPU execution provider by default).
+
+ONNX Runtime releases the GIL inside ``InferenceSession.run``, so a worker thread can run a batch
+while the Python thread that feeds it tokenizes the next one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+
+from fastpath.engines.base import Engine, TensorSpec
+from fastpath.engines.cpus import ort_intra_op_threads
+from fastpath.errors import ConfigError, EngineError
+
+_ORT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(bool)": np.bool_,
+    "tensor(uint8)": np.uint8,
+}
+
+
+def _spec(node: ort.NodeArg) -> TensorSpec:
+    shape = tuple(dim if isinstance(dim, int) else -1 for dim in node.shape)
+    return TensorSpec(node.name, np.dtype(_ORT_TYPES.get(node.type, np.float32)), shape)
+
+
+class OnnxRuntimeEngine(Engine):
+    """An ONNX model in an ONNX Runtime ``InferenceSession``.
+
+    Args:
+        path: the ``.onnx`` file.
+        intra_op_threads: threads per operator; 0: one per CPU the process may use
+            (:func:`fastpath.engines.cpus.ort_intra_op_threads`).
+        providers: execution providers in priority order (default: CPU only).
+        allow_spinning: ONNX Runtime's ``session.intra_op.allow_spinning`` for the main session.
+        lanes: extra sessions for :meth:`infer_lane` (0: none), ``lane_threads`` intra-op threads
+            each. Each holds its own copy of the weights (all-MiniLM-L6-v2 fp32: ~90 MB per lane).
+        lane_threads: intra-op threads per lane session (>= 1).
+
+    Raises:
+        EngineError: the file is missing or not a loadable ONNX model.
+    """
+
+    name = "onnxruntime"
+
+    def __init__(self, path: str, *, intra_op_threads: int = 0, providers: tuple[str | tuple[str, dict], ...] = ("CPUExecutionProvider",),
+                 allow_spinning: bool = True, lanes: int = 0, lane_threads: int = 1) -> None:
+        if lanes < 0 or lane_threads < 1:
+            raise EngineError(f"ONNX Runtime engine lanes must be >= 0 with >= 1 thread each, got {lanes} x {lane_threads}")
+        self._session: ort.InferenceSession | None = _session(path, providers, intra_op_threads, allow_spinning)
+        # With one intra-op thread the calling thread does all the work: no worker spins and no operator
+        # waits at a barrier for a thread the OS gave to another process (docs/design/scheduler.md).
+        self._lane_sessions = [_session(path, providers, lane_threads, allow_spinning and lane_threads > 1)
+                               for _ in range(lanes)]
+        self.lanes = lanes
+        self._inputs = tuple(_spec(n) for n in self._session.get_inputs())
+        self._outputs = tuple(_spec(n) for n in self._session.get_outputs())
+        self._wanted = frozenset(spec.name for spec in self._inputs)
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._run(self._session, feeds)
+
+    def infer_lane(self, feeds: dict[str, np.ndarray], lane: int) -> dict[str, np.ndarray]:
+        if not 0 <= lane < len(self._lane_sessions):
+            raise EngineError(f"ONNX Runtime engine has {len(self._lane_sessions)} lanes; lane {lane} does not exist")
+        return self._run(self._lane_sessions[lane], feeds)
+
+    def _run(self, session: ort.InferenceSession | None, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if session is None or self._session is None:
+            raise EngineError("ONNX Runtime engine is closed")
+        try:
+            results = session.run(None, {k: v for k, v in feeds.items() if k in self._wanted})
+        except Exception as exc:
+            raise EngineError(f"ONNX Runtime failed on a batch of shape {next(iter(feeds.values())).shape}: {exc}") from exc
+        return {spec.name: value for spec, value in zip(self._outputs, results)}
+
+    def close(self) -> None:
+        self._session = None
+        self._lane_sessions = []
+
+
+def _session(path: str, providers: tuple[str | tuple[str, dict], ...], intra_op_threads: int,
+             allow_spinning: bool) -> ort.InferenceSession:
+    """An ``InferenceSession`` with FastPath's options; raises EngineError when the model does not load."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = ort_intra_op_threads(intra_op_threads)
+    # ONNX Runtime's documented session option: worker threads busy-wait for the next operator
+    # ("1", its default) or sleep ("0"), which leaves the cores to Triton, clients and tokenization.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    try:
+        # Common-subexpression elimination merges the INT8 model's per-consumer Q/DQ pairs back into
+        # shared ones, and ONNX Runtime then cannot fuse DQ -> MatMul for Q, K and V (INT8 1x32: 28.2 ms
+        # with it, 12.1 ms without; fp32 and the detector unchanged within noise: docs/design/engines.md)
+        return ort.InferenceSession(path, options, providers=list(providers),
+                                    disabled_optimizers=["CommonSubexpressionElimination"])
+    except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/NoSuchFile types
+        raise EngineError(f"ONNX Runtime could not load {path}: {exc}") from exc

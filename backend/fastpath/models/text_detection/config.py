@@ -1,0 +1,110 @@
+"""Parameters of the text-detection model (``model_repository/text_detection/config.pbtxt``).
+
+Built with :func:`fastpath.config.parse_parameters`, like ``TextEmbeddingConfig``: every value
+arrives as a string, unknown keys are an error that names the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fastpath.config import PRECISIONS, RUNTIMES, check_parameter
+from fastpath.scheduling.config import SchedulerConfig
+
+NETWORK_STRIDE_PX = 32  # DB's backbone downsamples by 32: each resized side is a multiple of this
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TextDetectionConfig:
+    """Parameters of a FastPath text-detection model (PP-OCRv4 det + DB post-processing).
+
+    Defaults are PaddleOCR's ``det_limit_type="max"`` / ``det_limit_side_len=960`` resize and the
+    DB post-processing values of rapidocr-onnxruntime 1.4.4's ``config.yaml`` (``Det`` section).
+
+    Attributes:
+        runtime: engine runtime, one of ``RUNTIMES``.
+        precision: ``fp32`` | ``fp16`` | ``int8`` | ``fp8``; selects the artifact of that precision.
+        artifact: ONNX file name inside the model version directory.
+        intra_op_threads: ONNX Runtime intra-op threads; 0: one per CPU the process may use
+            (:func:`fastpath.engines.cpus.ort_intra_op_threads`).
+        limit_side_len_px: the longer resized side is at most this many pixels (a multiple of 32).
+        max_image_pixels: largest accepted height * width of one image; larger images get a 400
+            before any decode or resize buffer is allocated (../shared/cases K07, K10). The default
+            is 8192 * 8192 (192 MiB as uint8 RGB).
+        max_request_pixels: largest accepted sum of height * width over the images of one request.
+        max_images_per_request: most images one request may carry.
+        max_batch_images: most images (of one resized shape) the engine runs in one call.
+        binary_threshold: DB probability above which a pixel counts as text (``thresh``).
+        box_threshold: boxes whose mean probability is below this are dropped (``box_thresh``).
+        unclip_ratio: DB unclip: polygons grow by ``area * unclip_ratio / perimeter`` pixels.
+        max_candidates: most contours examined per image.
+        use_dilation: dilate the binary map with a 2x2 kernel before finding contours.
+        min_box_side_px: boxes whose width or height in the input image is at most this many
+            pixels are dropped (rapidocr ``filter_tag_det_res``).
+        staging_capacity_bytes: bytes of the host staging pool (``fastpath.memory``; page-locked
+            when CUDA is present) that batch inputs are written into. The largest batch,
+            ``batch_buckets[-1]`` images of ``limit_side_len_px``^2 as float32 (8 x 11 MB = 88 MB,
+            a 128 MiB block), must fit; two such blocks let batch N+1 be staged while N runs.
+        staging_wait_timeout_s: how long staging waits for a free block before the batch fails
+            with UNAVAILABLE (503, retryable).
+    """
+
+    runtime: str = "onnxruntime"
+    precision: str = "fp32"
+    artifact: str = "model.onnx"
+    intra_op_threads: int = 0
+    limit_side_len_px: int = 960
+    max_image_pixels: int = 8192 * 8192
+    max_request_pixels: int = 8192 * 8192
+    max_images_per_request: int = 16
+    max_batch_images: int = 8
+    binary_threshold: float = 0.3
+    box_threshold: float = 0.5
+    unclip_ratio: float = 1.6
+    max_candidates: int = 1000
+    use_dilation: bool = True
+    min_box_side_px: int = 3
+    staging_capacity_bytes: int = 512 << 20
+    staging_wait_timeout_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_parameter(self.runtime in RUNTIMES, "runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
+        check_parameter(self.precision in PRECISIONS, "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
+        check_parameter(self.intra_op_threads >= 0, "intra_op_threads", self.intra_op_threads, ">= 0")
+        check_parameter(
+            self.limit_side_len_px >= NETWORK_STRIDE_PX and self.limit_side_len_px % NETWORK_STRIDE_PX == 0,
+            "limit_side_len_px",
+            self.limit_side_len_px,
+            f"a multiple of {NETWORK_STRIDE_PX}, at least {NETWORK_STRIDE_PX}",
+        )
+        check_parameter(self.max_image_pixels > 0, "max_image_pixels", self.max_image_pixels, "> 0")
+        check_parameter(self.max_request_pixels > 0, "max_request_pixels", self.max_request_pixels, "> 0")
+        check_parameter(self.max_images_per_request > 0, "max_images_per_request", self.max_images_per_request, "> 0")
+        check_parameter(self.max_batch_images > 0, "max_batch_images", self.max_batch_images, "> 0")
+        check_parameter(0.0 < self.binary_threshold < 1.0, "binary_threshold", self.binary_threshold, "in (0, 1)")
+        check_parameter(0.0 <= self.box_threshold < 1.0, "box_threshold", self.box_threshold, "in [0, 1)")
+        check_parameter(self.unclip_ratio > 0.0, "unclip_ratio", self.unclip_ratio, "> 0")
+        check_parameter(self.max_candidates > 0, "max_candidates", self.max_candidates, "> 0")
+        check_parameter(self.min_box_side_px >= 0, "min_box_side_px", self.min_box_side_px, ">= 0")
+        check_parameter(self.staging_capacity_bytes >= 4096, "staging_capacity_bytes", self.staging_capacity_bytes,
+                        ">= 4096 (one page); the default is 536870912 (512 MiB)")
+        check_parameter(self.staging_wait_timeout_s >= 0, "staging_wait_timeout_s", self.staging_wait_timeout_s, ">= 0 seconds")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DetectionSchedulerConfig(SchedulerConfig):
+    """:class:`~fastpath.config.SchedulerConfig` with defaults for images (``text_detection``).
+
+    Same keys and meaning, with images in place of texts: a batch holds images of one resized
+    shape (never padded across shapes), ``max_queue_texts`` counts queued images, and
+    ``batch_buckets`` are the engine's batch sizes in images. Defaults: batches of 1, 2, 4 or 8
+    images (8 x 960x960 is 88 MB of float32 input), at most 64 queued images (each holds its resized
+    uint8 copy, at most 2.7 MB), no wait for company beyond 2 ms (a CPU detector call costs
+    tens to hundreds of milliseconds, so waiting rarely pays), and every request asked whether it
+    was cancelled (``cancel_check_after_us`` 0: the ask's ~0.5 ms of CPU is small next to an image's
+    engine work, which a cancelled request would waste).
+    """
+
+    batch_buckets: tuple[int, ...] = (1, 2, 4, 8)
+    max_queue_texts: int = 64
+    cancel_check_after_us: int = 0

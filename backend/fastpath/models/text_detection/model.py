@@ -1,0 +1,177 @@
+"""``TritonPythonModel`` for text detection (``model_repository/text_detection``).
+
+Inputs and outputs (see ``config.pbtxt``; max_batch_size 0, so the shapes below are the full
+request shapes). A request carries exactly one of the two inputs:
+
+    IMAGE        TYPE_UINT8  [N, H, W, C]  N raw images of one size, C = 1 gray, 2 gray+alpha, 3 RGB, 4 RGBA.
+    IMAGE_BYTES  TYPE_STRING [N]           N encoded PNG/JPEG files of any sizes (8- or 16-bit).
+    BOXES        TYPE_FP32   [K, 4, 2]     every box of every image, (x, y) corners clockwise from top-left.
+    SCORES       TYPE_FP32   [K]           one score per box.
+    BOX_COUNTS   TYPE_INT32  [N]           boxes per image: image i owns rows sum(BOX_COUNTS[:i]) ... + BOX_COUNTS[i].
+
+An image without text gives BOX_COUNTS 0 and, for a one-image request, BOXES [0, 4, 2] and
+SCORES [0] (../shared/cases K05).
+
+``execute`` decodes, validates and resizes each request's images in Triton's thread (a bad
+request gets its own 400 at once), hands one work item per image to FastPath's scheduler
+(:class:`~fastpath.scheduling.ShapeBatchQueue`: batches of one resized shape, sizes snapped to
+``batch_buckets``) and returns ``None``. The scheduler's threads stage each batch into the host
+staging pool, run the engine, post-process, and answer each request through its response sender
+once its last image is done. A full queue is 503 / UNAVAILABLE; an engine error fails only the
+requests of that batch; ``finalize`` drains. Request options ``timeout`` and ``fastpath_priority``
+as for ``text_embedding`` (:mod:`fastpath.triton.scheduled`). Design: docs/design/text_detection.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastpath.config import parse_sections, triton_parameters
+from fastpath.errors import ConfigError, InvalidInputError
+from fastpath.memory import PoolConfig, create_host_pool
+from fastpath.models.text_detection.batches import DetectionBatchHandler, check_staging_fits, warm_up
+from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
+from fastpath.scheduling import BatchRunner, CostModel, ShapeBatchQueue, Ticket, WorkItem
+from fastpath.triton.io import error_response, input_rows, read_input
+from fastpath.triton.scheduled import (close_scheduled, metrics_flusher, pool_metrics, priority_level, request_timeout_s,
+                                      requested_outputs, scheduler_metrics, select_outputs, send_final)
+from fastpath.triton.selftest import run_self_test
+from fastpath.triton.watchdog import exit_with_server
+from fastpath.models.text_detection.config import DetectionSchedulerConfig, TextDetectionConfig
+from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
+
+LOG = logging.getLogger(__name__)
+MODEL_NAME = "text_detection"
+
+
+def staging_pool_config(config: TextDetectionConfig) -> PoolConfig:
+    """Host staging pool limits: ``staging_capacity_bytes``, its largest power of two as the largest block."""
+    capacity = config.staging_capacity_bytes
+    return PoolConfig(capacity_bytes=capacity, max_block_bytes=1 << (capacity.bit_length() - 1),
+                      wait_timeout_s=config.staging_wait_timeout_s)
+
+
+class TextDetectionModel:
+    """The python-backend model class; ``model.py`` re-exports it as ``TritonPythonModel``."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        """Parse the config, self-test the stub, load and check the engine, start the scheduler.
+
+        Raises:
+            ConfigError, SelfTestError, ArtifactError, EngineError: the model refuses to load,
+                and Triton reports the message.
+        """
+        import triton_python_backend_utils as pb_utils
+
+        self._pb = pb_utils
+        run_self_test(pb_utils.Tensor)
+        exit_with_server()  # a stub orphaned by a crashed or killed tritonserver exits (watchdog.py)
+        model_config = json.loads(args["model_config"])
+        self.config, self.scheduler_config = parse_sections(triton_parameters(model_config), TextDetectionConfig,
+                                                            DetectionSchedulerConfig)
+        sched = self.scheduler_config
+        if sched.batch_buckets[-1] > self.config.max_batch_images:
+            raise ConfigError(f"config.pbtxt parameter 'batch_buckets' = {sched.batch_buckets}: its largest bucket exceeds "
+                              f"max_batch_images={self.config.max_batch_images}; drop the larger buckets or raise max_batch_images")
+        if self.config.max_images_per_request > sched.max_queue_texts:
+            raise ConfigError(f"config.pbtxt parameter 'max_queue_texts' = {sched.max_queue_texts} (queued images) is below "
+                              f"max_images_per_request={self.config.max_images_per_request}: the largest request could never be "
+                              "queued; raise max_queue_texts")
+        self.model_version = args["model_version"]
+        self.detector = TextDetector.from_directory(Path(args["model_repository"]) / self.model_version, self.config)
+        self.pool = create_host_pool(staging_pool_config(self.config), name="staging")
+        check_staging_fits(self.pool, sched.batch_buckets[-1], self.config.limit_side_len_px)
+        self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, MODEL_NAME)
+        self.metrics = scheduler_metrics(pb_utils, args, sched, MODEL_NAME)
+        self.metrics_flusher, on_batch = metrics_flusher(sched, self.metrics, self.pool_metrics,
+                                                         args.get("model_instance_name", MODEL_NAME))
+        self.handler = DetectionBatchHandler(self.detector, self.pool, on_batch=on_batch)
+        queue = ShapeBatchQueue(batch_buckets=sched.batch_buckets, costs=CostModel(sched.cost_ewma_alpha),
+                                max_queue_delay_s=sched.max_queue_delay_us * 1e-6, max_items=sched.max_queue_texts,
+                                deadline_margin_s=sched.deadline_margin_us * 1e-6, min_padding_gain=sched.min_padding_gain)
+        self.runner = BatchRunner(queue, self.handler, observer=self.metrics, stage_lead_s=sched.stage_lead_us * 1e-6,
+                                  check_cancellation=sched.check_cancellation,
+                                  cancel_check_after_s=sched.cancel_check_after_us * 1e-6, name=args.get("model_name", MODEL_NAME))
+        if sched.warmup:
+            warm_up(self.handler, queue.costs, self.runner.clock, sched.batch_buckets)
+        self.runner.start()
+
+    def _read_images(self, request: Any) -> list[np.ndarray]:
+        present = [name for name in (ARRAY_INPUT, BYTES_INPUT) if self._pb.get_input_tensor_by_name(request, name) is not None]
+        if len(present) != 1:
+            raise InvalidInputError(f"send exactly one of the inputs {ARRAY_INPUT} (UINT8 [N, H, W, C]) or {BYTES_INPUT} "
+                                    f"(BYTES [N], PNG/JPEG files); the request has {present or 'neither'}")
+        config = self.config
+        limits = {"max_image_pixels": config.max_image_pixels, "max_request_pixels": config.max_request_pixels,
+                  "max_images": config.max_images_per_request}
+        values = read_input(self._pb, request, present[0])
+        if present[0] == ARRAY_INPUT:
+            return images_from_array(values, **limits)
+        return images_from_bytes(values, **limits)
+
+    def _prepare(self, image: np.ndarray) -> PreparedImage:
+        """Resize for the network; an image kept at its size is copied out of the request's tensor memory,
+        which the queue must not hold on to after ``execute`` returns."""
+        prepared = self.detector.prepare(image)
+        if prepared.resized is image and image.base is not None:
+            prepared = PreparedImage(np.array(image, copy=True), prepared.source_hw)
+        return prepared
+
+    def execute(self, requests: list[Any]) -> None:
+        """Decode, validate and resize each request's images, queue them, return at once; answers follow."""
+        pb, sched = self._pb, self.scheduler_config
+        arrival_s = self.runner.clock.now()  # the call's requests wait while earlier ones decode: timeouts count from here
+        for request in requests:
+            sender = request.get_response_sender()
+            try:  # a full queue answers 503 before the images are decoded (trial: 503s came 5-20 s late)
+                self.runner.check_room(self._image_count(request))
+            except Exception as exc:
+                send_final(pb, sender, error_response(pb, exc))
+                continue
+            try:
+                prepared = [self._prepare(image) for image in self._read_images(request)]
+                level, timeout_s = priority_level(request, sched), request_timeout_s(request, sched)
+            except Exception as exc:  # a bad request fails alone
+                self.metrics.invalid_request()
+                send_final(pb, sender, error_response(pb, exc))
+                continue
+            answer = functools.partial(self._answer, sender, requested_outputs(request))
+            ticket = Ticket(len(prepared), answer, is_cancelled=request.is_cancelled,
+                            label=request.request_id() or "request")
+            items = [WorkItem(ticket, row, image.cells, image, level, shape=image.shape_hw)
+                     for row, image in enumerate(prepared)]
+            try:
+                self.runner.submit(items, timeout_s=timeout_s, arrival_s=arrival_s)
+            except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
+                send_final(pb, sender, error_response(pb, exc))
+        return None
+
+    def _image_count(self, request: Any) -> int:
+        """Images in the request by its input's batch dimension, without decoding (0 if malformed: _read_images says why)."""
+        counts = [rows for rows in (input_rows(self._pb, request, name) for name in (ARRAY_INPUT, BYTES_INPUT))
+                  if rows is not None]
+        return counts[0] if len(counts) == 1 else 0
+
+    def _answer(self, sender: Any, wanted: frozenset[str], ticket: Ticket, detections: list[Any] | None,
+                error: BaseException | None) -> None:
+        """The ticket's single answer: the request's detections as one ragged result (requested outputs only), or its error."""
+        pb = self._pb
+        if error is not None:
+            send_final(pb, sender, error_response(pb, error))
+            return
+        boxes, scores, counts = concatenate(detections)
+        send_final(pb, sender, select_outputs(pb, [
+            pb.Tensor("BOXES", boxes), pb.Tensor("SCORES", scores), pb.Tensor("BOX_COUNTS", counts)], wanted))
+
+    def finalize(self) -> None:
+        """Drain the scheduler (every accepted request gets its response), then release leases, pool and engine."""
+        close_scheduled(self)
+        detector = getattr(self, "detector", None)
+        if detector is not None:
+            detector.close()

@@ -1,0 +1,187 @@
+"""Staging, running and answering text-embedding batches: the model's :class:`BatchHandler`.
+
+:class:`EmbeddingBatchHandler` is what :class:`~fastpath.scheduling.BatchRunner` calls for each batch
+of ``model_repository/text_embedding`` (:mod:`fastpath.models.text_embedding.model`): ``stage`` pads the
+batch's token ids into one block of the host staging pool, ``run`` runs the active version's engine
+on it, ``finish`` hands each text its row. :func:`warm_up` seeds the cost model at load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+import numpy as np
+
+from fastpath.errors import EngineError
+from fastpath.memory import BlockPool, Lease, PoolConfig
+from fastpath.models.text_embedding.pipeline import EMBEDDING_DIM
+from fastpath.profiling import PROFILE
+from fastpath.models.text_embedding.versions import VersionedEmbedder
+from fastpath.scheduling import Batch, BatchQueue
+from fastpath.text import EncodedBatch
+
+TOKEN_INPUTS = 3  # input_ids, attention_mask, token_type_ids: int64 [rows, length] each
+
+
+def staging_pool_config(max_batch_texts: int, max_seq_length: int) -> PoolConfig:
+    """Host staging pool for text batches: blocks up to the largest batch (3 int64 [rows, length]
+    inputs), room for 4 of them (one staged, one running, slack); waits 1 s, then UNAVAILABLE."""
+    largest = TOKEN_INPUTS * max_batch_texts * max_seq_length * 8
+    block = max(4096, 1 << (largest - 1).bit_length())
+    return PoolConfig(capacity_bytes=4 * block, max_block_bytes=block)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class EmbeddingRow:
+    """One text's result, as the scheduler hands it to the request's ticket.
+
+    Attributes:
+        embedding: float32 ``[384]``, a view of the batch output (L2-normalized).
+        token_count: tokens the model saw, [CLS] and [SEP] included (<= ``max_seq_length``).
+        truncated: the text was longer than ``max_seq_length`` tokens and was cut.
+        version: the model version whose engine produced the row.
+    """
+
+    embedding: np.ndarray
+    token_count: int
+    truncated: bool
+    version: int
+
+
+@dataclasses.dataclass(eq=False)
+class StagedBatch:
+    """Engine inputs of one batch, views of one staging-pool lease (released after the engine call)."""
+
+    feeds: dict[str, np.ndarray]
+    lease: Lease
+
+
+class EmbeddingBatchHandler:
+    """Stages, runs and delivers one scheduler batch with the tokenizer and the active engine slot.
+
+    Each batch's three inputs are padded straight into one block leased from the host staging pool
+    (page-locked when CUDA is present, so the engine's host-to-device copy is one DMA per input;
+    issue 4): that single copy is the batching. ``run`` releases the lease once the engine has
+    returned. Filler rows (batch bucket > real texts) are ``[CLS] [SEP]``, the encoding of the
+    empty text; they never reach a response (../shared/cases K02). ``run`` leases the active slot of
+    :class:`~fastpath.models.text_embedding.versions.VersionedEmbedder` for the batch, so a batch dispatched
+    before a swap finishes on the old version and every row knows its version.
+
+    Args:
+        versions: the model's engine slots.
+        pool: host staging pool (see :func:`staging_pool_config`).
+        on_batch: called after each engine call (e.g. publish pool metrics).
+    """
+
+    def __init__(self, versions: VersionedEmbedder, pool: BlockPool, on_batch: Any = None) -> None:
+        self.versions = versions
+        self.embedder = versions.initial
+        self.pool = pool
+        self.on_batch = on_batch
+        self._filler = self.embedder.tokenizer.encode([""])[0]
+        self._leases: set[Lease] = set()
+        self._lock = threading.Lock()
+
+    def stage(self, batch: Batch) -> StagedBatch:
+        """int64 [batch_size, length] input_ids / attention_mask / token_type_ids in one pool block.
+
+        Raises:
+            UnavailableError: the pool stayed exhausted for its wait timeout (retryable).
+        """
+        encodings = [item.payload for item in batch.items]
+        encodings += [self._filler] * (batch.batch_size - len(encodings))
+        rows, length = batch.batch_size, batch.length
+        lease = self.pool.lease(TOKEN_INPUTS * rows * length * 8)
+        try:
+            views = lease.view(np.int64, (TOKEN_INPUTS, rows, length))  # one view; each input is a contiguous slab
+            feeds = self.embedder.tokenizer.pad(encodings, length, out=EncodedBatch(views[0], views[1], views[2])).feeds()
+        except BaseException:
+            lease.release()
+            raise
+        with self._lock:
+            self._leases.add(lease)
+        return StagedBatch(feeds, lease)
+
+    def run(self, staged: StagedBatch, lane: int | None = None) -> tuple[np.ndarray, int]:
+        """(float32 [batch_size, 384], model version); raises EngineError on a failure or a wrong shape.
+
+        ``lane``: None runs the engine's main session; an index runs that engine lane
+        (``concurrent_batches`` > 1, see :class:`~fastpath.scheduling.BatchRunner`).
+        """
+        feeds = staged.feeds
+        try:
+            with self.versions.lease() as (embedder, version):
+                engine = embedder.engine
+                name = engine.outputs[0].name
+                mark = PROFILE.start()
+                output = (engine.infer(feeds) if lane is None else engine.infer_lane(feeds, lane))[name]
+                PROFILE.lap("engine.infer" if lane is None else "engine.infer_lane", mark)
+        finally:
+            self._release(staged.lease)
+            if self.on_batch is not None:
+                self.on_batch()
+        rows = feeds["input_ids"].shape[0]
+        if output.shape != (rows, EMBEDDING_DIM):
+            raise EngineError(f"engine returned {name} of shape {output.shape}; expected ({rows}, {EMBEDDING_DIM})")
+        return output, version
+
+    def _release(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases.discard(lease)
+        lease.release()
+
+    def close(self) -> int:
+        """Release the leases of batches staged but never run (unload); returns how many."""
+        with self._lock:
+            leases, self._leases = list(self._leases), set()
+        for lease in leases:
+            lease.release()
+        return len(leases)
+
+    def finish(self, batch: Batch, outputs: tuple[np.ndarray, int]) -> None:
+        embeddings, version = outputs
+        for index, item in enumerate(batch.items):
+            encoding = item.payload
+            item.ticket.set_row(item.row, EmbeddingRow(embeddings[index], item.tokens, len(encoding.overflowing) > 0, version))
+
+
+def register_allocation_counters(pool: BlockPool, engine: Any) -> None:
+    """Profile counters of allocations since now (steady state, issue 4): the staging pool's
+    allocator calls and, for the torch runtime on CUDA, the caching allocator's device allocations."""
+    base = pool.stats().allocations
+    PROFILE.counter("staging_pool.allocations", lambda: pool.stats().allocations - base)
+    PROFILE.counter("staging_pool.leases", lambda: pool.stats().leases)
+    device = getattr(getattr(engine, "runner", None), "device", None)
+    if device is not None and device.type == "cuda":
+        import torch
+
+        def allocated() -> int:
+            return int(torch.cuda.memory_stats(device).get("allocation.all.allocated", 0))
+
+        start = allocated()
+        PROFILE.counter("torch.device_allocations", lambda: allocated() - start)
+
+
+def warm_up(handler: EmbeddingBatchHandler, queue: BatchQueue, clock: Any) -> None:
+    """Run a few batch shapes to warm the engine and seed the cost model (engine lanes were warmed
+    at load: ``TextEmbedder.check_lanes``).
+
+    Six shapes (batch 1/4/16 x two lengths), each run three times; the fastest of the last two
+    seeds the model (on a shared machine other work only ever adds time). Well under a second on
+    an idle 2-core CPU.
+    """
+    lengths = [b for b in queue.length_buckets if b >= 16][:1] + [b for b in queue.length_buckets if b >= 48][:1]
+    sizes = [b for b in queue.batch_buckets if b in (1, 4, 16)]
+    for length in dict.fromkeys(lengths or queue.length_buckets[:1]):
+        for size in sizes:
+            shape = Batch((), size, length, "warmup", 0.0, 0.0)
+            handler.run(handler.stage(shape))
+            timings = []
+            for _ in range(2):
+                staged = handler.stage(shape)  # each run releases its staging lease
+                start_s = clock.now()
+                handler.run(staged)
+                timings.append(clock.now() - start_s)
+            queue.costs.observe(size, length, min(timings))

@@ -1,0 +1,303 @@
+"""``TritonPythonModel`` for text embedding (``model_repository/text_embedding``).
+
+Inputs and outputs (see ``config.pbtxt``; max_batch_size > 0, so each carries a batch dimension):
+    TEXT         TYPE_STRING [n, 1]   UTF-8 texts.
+    EMBEDDING    TYPE_FP32   [n, 384] L2-normalized mean-pooled embedding.
+    TOKEN_COUNT  TYPE_INT32  [n, 1]   tokens the model saw ([CLS], [SEP] included).
+    TRUNCATED    TYPE_BOOL   [n, 1]   True where the text exceeded max_seq_length tokens.
+    MODEL_VERSION TYPE_INT32 [n, 1]   the model version whose engine produced the row (live swaps:
+                                      docs/design/hot-swap.md; Triton's own ``model_version`` in the
+                                      response stays the version Triton loaded). Every row of one
+                                      response comes from one version: a request whose texts ran on
+                                      both sides of a swap's flip has its older rows run again on the
+                                      active version (at most ``MAX_VERSION_RERUNS`` times).
+
+``execute`` validates and tokenizes each request, hands its texts to FastPath's scheduler
+(:mod:`fastpath.scheduling`) and returns ``None`` at once; the scheduler's threads batch texts by
+length and cost and answer every request through its response sender with
+``TRITONSERVER_RESPONSE_COMPLETE_FINAL``. Verified on Triton 2.51 (../shared/ENVIRONMENT.md): a
+non-decoupled python model may do this, and plain HTTP/gRPC infer works. A bad request gets its
+own 400 at once; a full queue a 503 / UNAVAILABLE. ``finalize`` drains: every accepted request
+gets exactly one response. Design: docs/design/scheduler.md.
+
+Request options:
+    timeout      Triton's request timeout (microseconds; ``timeout=`` in tritonclient): a request
+                 still queued when it passes is answered UNAVAILABLE "Request timeout expired".
+    fastpath_priority
+                 request parameter, Triton priority semantics (1 = highest, 0 or out of range =
+                 ``default_priority_level``). Triton 2.51's python backend does not expose the
+                 request's own ``priority`` to the model (verified: no ``priority()`` on
+                 ``InferenceRequest``, and Triton strips it from the parameters), so FastPath
+                 reads this parameter instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import faulthandler
+import functools
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fastpath.config import parse_sections, triton_parameters
+from fastpath.models.text_embedding.config import TextEmbeddingConfig
+from fastpath.scheduling.config import SchedulerConfig
+from fastpath.errors import ConfigError
+from fastpath.memory import create_host_pool
+from fastpath.profiling import PROFILE
+from fastpath.models.text_embedding.versions import VersionedEmbedder
+from fastpath.scheduling import BatchQueue, BatchRunner, CostModel, Ticket, WorkItem
+from fastpath.text import decode_texts, set_tokenizer_parallelism
+from fastpath.models.text_embedding.batches import (EmbeddingBatchHandler, EmbeddingRow, register_allocation_counters, staging_pool_config,
+                                               warm_up)
+from fastpath.triton.io import error_response, input_rows, read_input
+from fastpath.triton.scheduled import (Replies, close_scheduled, metrics_flusher, pool_metrics, priority_level,
+                                      request_timeout_s, requested_outputs, scheduler_metrics)
+from fastpath.triton.selftest import run_self_test
+from fastpath.triton.watchdog import exit_with_server
+
+LOG = logging.getLogger(__name__)
+INPUT_NAME = "TEXT"
+
+
+def scheduler_length_buckets(buckets: tuple[int, ...], max_seq_length: int) -> tuple[int, ...]:
+    """The padded lengths batches can have: the config's buckets clipped to ``max_seq_length``, plus it.
+
+    Matches :func:`fastpath.models.text_embedding.pipeline.padded_length` for every text of at most
+    ``max_seq_length`` tokens (the tokenizer truncates there).
+    """
+    return tuple(sorted({min(b, max_seq_length) for b in buckets} | {max_seq_length}))
+
+
+OUTPUT_NAMES = ("EMBEDDING", "TOKEN_COUNT", "TRUNCATED", "MODEL_VERSION")
+# A request's texts run in the batches of their length buckets, so a swap's flip can fall between
+# them: a fresh-user trial saw MODEL_VERSION [2, 1, 2, 2] in one response (fp32 and INT8 rows mixed).
+# Such rows run again on the active version; another flip meanwhile may repeat that, this many times.
+MAX_VERSION_RERUNS = 2
+
+
+# output name -> (EmbeddingRow field, dtype) of the [n, 1] outputs
+_ROW_OUTPUTS = {"TOKEN_COUNT": ("token_count", np.int32), "TRUNCATED": ("truncated", np.bool_),
+                "MODEL_VERSION": ("version", np.int32)}
+
+
+def _output_array(name: str, rows: list[EmbeddingRow]) -> np.ndarray:
+    """Output ``name`` of a request from its rows; see the module docstring."""
+    if name == "EMBEDDING":
+        # one row: a [1, 384] view of the batch output (pb.Tensor copies it into the stub's shared memory)
+        stacked = rows[0].embedding[None] if len(rows) == 1 else np.stack([row.embedding for row in rows])
+        return stacked.astype(np.float32, copy=False)
+    field, dtype = _ROW_OUTPUTS[name]
+    return np.array([[getattr(row, field)] for row in rows], dtype=dtype)
+
+
+class TextEmbeddingModel:
+    """The python-backend model class; ``model.py`` re-exports it as ``TritonPythonModel``."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        """Parse the config, self-test the stub, load tokenizer and engine, start the scheduler.
+
+        Raises:
+            ConfigError, SelfTestError, ArtifactError, EngineError: the model refuses to load,
+                and Triton reports the message.
+        """
+        import triton_python_backend_utils as pb_utils
+
+        self._pb = pb_utils
+        # Hang diagnosis: `kill -USR1 <stub pid>` prints every thread's Python stack to the stub's stderr;
+        # FASTPATH_STACK_DUMP=<file> also appends all stacks to that file every 15 s.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        faulthandler.enable(all_threads=True)  # a crash prints every thread's stack into Triton's log
+        if os.environ.get("FASTPATH_STACK_DUMP"):
+            self._stack_file = open(os.environ["FASTPATH_STACK_DUMP"], "a")
+            faulthandler.dump_traceback_later(15, repeat=True, file=self._stack_file)
+        run_self_test(pb_utils.Tensor)
+        exit_with_server()  # a stub orphaned by a crashed or killed tritonserver exits (watchdog.py)
+        model_config = json.loads(args["model_config"])
+        self.config, self.scheduler_config = parse_sections(
+            triton_parameters(model_config), TextEmbeddingConfig, SchedulerConfig
+        )
+        sched = self.scheduler_config
+        # inline_when_idle tells a lone request from a backlog by the call's request count, which only
+        # Triton's batcher makes meaningful; and it can only put requests of up to half of
+        # max_batch_size texts two to a call: a larger request always goes to the bounded queue.
+        batched = model_config.get("dynamic_batching") is not None
+        self.inline_max_texts = int(model_config.get("max_batch_size", 0)) // 2 if sched.inline_when_idle and batched else 0
+        if sched.inline_when_idle and not batched:
+            LOG.warning("inline_when_idle is off for %s: it needs dynamic_batching in config.pbtxt "
+                        "(max_queue_delay_microseconds: 0 adds no delay)", args.get("model_name", "text_embedding"))
+        set_tokenizer_parallelism(self.config.tokenizer_parallelism)
+        if sched.batch_buckets[-1] > self.config.max_batch_texts:
+            raise ConfigError(
+                f"config.pbtxt parameter 'batch_buckets' = {sched.batch_buckets}: its largest bucket exceeds "
+                f"max_batch_texts={self.config.max_batch_texts}; drop the larger buckets or raise max_batch_texts"
+            )
+        if sched.response_mode == "return" and self.config.concurrent_batches == 0:
+            # execute() runs its batches one after another on the main session: lanes would sit unused
+            self.config = dataclasses.replace(self.config, concurrent_batches=1)
+        self.versions = VersionedEmbedder(Path(args["model_repository"]), int(args["model_version"]), self.config,
+                                          instance=args.get("model_instance_name", "text_embedding_0"),
+                                          model_name=args.get("model_name", "text_embedding"))
+        self.embedder = self.versions.initial
+        self.lanes = max(1, self.embedder.engine.lanes)
+        self.model_version = args["model_version"]
+        self.profile_name = args.get("model_instance_name", "text_embedding")
+        self.pool = create_host_pool(staging_pool_config(sched.batch_buckets[-1], self.config.max_seq_length), name="staging")
+        self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, "text_embedding")
+        self.metrics = scheduler_metrics(self._pb, args, sched, "text_embedding")
+        self.metrics_flusher, on_batch = metrics_flusher(sched, self.metrics, self.pool_metrics, self.profile_name)
+        self.handler = EmbeddingBatchHandler(self.versions, self.pool, on_batch=on_batch)
+        queue = BatchQueue(
+            batch_buckets=sched.batch_buckets,
+            length_buckets=scheduler_length_buckets(self.config.length_buckets_tokens, self.config.max_seq_length),
+            costs=CostModel(sched.cost_ewma_alpha),
+            max_queue_delay_s=sched.max_queue_delay_us * 1e-6,
+            max_texts=sched.max_queue_texts,
+            deadline_margin_s=sched.deadline_margin_us * 1e-6,
+            min_padding_gain=sched.min_padding_gain,
+            # ONNX Runtime on the CPU runs any shape: pad to the longest text, not up to its bucket
+            pad_to_longest=not self.embedder.engine.buckets,
+        )
+        self.runner = BatchRunner(queue, self.handler, observer=self.metrics, stage_lead_s=sched.stage_lead_us * 1e-6,
+                                  check_cancellation=sched.check_cancellation,
+                                  cancel_check_after_s=sched.cancel_check_after_us * 1e-6, name=args.get("model_name", "fastpath"),
+                                  lanes=self.lanes)
+        if sched.warmup:
+            warm_up(self.handler, queue, self.runner.clock)
+        if sched.response_mode == "sender":  # return mode runs each execute()'s batches inline instead
+            self.runner.start()
+        PROFILE.reset()  # warm-up and graph capture are not serving
+        if PROFILE.enabled:
+            register_allocation_counters(self.pool, self.embedder.engine)
+
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        """Validate and tokenize each request and queue its texts; see ``response_mode`` for how answers return.
+
+        Returns:
+            None (``response_mode=sender``: each request is answered through its response sender),
+            or one response per request, in order (``response_mode=return``, or ``sender`` with
+            ``inline_when_idle`` when the call found the scheduler idle and ran its batches itself).
+        """
+        sched = self.scheduler_config
+        # One request in the call (Triton's batcher hands a call everything queued in Triton, so more
+        # means a backlog), small enough that a second one would have fit in the call, and an idle
+        # runner: run it here and skip the hand-offs and the sender.
+        inline = (sched.response_mode == "sender" and len(requests) == 1
+                  and 0 < self._texts_in(requests[0]) <= self.inline_max_texts and self.runner.claim_idle())
+        try:
+            return self._execute(requests, "return" if inline else sched.response_mode)
+        finally:
+            if inline:
+                self.runner.release_inline()
+
+    def _texts_in(self, request: Any) -> int:
+        """Rows of the request's TEXT input (0 when it is missing: the request fails on the usual path)."""
+        return input_rows(self._pb, request, INPUT_NAME) or 0
+
+    def _execute(self, requests: list[Any], mode: str) -> list[Any] | None:
+        """:meth:`execute` with the answers going ``mode``'s way (``return``: batches run in this call)."""
+        pb = self._pb
+        started = mark = PROFILE.start()
+        replies = Replies(pb, requests, mode)
+        accepted = []
+        for index, request in enumerate(requests):
+            try:
+                texts = decode_texts(read_input(pb, request, INPUT_NAME), tensor=INPUT_NAME,
+                                     max_text_bytes=self.config.max_text_bytes)
+                accepted.append((index, request, texts, priority_level(request, self.scheduler_config),
+                                 request_timeout_s(request, self.scheduler_config)))
+            except Exception as exc:  # a bad request fails alone
+                self.metrics.invalid_request()
+                replies.answer(index, error_response(pb, exc))
+        mark = PROFILE.lap("execute.decode", mark, len(requests))
+        try:
+            encodings = self.embedder.tokenizer.encode([text for entry in accepted for text in entry[2]]) if accepted else []
+        except Exception as exc:
+            for index, *_ in accepted:
+                replies.answer(index, error_response(pb, exc))
+            accepted = []
+        mark = PROFILE.lap("execute.tokenize", mark, len(encodings))
+        # Each is_cancelled() is a stub-to-server round trip. In return mode every text runs within
+        # this call (microseconds to milliseconds), so the probe would cost more than it could save.
+        probe_cancel = mode == "sender"
+        start = 0
+        for index, request, texts, level, timeout_s in accepted:
+            answer = functools.partial(self._answer, replies, index, requested_outputs(request),
+                                       (encodings[start:start + len(texts)], level, 0))
+            ticket = Ticket(len(texts), answer, is_cancelled=request.is_cancelled if probe_cancel else None,
+                            label=request.request_id() or "request")
+            items = [WorkItem(ticket, row, len(encodings[start + row].ids), encodings[start + row], level)
+                     for row in range(len(texts))]
+            start += len(texts)
+            try:
+                self.runner.submit(items, timeout_s=timeout_s)
+            except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
+                replies.answer(index, error_response(pb, exc))
+        mark = PROFILE.lap("execute.submit", mark, len(accepted))
+        if mode == "return":
+            self.runner.drain_inline()  # this call's batches, run here; every ticket answered
+            PROFILE.lap("execute.drain_inline", mark)
+        result = replies.result()
+        if PROFILE.enabled:
+            PROFILE.lap("execute.total", started, len(requests))
+            PROFILE.dump(self.profile_name, force=False)
+        return result
+
+    def _answer(self, replies: Replies, index: int, wanted: frozenset[str], rerun: tuple[list[Any], int, int],
+                ticket: Ticket | None, rows: list[EmbeddingRow] | None, error: BaseException | None) -> None:
+        """The request's single answer: its rows stacked into the requested outputs, or its error.
+
+        ``rerun`` = (the request's encodings, its priority level, reruns so far): rows from
+        different model versions (a swap flipped between the request's batches) send the rows not
+        from the active version through the scheduler again first (``MAX_VERSION_RERUNS``).
+        """
+        pb = self._pb
+        if error is not None:
+            replies.answer(index, error_response(pb, error))
+            return
+        if len({row.version for row in rows}) > 1 and rerun[2] < MAX_VERSION_RERUNS and self._rerun(replies, index, wanted, rerun, rows):
+            return
+        mark = PROFILE.start()
+        # Only the requested outputs are built (each pb.Tensor is a copy into the stub's shared memory)
+        # and sent: an unrequested output sent after execute() returned killed the 2.51 stub (scheduled.py).
+        replies.answer(index, pb.InferenceResponse(output_tensors=[
+            pb.Tensor(name, _output_array(name, rows)) for name in OUTPUT_NAMES if not wanted or name in wanted]))
+        PROFILE.lap("respond", mark)
+
+    def _rerun(self, replies: Replies, index: int, wanted: frozenset[str], rerun: tuple[list[Any], int, int],
+               rows: list[EmbeddingRow]) -> bool:
+        """Run the rows not from the active version again; their results replace them, then
+        :meth:`_answer` runs once more. False when the scheduler refuses them (shutting down, queue
+        full): the request is then answered with the rows it has, each labelled with its version."""
+        encodings, level, reruns = rerun
+        active = self.versions.slots.active_version
+        stale = [index for index, row in enumerate(rows) if row.version != active]
+
+        def done(_ticket: Ticket, new_rows: list[EmbeddingRow] | None, error: BaseException | None) -> None:
+            merged = list(rows)
+            for row, value in zip(stale, new_rows or ()):
+                merged[row] = value
+            # an error here (shutdown) keeps the rows already computed: a mixed answer beats none
+            self._answer(replies, index, wanted, (encodings, level, MAX_VERSION_RERUNS if error else reruns + 1), None, merged, None)
+
+        ticket = Ticket(len(stale), done, label="version rerun")
+        items = [WorkItem(ticket, k, len(encodings[row].ids), encodings[row], level) for k, row in enumerate(stale)]
+        try:
+            self.runner.submit(items, timeout_s=None)
+        except Exception:  # queue full or closing: answer with what we have
+            return False
+        return True
+
+    def finalize(self) -> None:
+        """Drain the scheduler (every accepted request gets its response), then release leases, pool and engine."""
+        close_scheduled(self)
+        PROFILE.dump(getattr(self, "profile_name", "text_embedding"))
+        versions = getattr(self, "versions", None)
+        if versions is not None:
+            versions.close()

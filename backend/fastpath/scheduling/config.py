@@ -1,0 +1,134 @@
+"""Typed ``config.pbtxt`` parameters of FastPath's batch scheduler, shared by the scheduled models."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fastpath.config import check_parameter
+
+
+RESPONSE_MODES = ("sender", "return")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SchedulerConfig:
+    """Parameters of FastPath's batch scheduler (``fastpath.scheduling``), from ``config.pbtxt``.
+
+    The defaults work untuned: the scheduler learns each batch shape's cost online, runs a batch as
+    soon as the engine is free unless waiting is predicted to pay, and never waits longer than
+    ``max_queue_delay_us``. See docs/design/scheduler.md.
+
+    Attributes:
+        batch_buckets: batch sizes the engine runs (its CUDA-graph / optimization-profile sizes);
+            a batch is cut or padded with filler rows to one of them. The largest is the most texts
+            per engine call.
+        max_queue_delay_us: the longest a text waits for a fuller batch while the engine is free
+            (Triton ``dynamic_batching.max_queue_delay_microseconds``).
+        max_queue_texts: queue bound in texts; a request that does not fit is rejected with
+            UNAVAILABLE (HTTP 503, retryable), as Triton's ``max_queue_size`` does.
+        default_timeout_us: queue timeout for requests that carry none; 0 = no timeout (Triton
+            ``default_queue_policy.default_timeout_microseconds``). A request still queued at its
+            timeout is answered UNAVAILABLE "Request timeout expired".
+        priority_levels: number of priority levels, 1 = highest (Triton ``priority_levels``);
+            0 disables priorities.
+        default_priority_level: level of requests that send none (Triton ``default_priority_level``).
+        cost_ewma_alpha: weight of the newest measurement in each batch shape's execution-time EWMA.
+        min_padding_gain: a wider length range, filler rows, or waiting for more texts is chosen only
+            if the cost model predicts at least this factor more efficiency (useful / engine time)
+            than the padding-free choice. Higher trades throughput for less padding.
+        deadline_margin_us: slack kept between a batch's predicted end and its earliest deadline.
+        stage_lead_us: how long before the running batch's predicted end the next batch is formed
+            and staged (padded) so it is ready when the engine frees up.
+        drain_timeout_s: on unload, how long queued and running work may take before what is left
+            is answered UNAVAILABLE.
+        warmup: run a few batch shapes at load to warm the engine and seed the cost model.
+        check_cancellation: skip (and answer CANCELLED) texts whose request was cancelled.
+        cancel_check_after_us: ask a request whether it was cancelled only once it has waited this
+            long in FastPath's queue when its batch forms; 0 = ask every request. In Triton 2.51's
+            python backend each ``is_cancelled()`` is a stub-to-server round trip: ~0.5 ms of CPU
+            per request at concurrency 32 on the 2-core dev machine, where a text's engine work is
+            ~7 ms of CPU (docs/benchmarks/scheduler_cpu_runs.md, "Variants, CPU per request"). Asking
+            every request pays only if more than ~7% of them are cancelled; clients cancel when
+            their deadline passes, which happens after long waits, in overload, where every queued
+            request has waited long and is asked. A request cancelled sooner still runs; Triton
+            drops its answer. The default (250 ms) is above the queue waits of a loaded but healthy
+            server (p99 latency 260-310 ms at concurrency 32 on the dev machine, engine time included).
+        response_mode: how answers reach Triton. ``sender`` (default): ``execute()`` returns at once
+            and each request is answered through its response sender as soon as its rows are
+            ready, so one instance batches across ``execute()`` calls. ``return``: ``execute()``
+            runs its requests' batches itself (same batch rules, no waiting for company, no
+            scheduler threads) and returns their responses as its list, one stub round trip per
+            call; pair it with ``dynamic_batching { max_queue_delay_microseconds: N }`` so Triton
+            hands each call every request queued meanwhile, and several instances. Each
+            response sent through a sender is its own synchronous stub-to-server round trip; on
+            the H200 that capped ``sender`` at ~1.4k requests/s per instance (docs/benchmarks/triton_gpu.md).
+        inline_when_idle: ``sender`` mode: an ``execute()`` call of one request that finds the
+            scheduler idle (nothing queued, running or being delivered) runs its batches itself and
+            returns its response, as ``return`` mode does; the scheduler threads take over again
+            from the next call. Needs Triton's ``dynamic_batching`` (no delay: 0 us) in front, so
+            a call of several requests reveals a backlog in Triton (those go to the scheduler's
+            queue); only requests of at most half of ``max_batch_size`` texts run inline, since
+            Triton cannot put two larger ones in one call and a backlog of them would look like
+            lone requests (found in a fresh-user trial: bursts of 40- and 64-text requests were
+            served one inline call at a time and never reached the bounded queue). Saves a lone request the thread hand-offs and the response sender's round
+            trip (~0.9 ms of a ~6.8 ms request at concurrency 1 on the 2-core dev machine,
+            docs/benchmarks/scheduler_cpu_runs.md). Requests Triton delivers meanwhile wait in
+            Triton's queue for at most that one batch.
+        metrics: publish the scheduler's and the staging pool's custom metrics. Each update is a
+            stub-to-server round trip; on the H200 at ~12k requests/s, publishing them from the
+            request path cost 18% throughput (runs 11 and 12, docs/benchmarks/triton_gpu.md).
+        metrics_interval_ms: publish metrics from a background thread every this many
+            milliseconds (and at unload) instead of on the request path; the request path only
+            records into local buffers. A scrape may trail the last batches by this much. 0:
+            publish each update on the request path as it happens.
+    """
+
+    batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    max_queue_delay_us: int = 2000
+    max_queue_texts: int = 1024
+    default_timeout_us: int = 0
+    priority_levels: int = 0
+    default_priority_level: int = 0
+    cost_ewma_alpha: float = 0.2
+    min_padding_gain: float = 1.1
+    deadline_margin_us: int = 1000
+    stage_lead_us: int = 1000
+    drain_timeout_s: float = 30.0
+    warmup: bool = True
+    check_cancellation: bool = True
+    cancel_check_after_us: int = 250_000
+    response_mode: str = "sender"
+    inline_when_idle: bool = True
+    metrics: bool = True
+    metrics_interval_ms: int = 500
+
+    def __post_init__(self) -> None:
+        buckets = self.batch_buckets
+        check_parameter(self.metrics_interval_ms >= 0, "metrics_interval_ms", self.metrics_interval_ms,
+                        ">= 0 (0 = publish on the request path)")
+        check_parameter(self.response_mode in RESPONSE_MODES, "response_mode", self.response_mode,
+                        f"one of {', '.join(RESPONSE_MODES)}")
+        check_parameter(
+            len(buckets) > 0 and list(buckets) == sorted(set(buckets)) and buckets[0] == 1,
+            "batch_buckets",
+            buckets,
+            "a strictly increasing list of batch sizes starting at 1, e.g. 1,2,4,8,16,32,64",
+        )
+        check_parameter(self.max_queue_delay_us >= 0, "max_queue_delay_us", self.max_queue_delay_us, ">= 0")
+        check_parameter(self.max_queue_texts >= buckets[-1], "max_queue_texts", self.max_queue_texts,
+               f">= the largest batch bucket ({buckets[-1]})")
+        check_parameter(self.default_timeout_us >= 0, "default_timeout_us", self.default_timeout_us, ">= 0 (0 = no timeout)")
+        check_parameter(self.priority_levels >= 0, "priority_levels", self.priority_levels, ">= 0 (0 = priorities off)")
+        check_parameter(
+            0 <= self.default_priority_level <= self.priority_levels and (self.priority_levels == 0) == (self.default_priority_level == 0),
+            "default_priority_level",
+            self.default_priority_level,
+            f"1..priority_levels ({self.priority_levels}), or 0 when priority_levels is 0",
+        )
+        check_parameter(0.0 < self.cost_ewma_alpha <= 1.0, "cost_ewma_alpha", self.cost_ewma_alpha, "in (0, 1]")
+        check_parameter(self.min_padding_gain >= 1.0, "min_padding_gain", self.min_padding_gain, ">= 1.0")
+        check_parameter(self.deadline_margin_us >= 0, "deadline_margin_us", self.deadline_margin_us, ">= 0")
+        check_parameter(self.stage_lead_us >= 0, "stage_lead_us", self.stage_lead_us, ">= 0")
+        check_parameter(self.cancel_check_after_us >= 0, "cancel_check_after_us", self.cancel_check_after_us,
+                        ">= 0 (0 = ask every request)")
+        check_parameter(self.drain_timeout_s > 0, "drain_timeout_s", self.drain_timeout_s, "> 0")

@@ -1,0 +1,96 @@
+"""Cleaning up after tritonserver: its process group (the python-backend stubs) and the shared-memory
+regions the python backend leaves in ``/dev/shm`` when the server dies without unloading.
+
+Used by :class:`fastpath.server.process.TritonServer` (after every stop, and before every start for what a
+killed ``fastpath serve`` could not clean) and by the stub supervisor (:mod:`fastpath.server.stubs`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+SHM_GLOB = "triton_python_backend_shm_region_*"  # the python backend's shared-memory regions in /dev/shm
+
+
+def _mapped_paths() -> set[str]:
+    """Paths of files mapped by any process we can see (/proc/*/maps)."""
+    paths: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        paths.update(line.split(None, 5)[5] for line in text.splitlines() if line.count(" ") >= 5 and "/dev/shm/" in line)
+    return paths
+
+
+def reap_process_group(pgid: int, shm_before: set[str]) -> tuple[int, list[str]]:
+    """After tritonserver (group leader ``pgid``) exited: SIGKILL what is left of its group (stubs
+    orphaned by a crash), then unlink python-backend shared-memory regions that appeared since
+    ``shm_before`` and that no live process maps any more. Returns (processes signalled, files removed)."""
+    members = group_members(pgid)
+    signalled = len(members)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    deadline = time.monotonic() + 5.0
+    while members and time.monotonic() < deadline:
+        members = [pid for pid in members if _pgid_of(pid) == pgid]
+        time.sleep(0.05)
+    leftover = {str(p) for p in Path("/dev/shm").glob(SHM_GLOB)} - shm_before if Path("/dev/shm").is_dir() else set()
+    return signalled, _unlink_unmapped(leftover)
+
+
+def _unlink_unmapped(paths: set[str] | list[str]) -> list[str]:
+    """Unlink the ``paths`` no live process maps; returns those removed, sorted."""
+    if not paths:
+        return []
+    mapped = _mapped_paths()
+    removed = []
+    for path in sorted(set(paths) - mapped):
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
+STALE_SHM_AGE_S = 60.0  # a region this old that no process maps is left over (a starting server maps its own at once)
+
+
+def remove_stale_shm(min_age_s: float = STALE_SHM_AGE_S) -> list[str]:
+    """Unlink this user's python-backend shared-memory regions that no live process maps and that are
+    older than ``min_age_s``: what a tritonserver left when it and ``fastpath serve`` were both killed (``kill -9``
+    of ``fastpath serve``: Triton dies with it, nobody is left to clean; fresh-user trial, 2026-11-30).
+    Returns the paths removed."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        return []
+    now, uid = time.time(), os.getuid()
+    candidates = []
+    for path in shm.glob(SHM_GLOB):
+        try:
+            info = path.stat()
+            # only our own: another user's server may map a region where /proc does not show it to us
+            if info.st_uid == uid and now - info.st_mtime >= min_age_s:
+                candidates.append(str(path))
+        except OSError:
+            continue
+    return _unlink_unmapped(candidates)
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs of the live processes in process group ``pgid`` (e.g. a tritonserver's stubs)."""
+    return [int(d.name) for d in Path("/proc").glob("[0-9]*") if _pgid_of(int(d.name)) == pgid]
+
+
+def _pgid_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None

@@ -1,0 +1,246 @@
+"""Reload a model whose python-backend stub died while tritonserver runs on.
+
+Found 2026-11-30 (sixth session): after ``kill -9`` of ``text_embedding``'s stub, Triton 2.51 kept
+reporting the model ready (``/v2/models/text_embedding/ready`` and ``/v2/health/ready`` both 200)
+while every request failed with "Stub process 'text_embedding_0_0' is not healthy." for as long as
+the server ran. Older python backends restarted a dead stub on the next request (python_be.cc,
+"Stub process is unhealthy and it will be restarted."); this one does not, a ``load`` of the
+unchanged model is a no-op, and only unload + load brought it back. A stub can die on its own (the
+kernel's OOM killer, a native crash in an engine), and readiness probes would keep routing traffic
+to the broken model.
+
+:class:`StubSupervisor`, a thread of ``fastpath serve``, lists tritonserver's stubs every
+``poll_s`` (its process group; a stub's command line names the model's ``model.py`` and the model
+instance). When an instance's stub has been gone for ``grace_s`` with no stub of the same model,
+version and instance name in its place while Triton still reports that model version ready, the stub died: the
+supervisor unloads the model, waits until Triton no longer has it, and loads it again (the
+repository API, with the admin key when one is set). A stub that ends in an unload or a reload is
+not a death: Triton marks the model unready before it stops the stub, and a reload's new stub, with
+the same instance name, runs before the old one stops. A model that needs more than
+``max_reloads`` reloads within ``window_s`` is left alone and :attr:`StubSupervisor.failure` says
+so, as when a reload fails; ``fastpath serve`` then stops the server and exits 1, so that an
+orchestrator restarts it. Not covered (Triton 2.51): requests that were inside the dead stub are
+never answered, its instance never finishes unloading, tritonserver itself sometimes aborts on a
+stub death under load (boost ``lock_exception``; 2 of ~27 kills in a trial), and a stopped
+(``SIGSTOP``) stub is not seen.
+A reloaded model starts on its default version: a live swap does not survive it (as with any
+reload, docs/swaps.md).
+
+In the container image tritonserver is not a child of ``fastpath serve`` (docker/entrypoint.py
+replaces itself with it), so nothing reloads there; instead the Kubernetes liveness probe and the
+image's HEALTHCHECK run ``python -m fastpath.server.stubs --check`` (:func:`check`), which fails when a
+ready python-backend model version has fewer live stubs than its config's instances, and the
+orchestrator restarts the container.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from fastpath.server.triton_api import RepositoryApi, unreachable
+
+LOG = logging.getLogger(__name__)
+STUB_EXECUTABLE = "triton_python_backend_stub"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stub:
+    """One python-backend stub process: its pid, model name and version, model instance name, and
+    the pid of the tritonserver that started it."""
+
+    pid: int
+    model: str
+    version: str
+    instance: str
+    server_pid: int = 0
+
+
+def parse_stub_cmdline(pid: int, argv: list[str]) -> Stub | None:
+    """The :class:`Stub` of a process's argument list, or None if it is not a python-backend stub.
+
+    Triton 2.51's stub is started as ``triton_python_backend_stub <repository>/<model>/<version>/model.py
+    <shm region> <shm default size> <shm growth size> <parent pid> <python lib dir> <ipc size>
+    <instance name> <runtime>`` (python_backend stub_launcher.cc; seen on this machine).
+    """
+    if len(argv) < 9 or not argv[0].endswith(STUB_EXECUTABLE):
+        return None
+    model_file = Path(argv[1])
+    return Stub(pid, model_file.parent.parent.name, model_file.parent.name, argv[8], int(argv[5]) if argv[5].isdigit() else 0)
+
+
+def list_stubs(pids: Iterable[int]) -> list[Stub]:
+    """The model instances' python-backend stubs among ``pids`` (e.g. :func:`fastpath.server.process.group_members`
+    of tritonserver).
+
+    Left out: the short-lived stub Triton runs for the model itself while loading it (its instance
+    name is the model's name; it validates the config and exits). Counted as an instance, every
+    load, failed or not, looked like a stub death (seen in a failed reload)."""
+    stubs = []
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        stub = parse_stub_cmdline(pid, [part.decode(errors="replace") for part in argv if part])
+        if stub is not None and stub.instance != stub.model:
+            stubs.append(stub)
+    return stubs
+
+
+class StubSupervisor(threading.Thread):
+    """Watches tritonserver's python-backend stubs and reloads a model whose stub died (module docstring).
+
+    Args:
+        stubs: returns the live stubs now (e.g. ``lambda: list_stubs(group_members(server.pid))``).
+        api: Triton's HTTP API (:class:`RepositoryApi`, or anything with ``is_ready`` and ``reload``).
+        poll_s: seconds between looks at the stubs.
+        grace_s: how long an instance may have no stub before it counts as dead (a reload's new stub
+            and Triton's own bookkeeping both happen within it).
+        max_reloads, window_s: at most this many reloads of one model within ``window_s`` seconds;
+            beyond that :attr:`failure` is set and the supervisor stops.
+        clock: monotonic seconds (injected by tests).
+    """
+
+    def __init__(self, stubs: Callable[[], list[Stub]], api: RepositoryApi, *, poll_s: float = 0.5, grace_s: float = 2.0,
+                 max_reloads: int = 3, window_s: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(name="fastpath-stub-supervisor", daemon=True)
+        self._stubs, self._api, self._clock = stubs, api, clock
+        self.poll_s, self.grace_s, self.max_reloads, self.window_s = poll_s, grace_s, max_reloads, window_s
+        self._known: dict[tuple[str, str, str], Stub] = {}  # (model, version, instance) -> the last stub seen
+        self._missing_since: dict[tuple[str, str, str], float] = {}
+        self._reloads: dict[str, list[float]] = {}
+        self.reloaded: list[str] = []  # models reloaded, in order
+        self.failure: str | None = None
+        self._stopping = threading.Event()  # not _stop: threading.Thread has its own
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def start(self) -> None:
+        """Take the first look now (the stubs of the models just loaded), then watch from a thread."""
+        self.check()
+        super().start()
+
+    def run(self) -> None:
+        while not self._stopping.wait(self.poll_s) and self.failure is None:
+            try:
+                self.check()
+            except Exception:  # never take fastpath serve down over a failed look
+                LOG.exception("stub supervisor: checking the stubs failed")
+
+    def check(self) -> None:
+        """One look: record the live stubs, and reload the model of any instance whose stub is dead."""
+        now = self._clock()
+        live = {(stub.model, stub.version, stub.instance): stub for stub in self._stubs()}
+        for key in live:
+            self._missing_since.pop(key, None)
+        self._known.update(live)
+        for key, stub in list(self._known.items()):
+            if key in live:
+                continue
+            since = self._missing_since.setdefault(key, now)
+            if now - since < self.grace_s:
+                continue
+            del self._known[key], self._missing_since[key]
+            if self._api.is_ready(stub.model, stub.version):  # unloaded models are not ready: nothing to do
+                self._recover(stub, now)
+
+    def _recover(self, stub: Stub, now: float) -> None:
+        recent = [t for t in self._reloads.get(stub.model, []) if now - t < self.window_s] + [now]
+        self._reloads[stub.model] = recent
+        if len(recent) > self.max_reloads:
+            self.failure = (f"the python-backend stub of model '{stub.model}' died {len(recent)} times within "
+                            f"{self.window_s:.0f} s; not reloading it again")
+            LOG.error("%s", self.failure)
+            return
+        LOG.error("the python-backend stub of model '%s' (instance %s, pid %d) died while Triton kept the model ready; "
+                  "Triton 2.51 does not restart it, so every request would fail: reloading '%s'",
+                  stub.model, stub.instance, stub.pid, stub.model)
+        for other in [key for key, known in self._known.items() if known.model == stub.model]:
+            del self._known[other]  # the model's other instances are replaced by the reload too
+            self._missing_since.pop(other, None)
+        if self._api.reload(stub.model):
+            self.reloaded.append(stub.model)
+            LOG.warning("reloaded model '%s' after its stub died; it serves its default version", stub.model)
+        else:  # the server would stay up without the model for good: stop it, so that it is restarted
+            self.failure = f"reloading model '{stub.model}' after its python-backend stub died failed; see tritonserver's log"
+            LOG.error("%s", self.failure)
+
+
+def expected_stubs(config: dict) -> int:
+    """Python-backend stubs Triton runs for a model version of this config: one per model instance
+    (KIND_GPU groups: ``count`` per listed GPU; Triton lists them in the config it reports); 0 for
+    other backends."""
+    if config.get("backend") != "python":
+        return 0
+    total = 0
+    for group in config.get("instance_group") or [{"count": 1}]:
+        count = int(group.get("count", 1))
+        total += count * max(1, len(group.get("gpus") or [])) if group.get("kind") == "KIND_GPU" else count
+    return total
+
+
+def check(api: RepositoryApi, stubs: list[Stub]) -> list[str]:
+    """What is wrong, one line per model version that failed to load (Triton's index: UNAVAILABLE with
+    a reason other than "unloaded"; e.g. the reload after a stub death failed) and per ready
+    python-backend model version with fewer live stubs than instances (e.g. "text_embedding version
+    1: 0 of 1 python-backend stubs alive"); empty when all is well.
+
+    Raises:
+        OSError: Triton did not answer.
+    """
+    alive: dict[tuple[str, str], int] = {}
+    for stub in stubs:
+        alive[(stub.model, stub.version)] = alive.get((stub.model, stub.version), 0) + 1
+    problems = [f"{entry['name']} version {entry.get('version', '?')} failed to load: {entry.get('reason', '')[:300]}"
+                for entry in api.index() if entry.get("state") == "UNAVAILABLE" and entry.get("reason") not in (None, "", "unloaded")]
+    for model, version in api.ready_models():
+        expected = expected_stubs(api.config(model, version))
+        if alive.get((model, version), 0) < expected:
+            problems.append(f"{model} version {version}: {alive.get((model, version), 0)} of {expected} python-backend "
+                            "stubs alive (Triton 2.51 reports it ready but fails every request)")
+    return problems
+
+
+def all_processes() -> list[int]:
+    """Every process id this process can see (a container's own processes)."""
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fastpath.server.stubs --check``: exit 0 when every ready python-backend model has all its
+    stubs, 1 (and a line per problem on stderr) when not or when Triton does not answer. For
+    container liveness probes; reads the admin key from ``FASTPATH_ADMIN_KEY`` (the index is part of
+    the restricted repository API)."""
+    parser = argparse.ArgumentParser(prog="python -m fastpath.server.stubs", description=main.__doc__)
+    parser.add_argument("--check", action="store_true", required=True, help="check once and exit")
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--server-pid", type=int, help="the tritonserver whose stubs count (needed when "
+                        "this process sees stubs of several servers; a container has one)")
+    args = parser.parse_args(argv)
+    api = RepositoryApi.from_environment(args.http_port)
+    stubs = list_stubs(all_processes())
+    servers = {stub.server_pid for stub in stubs}
+    if args.server_pid is not None:
+        stubs = [stub for stub in stubs if stub.server_pid == args.server_pid]
+    elif len(servers) > 1:
+        print(f"stubs of {len(servers)} tritonservers are running (pids {sorted(servers)}); pass --server-pid", file=sys.stderr)
+        return 1
+    try:
+        problems = check(api, stubs)
+    except OSError as exc:
+        problems = [unreachable(args.http_port, exc)]
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,152 @@
+"""The parts of Triton's HTTP API (KServe v2 plus Triton's repository extension) that FastPath's
+process management calls: readiness, the repository index, model configs, load and unload.
+
+Plain ``urllib`` (no client library in the server's process); every call sends FastPath's admin
+key header when one is set, since ``fastpath serve`` restricts Triton's repository API to it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+ADMIN_HEADER = "fastpath-admin-key"  # the header `fastpath serve` restricts Triton's model-repository API to
+
+class RepositoryApi:
+    """The few calls of Triton's HTTP API FastPath's process management needs (the stub supervisor,
+    the liveness check, the unload before a stop), with the admin key header when set.
+
+    Args:
+        http_url: ``host:port`` of Triton's HTTP endpoint.
+        admin_key: FastPath's admin key ('' when the repository API is not restricted).
+        header: the header Triton was told to require (:data:`ADMIN_HEADER`, what ``fastpath serve`` sets).
+    """
+
+    def __init__(self, http_url: str, admin_key: str = "", header: str = ADMIN_HEADER) -> None:
+        self.base = f"http://{http_url}"
+        self.headers = {header: admin_key} if admin_key else {}
+
+    @classmethod
+    def from_environment(cls, http_port: int) -> "RepositoryApi":
+        """The Triton on this host's ``http_port``, with the admin key from ``FASTPATH_ADMIN_KEY`` (probes, hooks)."""
+        import os
+
+        return cls(f"127.0.0.1:{http_port}", os.environ.get("FASTPATH_ADMIN_KEY", ""))
+
+    def _call(self, method: str, path: str, timeout_s: float) -> int:
+        request = urllib.request.Request(self.base + path, method=method, headers=self.headers, data=b"" if method == "POST" else None)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+                return reply.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return 0
+
+    def _json(self, method: str, path: str, timeout_s: float = 5.0) -> object:
+        request = urllib.request.Request(self.base + path, method=method, headers=self.headers, data=b"{}" if method == "POST" else None)
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+            return json.loads(reply.read())
+
+    def index(self) -> list[dict]:
+        """Triton's repository index (POST /v2/repository/index): name, version, state, reason per entry.
+
+        Raises:
+            OSError: Triton did not answer, or refused the admin key (urllib's HTTPError).
+        """
+        return self._json("POST", "/v2/repository/index")  # type: ignore[return-value]
+
+    def ready_models(self) -> list[tuple[str, str]]:
+        """(model, version) of every model version Triton reports READY (POST /v2/repository/index).
+
+        Raises:
+            OSError: Triton did not answer (urllib's URLError and HTTPError are OSErrors).
+        """
+        return [(entry["name"], str(entry.get("version", ""))) for entry in self.index() if entry.get("state") == "READY"]
+
+    def config(self, model: str, version: str) -> dict:
+        """The model version's configuration as Triton has it (GET .../config), JSON."""
+        return self._json("GET", f"/v2/models/{model}/versions/{version}/config")  # type: ignore[return-value]
+
+    def is_ready(self, model: str, version: str) -> bool:
+        return self._call("GET", f"/v2/models/{model}/versions/{version}/ready", 2.0) == 200
+
+    def is_loaded(self, model: str) -> bool:
+        """Whether any version of ``model`` is still ready (GET /v2/models/<model>/ready)."""
+        return self._call("GET", f"/v2/models/{model}/ready", 2.0) == 200
+
+    def reload(self, model: str, unload_timeout_s: float = 60.0, load_timeout_s: float = 600.0) -> bool:
+        """Unload ``model``, wait until Triton no longer has it ready, load it; True if the load succeeded."""
+        if self._call("POST", f"/v2/repository/models/{model}/unload", 30.0) != 200:
+            return False
+        deadline = time.monotonic() + unload_timeout_s
+        while self.is_loaded(model) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return self._call("POST", f"/v2/repository/models/{model}/load", load_timeout_s) == 200
+
+    def unload_all(self, timeout_s: float = 60.0) -> list[str]:
+        """Unload every model Triton has ready and wait until none is ready or unloading.
+
+        Triton finishes a model's in-flight requests before it finalizes the model's instances, and
+        FastPath's ``finalize`` drains its scheduler, so every accepted request is answered. Used
+        before stopping tritonserver: Triton 2.51's own shutdown first waits for open HTTP
+        connections for the whole exit timeout (server PR 6986), and an idle keep-alive client left
+        the models no time to drain (fresh-user trial, 2026-11-30).
+
+        Returns:
+            The models asked to unload (empty when Triton did not answer).
+        """
+        deadline = time.monotonic() + timeout_s
+        asked: dict[str, float] = {}  # model -> when its unload was last asked for
+        while time.monotonic() < deadline:
+            try:
+                index = self._json("POST", "/v2/repository/index")
+            except OSError:
+                break
+            states = [(entry.get("name", ""), entry.get("state")) for entry in index]  # type: ignore[union-attr]
+            for model in sorted({name for name, state in states if state == "READY"}):
+                if time.monotonic() - asked.get(model, -1e9) > 2.0:  # again if it came back (a reload that was under way)
+                    asked[model] = time.monotonic()
+                    self._call("POST", f"/v2/repository/models/{model}/unload", max(1.0, deadline - time.monotonic()))
+            if not any(state in ("READY", "UNLOADING", "LOADING") for _, state in states):
+                break
+            time.sleep(0.1)
+        return sorted(asked)
+
+
+def unreachable(port: int, exc: OSError) -> str:
+    """The line a probe prints when Triton's API failed: a refused admin key says so (HTTP 401/403)."""
+    if isinstance(exc, urllib.error.HTTPError) and exc.code in (401, 403):
+        return (f"Triton on port {port} refused the admin key (HTTP {exc.code}): set FASTPATH_ADMIN_KEY to the "
+                "server's key (the repository API is restricted to it)")
+    return f"Triton on port {port} did not answer: {exc}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fastpath.server.triton_api --unload-all``: unload every model of the Triton on
+    ``--http-port`` and wait until none is loaded (a Kubernetes ``preStop`` hook: the models drain
+    before the kubelet's SIGTERM, whatever connections clients keep open). Reads the admin key from
+    ``FASTPATH_ADMIN_KEY``. Exit 0 when nothing is left loaded, 1 otherwise."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m fastpath.server.triton_api", description=main.__doc__)
+    parser.add_argument("--unload-all", action="store_true", required=True)
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--timeout-s", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    api = RepositoryApi.from_environment(args.http_port)
+    models = api.unload_all(args.timeout_s)
+    try:
+        left = api.ready_models()
+    except OSError as exc:
+        print(unreachable(args.http_port, exc), file=sys.stderr)
+        return 1
+    print(f"unloaded: {', '.join(models) or 'nothing'}" + (f"; still ready: {left}" if left else ""))
+    return 1 if left else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""The admin service behind the ``fastpath_admin`` model: swap, rollback, status, versions.
+
+A request is one JSON document, e.g. ``{"command": "swap", "model": "text_embedding", "version": 2,
+"key": "..."}``; the reply is a JSON document with the aggregated status of the model's instances.
+Mutating commands need the admin key (``FASTPATH_ADMIN_KEY`` in tritonserver's environment),
+compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastpath.errors import FastPathError, InvalidInputError, PermissionDeniedError
+from fastpath.swaps.control import ControlPlane
+
+MUTATING = ("swap", "rollback")
+COMMANDS = (*MUTATING, "status", "versions")
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class AdminService:
+    """Handles admin commands for every model in one model repository.
+
+    Args:
+        model_repository: the repository directory (version directories are looked up there).
+        state_root: the control-plane state directory.
+        admin_key: the key mutating commands must carry; empty disables them.
+        timeout_s: how long a swap waits for all instances.
+        clock, sleep: injected for tests.
+    """
+
+    def __init__(self, model_repository: Path, state_root: Path, admin_key: str, *, timeout_s: float = 120.0,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.model_repository, self.state_root, self._key = Path(model_repository), Path(state_root), admin_key
+        self.timeout_s, self._clock, self._sleep = timeout_s, clock, sleep
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run one command; returns the reply document.
+
+        Raises:
+            InvalidInputError: malformed request, unknown model or version (HTTP 400).
+            PermissionDeniedError: missing or wrong key for swap/rollback.
+            fastpath.swaps.slots.SwapError: an instance refused the new version (the reason is included).
+        """
+        command = request.get("command")
+        if command not in COMMANDS:
+            raise InvalidInputError(f"command {command!r} is not one of {', '.join(COMMANDS)}")
+        model = str(request.get("model", ""))
+        if not _MODEL_NAME.match(model) or not (self.model_repository / model / "config.pbtxt").is_file():
+            raise InvalidInputError(f"model {model!r} is not in the model repository {self.model_repository}")
+        if command in MUTATING:
+            self._authorize(request.get("key"))
+        plane = ControlPlane(self.state_root, model)
+        if command == "versions":
+            return {"model": model, "versions": self.versions(model)}
+        if command == "status":
+            return self._summary(model, plane.instances())
+        if command == "swap":
+            version = request.get("version")
+            if not isinstance(version, int) or str(version) not in self.versions(model):
+                raise InvalidInputError(f"version {version!r} of {model} is not in the repository; available: {self.versions(model)}")
+            generation = plane.post("swap", version=version)
+        else:
+            generation = plane.post("rollback")
+        return self._await(model, plane, generation)
+
+    def versions(self, model: str) -> list[str]:
+        """Version directories of ``model`` (numeric names), ascending."""
+        return sorted((p.name for p in (self.model_repository / model).iterdir() if p.is_dir() and p.name.isdigit()), key=int)
+
+    def _authorize(self, key: Any) -> None:
+        if not self._key:
+            raise PermissionDeniedError("swaps are disabled: tritonserver was started without FASTPATH_ADMIN_KEY")
+        if not isinstance(key, str) or not hmac.compare_digest(key.encode(), self._key.encode()):
+            raise PermissionDeniedError("admin key missing or wrong: set FASTPATH_ADMIN_KEY to the server's key (`fastpath serve` logs the file it wrote it to, ~/.cache/fastpath/admin_key.<port>)")
+
+    def _await(self, model: str, plane: ControlPlane, generation: int) -> dict[str, Any]:
+        deadline = self._clock() + self.timeout_s
+        while True:
+            instances = plane.instances()
+            if not instances:
+                raise InvalidInputError(f"model {model} has no live FastPath instances that swap versions: it is not loaded, "
+                                        "or it is not a FastPath model with live swaps (text_embedding is)")
+            if all(int(s.get("generation", 0)) >= generation for s in instances.values()):
+                summary = self._summary(model, instances)
+                errors = [f"{name}: {s['error']}" for name, s in instances.items() if not s.get("ok")]
+                if errors:
+                    from fastpath.swaps.slots import SwapError
+
+                    raise SwapError("; ".join(errors) + f" (still serving version {summary['active_versions']})")
+                return summary
+            if self._clock() >= deadline:
+                raise FastPathError(f"{model}: instances did not finish generation {generation} within {self.timeout_s:.0f} s")
+            self._sleep(0.005)
+
+    @staticmethod
+    def _summary(model: str, instances: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        active = sorted({s.get("active_version") for s in instances.values()})
+        return {"model": model, "active_versions": active, "active_version": active[0] if len(active) == 1 else None,
+                "instances": instances}

@@ -1,0 +1,62 @@
+"""``fastpath build``: --verify, --if-missing on verified versions, failures exit 1 with the reason."""
+
+import json
+import logging
+import os
+import shutil
+
+import pytest
+
+from fastpath.cli.main import main
+from fastpath.cli.build import FP32_REQUIRED, _complete
+
+from tests.conftest import MODEL_REPOSITORY
+
+
+def link_version(source, target):
+    target.mkdir(parents=True)
+    for path in source.iterdir():
+        if path.is_file():
+            try:
+                os.link(path, target / path.name)  # hard links: no copy of 130 MB
+            except OSError:  # another filesystem
+                shutil.copyfile(path, target / path.name)
+
+
+def test_verify_reports_each_version(tmp_path, caplog):
+    link_version(MODEL_REPOSITORY / "text_embedding" / "1", tmp_path / "text_embedding" / "1")
+    caplog.set_level(logging.INFO, logger="fastpath")
+    assert main(["build", "--verify", "--model-repository", str(tmp_path)]) == 0
+    files = len(json.loads((tmp_path / "text_embedding" / "1" / "manifest.json").read_text())["files"])
+    assert f"text_embedding/1: ok (fp32, {files} files)" in caplog.text
+    broken = tmp_path / "text_embedding" / "3"
+    broken.mkdir()
+    shutil.copyfile(MODEL_REPOSITORY / "text_embedding" / "1" / "manifest.json", broken / "manifest.json")
+    shutil.copyfile(MODEL_REPOSITORY / "text_embedding" / "1" / "tokenizer.json", broken / "tokenizer.json")
+    assert main(["build", "--verify", "--model-repository", str(tmp_path)]) == 1
+    assert "text_embedding/3/golden.npz is listed in manifest.json but missing" in caplog.text
+
+
+def test_if_missing_skips_a_verified_version(tmp_path, caplog):
+    link_version(MODEL_REPOSITORY / "text_embedding" / "1", tmp_path / "text_embedding" / "1")
+    link_version(MODEL_REPOSITORY / "text_detection" / "1", tmp_path / "text_detection" / "1")
+    caplog.set_level(logging.INFO, logger="fastpath")
+    assert main(["build", "--if-missing", "--model-repository", str(tmp_path)]) == 0
+    assert "text_embedding version 1 (fp32) present and verified" in caplog.text
+
+
+def test_an_incomplete_version_is_rebuilt_not_skipped(tmp_path, caplog):
+    version = tmp_path / "1"
+    link_version(MODEL_REPOSITORY / "text_embedding" / "1", version)
+    assert _complete(version, FP32_REQUIRED)
+    (version / "model.fp16.safetensors").unlink()
+    assert not _complete(version, FP32_REQUIRED)
+    assert "model.fp16.safetensors is listed in manifest.json but missing" in caplog.text
+
+
+def test_int8_without_a_source_version_fails_with_the_reason(tmp_path, caplog):
+    from fastpath.artifacts.int8 import build_int8_version
+    from fastpath.errors import ArtifactError
+
+    with pytest.raises(ArtifactError, match="manifest.json is missing"):
+        build_int8_version(tmp_path / "text_embedding")

@@ -1,0 +1,53 @@
+"""`fastpath bench`: arguments that cannot make a load are refused up front (a bench that cannot reach
+the model ends with one line and exit 1: tests/e2e/test_client.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastpath.cli import main as cli
+from fastpath_client.loadgen import LoadSettings
+
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--concurrency", "0", "must be >= 1 (concurrent requests, whole numbers), got '0'"),
+    ("--concurrency", "-2", "must be >= 1 (concurrent requests, whole numbers), got '-2'"),
+    ("--concurrency", "1,0,8", "must be >= 1 (concurrent requests, whole numbers), got '0' in '1,0,8'"),
+    ("--concurrency", "1.5", "expected concurrent requests, whole numbers, got '1.5'"),
+    ("--concurrency", ",", "expected a comma-separated list of concurrent requests, whole numbers, got ','"),
+    ("--request-rate", "0", "must be > 0 (requests per second), got '0'"),
+    ("--request-rate", "-1.5", "must be > 0 (requests per second), got '-1.5'"),
+    ("--request-rate", "nan", "must be > 0 (requests per second), got 'nan'"),
+    ("--request-rate", "inf", "must be > 0 (requests per second), got 'inf'"),
+    ("--duration-s", "0", "must be > 0 (seconds), got '0'"),
+    ("--duration-s", "-3", "must be > 0 (seconds), got '-3'"),
+    ("--warmup-s", "-1", "must be >= 0 (seconds), got '-1'"),
+    ("--timeout-s", "0", "must be > 0 (seconds), got '0'"),
+    ("--batch-size", "0", "must be >= 1 (items per request), got '0'"),
+    ("--max-windows", "0", "must be >= 1 (windows), got '0'"),
+    ("--stability-pct", "0", "must be > 0 (percent), got '0'"),
+])
+def test_arguments_that_cannot_make_a_load_are_refused_naming_option_and_value(option, value, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.build_parser().parse_args(["bench", option, value])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"fastpath bench: error: argument {option}: {message}"
+
+
+def test_valid_arguments_still_parse():
+    args = cli.build_parser().parse_args(["bench", "--request-rate", "0.5,20", "--warmup-s", "0", "--duration-s", "1.5"])
+    assert (args.request_rate, args.warmup_s, args.duration_s) == ([0.5, 20.0], 0.0, 1.5)
+    assert cli.build_parser().parse_args(["bench", "--concurrency", "1, 8,32"]).concurrency == [1, 8, 32]
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"concurrency": 0}, "concurrency must be >= 1 (concurrent requests), got 0"),
+    ({"request_rate": 0.0}, "request_rate must be > 0 requests/s, got 0.0"),
+    ({"concurrency": 1, "window_s": 0.0}, "window_s must be > 0 s, got 0.0"),
+    ({"concurrency": 1, "timeout_s": -1.0}, "timeout_s must be > 0 s, got -1.0"),
+])
+def test_load_settings_refuse_zero_concurrency_and_rate(fields, message):
+    with pytest.raises(ValueError) as info:
+        LoadSettings(model="m", **fields)
+    assert str(info.value) == message

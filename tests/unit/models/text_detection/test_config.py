@@ -1,0 +1,61 @@
+import re
+
+import pytest
+
+from fastpath.config import parse_parameters, parse_sections
+from fastpath.errors import ConfigError
+from fastpath.models.text_detection.config import DetectionSchedulerConfig, TextDetectionConfig
+from tests.conftest import MODEL_REPOSITORY
+
+
+def test_defaults_are_paddleocr_and_rapidocr_values():
+    config = parse_parameters(TextDetectionConfig, {})
+    assert config.limit_side_len_px == 960
+    assert (config.binary_threshold, config.box_threshold, config.unclip_ratio) == (0.3, 0.5, 1.6)
+    assert config.max_image_pixels == 8192 * 8192
+    assert config.use_dilation is True
+
+
+def test_values_are_converted_by_type():
+    config = parse_parameters(TextDetectionConfig, {"limit_side_len_px": "640", "use_dilation": "false", "box_threshold": "0.6"})
+    assert (config.limit_side_len_px, config.use_dilation, config.box_threshold) == (640, False, 0.6)
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(ConfigError, match="'limit_side_len'.*known parameters:.*limit_side_len_px"):
+        parse_parameters(TextDetectionConfig, {"limit_side_len": "960"})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("limit_side_len_px", "1000", "a multiple of 32"),
+        ("limit_side_len_px", "0", "a multiple of 32"),
+        ("max_image_pixels", "0", "> 0"),
+        ("max_batch_images", "-1", "> 0"),
+        ("binary_threshold", "1.5", r"in \(0, 1\)"),
+        ("runtime", "tvm", "one of onnxruntime"),
+    ],
+)
+def test_invalid_values_name_key_value_and_expectation(key, value, match):
+    with pytest.raises(ConfigError, match=f"'{key}' = .*expected {match}"):
+        parse_parameters(TextDetectionConfig, {key: value})
+
+
+def test_shipped_config_pbtxt_parses():
+    text = (MODEL_REPOSITORY / "text_detection" / "config.pbtxt").read_text()
+    params = dict(re.findall(r'key: "(\w+)" value: \{ string_value: "([^"]*)" \}', text))
+    assert params, "no parameters found in config.pbtxt"
+    config, sched = parse_sections(params, TextDetectionConfig, DetectionSchedulerConfig)
+    assert config.max_images_per_request == 16
+    assert config.staging_capacity_bytes == 512 << 20
+    assert (sched.batch_buckets, sched.max_queue_texts, sched.max_queue_delay_us) == ((1, 2, 4, 8), 64, 2000)
+
+
+def test_detection_scheduler_defaults_are_sized_for_images():
+    sched = parse_parameters(DetectionSchedulerConfig, {})
+    assert (sched.batch_buckets, sched.max_queue_texts, sched.warmup) == ((1, 2, 4, 8), 64, True)
+    with pytest.raises(ConfigError, match="'max_queue_texts' = 4: expected >= the largest batch bucket"):
+        parse_parameters(DetectionSchedulerConfig, {"max_queue_texts": "4"})
+    with pytest.raises(ConfigError, match="'staging_capacity_bytes' = 100: expected >= 4096"):
+        parse_parameters(TextDetectionConfig, {"staging_capacity_bytes": "100"})

@@ -1,0 +1,81 @@
+"""DB post-processing: synthetic maps with known answers, and real maps against rapidocr's DBPostProcess."""
+
+import numpy as np
+import pytest
+
+from fastpath.models.text_detection.config import TextDetectionConfig
+from fastpath.models.text_detection.db_postprocess import boxes_from_probability_map, order_clockwise
+from fastpath.models.text_detection.preprocess import normalize_into, resize_image, resized_shape
+from tests.unit.models.text_detection.reference import rapidocr_detector, skimage_rgb
+
+PARAMS = TextDetectionConfig()
+
+
+def _map_with(rectangles, shape=(128, 256), value=0.9):
+    prob = np.zeros(shape, np.float32)
+    for top, left, bottom, right in rectangles:
+        prob[top:bottom, left:right] = value
+    return prob
+
+
+def test_no_text_gives_typed_empty_outputs():
+    boxes, scores = boxes_from_probability_map(np.zeros((64, 64), np.float32), (64, 64), PARAMS)
+    assert boxes.shape == (0, 4, 2) and boxes.dtype == np.float32
+    assert scores.shape == (0,) and scores.dtype == np.float32
+
+
+def test_below_box_threshold_is_dropped():
+    boxes, _ = boxes_from_probability_map(_map_with([(40, 100, 60, 200)], value=0.4), (128, 256), PARAMS)
+    assert len(boxes) == 0
+
+
+def test_one_rectangle_maps_back_to_image_pixels():
+    boxes, scores = boxes_from_probability_map(_map_with([(40, 100, 60, 200)]), (256, 512), PARAMS)
+    assert boxes.shape == (1, 4, 2)
+    box = boxes[0]
+    (x0, y0), (x1, _), (x2, y2), (_, y3) = box
+    assert x0 < 200 and x1 > 400 and y0 < 80 and y2 > 120  # the 2x-scaled rectangle [200, 400) x [80, 120), grown
+    assert x0 > 150 and x1 < 450 and y0 > 40 and y2 < 160  # ... by the unclip distance, not more
+    assert y0 <= y3 and x0 <= x2  # clockwise from top-left
+    assert np.array_equal(box, np.round(box))
+    assert 0.8 < scores[0] < 0.9  # the mean over the rectangle of the dilated region, which has a zero border
+
+
+def test_boxes_are_clipped_to_the_image_and_sorted_top_to_bottom():
+    prob = _map_with([(100, 0, 128, 256), (10, 150, 30, 250), (10, 10, 30, 100)])
+    boxes, scores = boxes_from_probability_map(prob, (128, 256), PARAMS)
+    assert len(boxes) == 3 and len(scores) == 3
+    assert boxes[..., 0].min() >= 0 and boxes[..., 0].max() <= 255
+    assert boxes[..., 1].min() >= 0 and boxes[..., 1].max() <= 127
+    tops = [(box[0, 1], box[0, 0]) for box in boxes]
+    assert tops == sorted(tops)
+
+
+def test_max_candidates_limits_the_contours_examined():
+    prob = _map_with([(10, 10, 30, 100), (60, 10, 80, 100)])
+    boxes, _ = boxes_from_probability_map(prob, (128, 256), TextDetectionConfig(max_candidates=1))
+    assert len(boxes) == 1
+
+
+def test_order_clockwise():
+    points = np.array([[10, 20], [0, 0], [10, 0], [0, 20]], np.float32)
+    np.testing.assert_array_equal(order_clockwise(points), [[0, 0], [10, 0], [10, 20], [0, 20]])
+
+
+@pytest.mark.parametrize(("name", "scale"), [("page.png", 1.0), ("page.png", 3.0), ("coffee.png", 1.0), ("text.png", 2.0)])
+def test_real_maps_equal_rapidocr_dbpostprocess(name, scale):
+    """Same probability map in, the very same boxes and scores out as rapidocr's DBPostProcess + filter."""
+    detector = rapidocr_detector()
+    rgb = skimage_rgb(name, scale)
+    shape = resized_shape(*rgb.shape[:2], 960)
+    feed = np.empty((1, 3) + shape, np.float32)
+    normalize_into(resize_image(rgb, shape), feed[0])
+    prob = detector.infer(feed)[0]  # [1, 1, h, w]
+    ref_boxes, ref_scores = detector.postprocess_op(prob, rgb.shape[:2])
+    ref_boxes = detector.filter_tag_det_res(ref_boxes, rgb.shape[:2])
+    boxes, scores = boxes_from_probability_map(prob[0, 0], rgb.shape[:2], PARAMS)
+    assert len(boxes) == len(ref_boxes) > 0
+    for ref_box in ref_boxes:
+        assert sum(np.array_equal(box, ref_box) for box in boxes) == 1
+    for score in scores:  # rapidocr's scores are not filtered with its boxes, so compare as a set
+        assert np.abs(np.asarray(ref_scores) - score).min() < 1e-6

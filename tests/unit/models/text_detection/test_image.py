@@ -1,0 +1,180 @@
+"""Request images -> uint8 RGB: conversions, decoding, limits before allocation (K04, K07, K10)."""
+
+from unittest import mock
+
+import cv2
+import numpy as np
+import pytest
+
+from fastpath.errors import InvalidInputError
+from fastpath.models.text_detection import image as image_module
+from fastpath.models.text_detection.image import images_from_array, images_from_bytes, probe_encoded, to_rgb8
+from tests.unit.models.text_detection.reference import blank_png, jpeg_bytes, png_bytes, skimage_path, skimage_rgb
+
+LIMITS = {"max_image_pixels": 8192 * 8192, "max_request_pixels": 8192 * 8192, "max_images": 16}
+
+
+@pytest.fixture(scope="module")
+def coffee():
+    return skimage_rgb("coffee.png")
+
+
+def test_rgb_is_returned_unchanged_and_contiguous(coffee):
+    out = to_rgb8(coffee, channel_order="rgb", where="t")
+    assert out.dtype == np.uint8 and out.flags.c_contiguous
+    np.testing.assert_array_equal(out, coffee)
+
+
+def test_bgr_is_reversed(coffee):
+    np.testing.assert_array_equal(to_rgb8(np.ascontiguousarray(coffee[..., ::-1]), channel_order="bgr", where="t"), coffee)
+
+
+@pytest.mark.parametrize("shape", [(40, 30), (40, 30, 1)])
+def test_grayscale_is_replicated(shape):
+    gray = np.arange(40 * 30, dtype=np.uint32).reshape(shape).astype(np.uint8)
+    out = to_rgb8(gray, channel_order="rgb", where="t")
+    assert out.shape == (40, 30, 3)
+    for channel in range(3):
+        np.testing.assert_array_equal(out[..., channel], gray.reshape(40, 30))
+
+
+def test_alpha_is_composited_over_white(coffee):
+    opaque = np.concatenate([coffee, np.full(coffee.shape[:2] + (1,), 255, np.uint8)], axis=2)
+    np.testing.assert_array_equal(to_rgb8(opaque, channel_order="rgb", where="t"), coffee)
+    transparent = opaque.copy()
+    transparent[..., 3] = 0
+    assert (to_rgb8(transparent, channel_order="rgb", where="t") == 255).all()
+    half = np.array([[[0, 100, 255, 128]]], dtype=np.uint8)  # 0*128/255 + 255*127/255 = 127 ...
+    np.testing.assert_array_equal(to_rgb8(half, channel_order="rgb", where="t")[0, 0], [127, 177, 255])
+    gray_alpha = np.array([[[0, 128]]], dtype=np.uint8)
+    np.testing.assert_array_equal(to_rgb8(gray_alpha, channel_order="rgb", where="t")[0, 0], [127, 127, 127])
+
+
+def test_sixteen_bit_is_scaled_by_257():
+    samples = np.array([[0, 128, 129, 257 * 100, 65535]], dtype=np.uint16)
+    assert to_rgb8(samples, channel_order="rgb", where="t")[0, :, 0].tolist() == [0, 0, 1, 100, 255]
+
+
+@pytest.mark.parametrize(
+    ("array", "match"),
+    [
+        (np.zeros((4, 4, 5), np.uint8), r"has shape \[4, 4, 5\]; expected .*C = 1"),
+        (np.zeros((4, 4, 3), np.float32), "dtype float32; expected uint8"),
+        (np.zeros((0, 4, 3), np.uint8), "zero-sized"),
+        (np.zeros((2, 2, 2, 3), np.uint8), "expected"),
+    ],
+)
+def test_unsupported_images_are_refused(array, match):
+    with pytest.raises(InvalidInputError, match=match):
+        to_rgb8(array, channel_order="rgb", where="input IMAGE image 0")
+
+
+def test_array_batch_gives_one_image_per_row(coffee):
+    batch = np.stack([coffee, coffee[::-1]])
+    images = images_from_array(batch, **LIMITS)
+    assert len(images) == 2
+    np.testing.assert_array_equal(images[1], coffee[::-1])
+
+
+@pytest.mark.parametrize(
+    ("shape", "match"),
+    [((8, 8, 3), r"expected \[N, H, W, C\]"), ((0, 8, 8, 3), "no images"), ((1, 0, 0, 3), "at least 1x1")],
+)
+def test_array_shape_errors(shape, match):
+    with pytest.raises(InvalidInputError, match=match):
+        images_from_array(np.zeros(shape, np.uint8), **LIMITS)
+
+
+def test_array_limits_are_checked_on_the_shape_before_any_conversion():
+    # 9000x9000x3 virtual pixels, no memory behind them: converting would allocate 243 MB
+    huge = np.broadcast_to(np.zeros((1, 1, 1, 3), np.uint8), (1, 9000, 9000, 3))
+    with mock.patch.object(image_module, "to_rgb8", wraps=image_module.to_rgb8) as convert:
+        with pytest.raises(InvalidInputError, match=r"9000x9000 = 81000000 pixels, above the limit of 67108864"):
+            images_from_array(huge, **LIMITS)
+    assert convert.call_count == 0
+    with pytest.raises(InvalidInputError, match="carries 17 images; at most 16"):
+        images_from_array(np.broadcast_to(np.zeros((1, 1, 1, 3), np.uint8), (17, 8, 8, 3)), **LIMITS)
+    with pytest.raises(InvalidInputError, match="81000000 pixels in 9 images, above the limit of 67108864 pixels per request"):
+        images_from_array(np.broadcast_to(np.zeros((1, 1, 1, 3), np.uint8), (9, 3000, 3000, 3)), **LIMITS)
+
+
+def test_png_round_trip_is_exact_for_gray_rgb_rgba_and_16_bit(coffee):
+    gray = skimage_rgb("page.png")[..., 0]
+    rgba = np.concatenate([coffee, np.full(coffee.shape[:2] + (1,), 255, np.uint8)], axis=2)
+    encoded = np.array([png_bytes(coffee), png_bytes(gray), png_bytes(rgba), png_bytes(gray.astype(np.uint16) * 257)], dtype=object)
+    images = images_from_bytes(encoded, **LIMITS)
+    np.testing.assert_array_equal(images[0], coffee)
+    np.testing.assert_array_equal(images[1], np.repeat(gray[..., None], 3, axis=2))
+    np.testing.assert_array_equal(images[2], coffee)
+    np.testing.assert_array_equal(images[3], images[1])
+
+
+def test_shipped_png_and_jpeg_files_decode():
+    files = np.array([skimage_path("page.png").read_bytes(), skimage_path("rocket.jpg").read_bytes()], dtype=object)
+    page, rocket = images_from_bytes(files, **LIMITS)
+    assert page.shape == (191, 384, 3) and rocket.shape == (427, 640, 3)
+    np.testing.assert_array_equal(page, skimage_rgb("page.png"))
+    assert np.abs(rocket.astype(int) - skimage_rgb("rocket.jpg").astype(int)).mean() < 1.0  # two JPEG decoders
+
+
+def test_jpeg_round_trip_is_close(coffee):
+    (decoded,) = images_from_bytes(np.array([jpeg_bytes(coffee)], dtype=object), **LIMITS)
+    assert decoded.shape == coffee.shape
+    assert np.abs(decoded.astype(int) - coffee.astype(int)).mean() < 3.0
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (b"", r"element 0 is empty \(0 bytes\)"),
+        (b"hello world", "is not a PNG or JPEG file"),
+        (b"GIF89a" + b"\x00" * 64, "is not a PNG or JPEG file"),
+    ],
+)
+def test_not_an_image_is_refused(data, match):
+    with pytest.raises(InvalidInputError, match=match) as info:
+        images_from_bytes(np.array([data], dtype=object), **LIMITS)
+    assert "BytesIO" not in str(info.value)  # no Pillow-internal object repr in a client's error
+
+
+def test_gif_from_skimage_is_refused():
+    gif = skimage_path("no_time_for_that_tiny.gif").read_bytes()
+    with pytest.raises(InvalidInputError, match="not a PNG or JPEG"):
+        images_from_bytes(np.array([gif], dtype=object), **LIMITS)
+
+
+def test_truncated_png_is_refused_as_corrupt(coffee):
+    truncated = png_bytes(coffee)[:2000]
+    with pytest.raises(InvalidInputError, match="could not be decoded; the file is corrupt or truncated"):
+        images_from_bytes(np.array([truncated], dtype=object), **LIMITS)
+
+
+def test_huge_png_is_refused_from_its_header_without_decoding():
+    bomb = blank_png(12000, 12000)  # 168 KB on the wire, 144 MB decoded
+    assert probe_encoded(bomb, index=0) == (12000, 12000)
+    with mock.patch.object(cv2, "imdecode", wraps=cv2.imdecode) as decode:
+        with pytest.raises(InvalidInputError, match=r"IMAGE_BYTES image 1 is 12000x12000 = 144000000 pixels, above the limit of 67108864"):
+            images_from_bytes(np.array([blank_png(8, 8), bomb], dtype=object), **LIMITS)
+    assert decode.call_count == 0  # not even the small first image was decoded
+
+
+def test_too_many_encoded_images_are_refused_before_probing():
+    with mock.patch.object(image_module, "probe_encoded") as probe:
+        with pytest.raises(InvalidInputError, match="carries 17 images; at most 16"):
+            images_from_bytes(np.array([b"x"] * 17, dtype=object), **LIMITS)
+    assert probe.call_count == 0
+
+
+def test_a_header_pillow_refuses_to_read_gets_fastpaths_limit():
+    """Fresh-user trial: a 20000x20000 PNG got Pillow's "decompression bomb DOS attack" wording; it is
+    above FastPath's max_image_pixels by far, and the message says that limit."""
+    with pytest.raises(InvalidInputError, match=r"element 0 is larger than \d+ pixels by its header, far above the limit "
+                                                r"of 67108864 pixels \(config.pbtxt parameter max_image_pixels\)") as info:
+        images_from_bytes(np.array([blank_png(20000, 20000)], dtype=object), **LIMITS)
+    assert "DOS" not in str(info.value)
+
+
+def test_a_truncated_jpeg_header_is_called_corrupt_not_a_non_image(coffee):
+    """Fresh-user trial: the first 300 bytes of a real JPEG were 'not a PNG or JPEG file'."""
+    with pytest.raises(InvalidInputError, match=r"starts like a JPEG file but its header could not be read .*corrupt or truncated"):
+        images_from_bytes(np.array([jpeg_bytes(coffee)[:300]], dtype=object), **LIMITS)

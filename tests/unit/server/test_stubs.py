@@ -1,0 +1,194 @@
+"""StubSupervisor's rules with a scripted process list, Triton API and clock (the real thing under
+tritonserver: tests/e2e/test_stub_death.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fastpath.server.stubs import Stub, StubSupervisor, check, expected_stubs, list_stubs, parse_stub_cmdline
+from tests.conftest import wait_for
+
+ARGV = ["/venv/pytriton/tritonserver/backends/python/triton_python_backend_stub", "/repo/text_embedding/1/model.py",
+        "triton_python_backend_shm_region_x", "1048576", "1048576", "4242", "/venv/backends/python", "336",
+        "text_embedding_0_0", "DEFAULT"]
+
+
+class Api:
+    """Triton as the supervisor sees it: which (model, version) are ready, and the reloads asked for."""
+
+    def __init__(self, ready: set[tuple[str, str]], reload_ok: bool = True) -> None:
+        self.ready, self.reload_ok, self.reloads = ready, reload_ok, []
+
+    def is_ready(self, model: str, version: str) -> bool:
+        return (model, version) in self.ready
+
+    def reload(self, model: str) -> bool:
+        self.reloads.append(model)
+        return self.reload_ok
+
+
+class Script:
+    """The stubs alive now and the clock, both set by the test."""
+
+    def __init__(self) -> None:
+        self.stubs: list[Stub] = []
+        self.now = 0.0
+
+
+def _supervisor(script: Script, api: Api, **options) -> StubSupervisor:
+    return StubSupervisor(lambda: list(script.stubs), api, clock=lambda: script.now, **options)
+
+
+def test_the_stub_command_line_names_model_version_and_instance():
+    assert parse_stub_cmdline(7, ARGV) == Stub(7, "text_embedding", "1", "text_embedding_0_0", 4242)
+    assert parse_stub_cmdline(7, ["/usr/bin/python3", "x.py"]) is None
+    assert parse_stub_cmdline(7, ARGV[:5]) is None
+
+
+def test_list_stubs_reads_proc_and_skips_other_and_vanished_processes():
+    assert list_stubs([os.getpid(), 2**22 + 12345]) == []  # this pytest process is no stub; the other pid does not exist
+
+
+def test_list_stubs_keeps_instance_stubs_and_leaves_out_the_model_level_one(tmp_path):
+    """Processes with a stub's command line (argv[0] set with bash's exec -a; they only sleep): the
+    model-level stub Triton runs while loading (instance name = model name) is not an instance."""
+    script = tmp_path / "m" / "1" / "model.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("import time\ntime.sleep(60)\n")
+    processes = []
+    try:
+        for instance in ("m", "m_0_0"):
+            args = [str(script), "shm_region", "1048576", "1048576", str(os.getpid()), "/lib", "336", instance, "DEFAULT"]
+            processes.append(subprocess.Popen(["bash", "-c", 'exec -a /x/triton_python_backend_stub "$0" "$@"', sys.executable, *args]))
+        pids = [process.pid for process in processes]
+        # until bash has exec'd: then each process's argv[0] is the stub's name
+        assert wait_for(lambda: all(Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"/x/triton_python_backend_stub")
+                                    for pid in pids), timeout_s=10)
+        assert list_stubs(pids) == [Stub(pids[1], "m", "1", "m_0_0", os.getpid())]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+def test_a_stub_gone_while_its_model_stays_ready_gets_the_model_reloaded_after_the_grace():
+    script, api = Script(), Api({("text_embedding", "1")})
+    stub = Stub(10, "text_embedding", "1", "text_embedding_0_0")
+    supervisor = _supervisor(script, api, grace_s=2.0)
+    script.stubs = [stub]
+    supervisor.check()
+    script.stubs, script.now = [], 1.0
+    supervisor.check()
+    assert api.reloads == []  # within the grace
+    script.now = 3.5
+    supervisor.check()
+    assert api.reloads == ["text_embedding"] and supervisor.reloaded == ["text_embedding"]
+    script.now = 10.0
+    supervisor.check()
+    assert api.reloads == ["text_embedding"]  # once per death
+    script.stubs = [Stub(11, "text_embedding", "1", "text_embedding_0_0")]  # the reload's stub
+    supervisor.check()
+    assert supervisor.failure is None
+
+
+def test_an_unload_and_a_reload_are_not_deaths():
+    script, api = Script(), Api({("text_embedding", "1")})
+    supervisor = _supervisor(script, api, grace_s=2.0)
+    script.stubs = [Stub(10, "text_embedding", "1", "text_embedding_0_0")]
+    supervisor.check()
+    # reload: Triton starts the new stub (same instance name) before the old one stops
+    script.stubs, script.now = [Stub(11, "text_embedding", "1", "text_embedding_0_0")], 5.0
+    supervisor.check()
+    script.now = 10.0
+    supervisor.check()
+    # unload: the model is no longer ready when its stub is gone
+    api.ready.clear()
+    script.stubs, script.now = [], 11.0
+    supervisor.check()
+    script.now = 20.0
+    supervisor.check()
+    assert api.reloads == [] and supervisor.failure is None
+
+
+def test_another_version_with_the_same_instance_name_does_not_hide_a_death():
+    script, api = Script(), Api({("m", "1"), ("m", "2")})
+    supervisor = _supervisor(script, api, grace_s=1.0)
+    script.stubs = [Stub(10, "m", "1", "m_0_0"), Stub(11, "m", "2", "m_0_0")]
+    supervisor.check()
+    script.stubs, script.now = [Stub(10, "m", "1", "m_0_0")], 1.0
+    supervisor.check()
+    script.now = 2.5
+    supervisor.check()
+    assert api.reloads == ["m"]
+
+
+def test_a_crash_loop_gives_up_with_a_failure_after_max_reloads():
+    script, api = Script(), Api({("m", "1")})
+    supervisor = _supervisor(script, api, grace_s=1.0, max_reloads=2, window_s=100.0)
+    for death in range(3):
+        script.stubs = [Stub(20 + death, "m", "1", "m_0_0")]
+        supervisor.check()
+        script.stubs = []
+        script.now += 0.5
+        supervisor.check()
+        script.now += 2.0
+        supervisor.check()
+    assert api.reloads == ["m", "m"]
+    assert supervisor.failure is not None and "'m' died 3 times within 100 s" in supervisor.failure
+
+
+class IndexApi:
+    """Triton's repository index and model configs, as Triton 2.51 reports them."""
+
+    def __init__(self, configs: dict[tuple[str, str], dict], failed: tuple[dict, ...] = ()) -> None:
+        self.configs, self.failed = configs, list(failed)
+
+    def index(self):
+        return [{"name": m, "version": v, "state": "READY", "reason": ""} for m, v in self.configs] + self.failed
+
+    def ready_models(self):
+        return list(self.configs)
+
+    def config(self, model, version):
+        return self.configs[(model, version)]
+
+
+CPU_CONFIG = {"backend": "python", "instance_group": [{"name": "text_embedding_0", "kind": "KIND_CPU", "count": 2, "gpus": []}]}
+GPU_CONFIG = {"backend": "python", "instance_group": [{"kind": "KIND_GPU", "count": 2, "gpus": [0, 1]}]}
+
+
+def test_expected_stubs_counts_instances_of_python_models_only():
+    assert expected_stubs(CPU_CONFIG) == 2
+    assert expected_stubs(GPU_CONFIG) == 4  # count per listed GPU
+    assert expected_stubs({"backend": "onnxruntime", "instance_group": [{"kind": "KIND_CPU", "count": 3}]}) == 0
+    assert expected_stubs({"backend": "python"}) == 1
+
+
+def test_check_names_each_ready_model_version_short_of_stubs():
+    api = IndexApi({("text_embedding", "1"): CPU_CONFIG, ("fastpath_admin", "1"): {"backend": "python"}})
+    both = [Stub(1, "text_embedding", "1", "text_embedding_0_0"), Stub(2, "text_embedding", "1", "text_embedding_0_1"),
+            Stub(3, "fastpath_admin", "1", "fastpath_admin_0_0")]
+    assert check(api, both) == []
+    assert check(api, both[1:]) == ["text_embedding version 1: 1 of 2 python-backend stubs alive "
+                                    "(Triton 2.51 reports it ready but fails every request)"]
+
+
+def test_check_names_a_model_whose_load_failed_but_not_one_that_was_unloaded():
+    failed = ({"name": "text_embedding", "version": "1", "state": "UNAVAILABLE", "reason": "ConfigError: bad value"},
+              {"name": "other", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"})
+    assert check(IndexApi({}, failed), []) == ["text_embedding version 1 failed to load: ConfigError: bad value"]
+
+
+def test_a_reload_that_fails_stops_the_supervision_with_a_failure():
+    script, api = Script(), Api({("m", "1")}, reload_ok=False)
+    supervisor = _supervisor(script, api, grace_s=1.0)
+    script.stubs = [Stub(10, "m", "1", "m_0_0")]
+    supervisor.check()
+    script.stubs, script.now = [], 2.0
+    supervisor.check()
+    script.now = 4.0
+    supervisor.check()
+    assert api.reloads == ["m"] and supervisor.failure is not None and "reloading model 'm'" in supervisor.failure

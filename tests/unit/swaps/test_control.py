@@ -1,0 +1,169 @@
+"""Control plane, swap agent and admin service together, over a real state directory and threads."""
+
+import threading
+
+import pytest
+
+from fastpath.errors import InvalidInputError
+from fastpath.swaps.admin import AdminService, PermissionDeniedError
+from fastpath.swaps import agent as agent_module
+from fastpath.swaps.agent import SwapAgent
+from fastpath.swaps.control import ControlPlane
+from fastpath.swaps.slots import EngineSlots, SwapError
+
+
+class Engine:
+    def __init__(self, version):
+        self.version = version
+
+    def close(self):
+        pass
+
+
+def _refuse_3(engine, version):
+    if version == 3:
+        raise ValueError("golden check failed: cosine 0.42 below 0.99")
+
+
+@pytest.fixture(params=[True, False], ids=["inotify", "polling"])
+def setup(tmp_path, request):
+    repository = tmp_path / "repo"
+    for version in (1, 2, 3):
+        (repository / "m" / str(version)).mkdir(parents=True)
+    (repository / "m" / "config.pbtxt").write_text('name: "m"')
+    state = tmp_path / "state"
+    slots = EngineSlots(1, Engine(1))
+    agents = [SwapAgent(ControlPlane(state, "m"), "m_0", slots, Engine, _refuse_3, poll_s=0.002, watch=request.param).start()]
+    assert agents[0].watching is request.param
+    service = AdminService(repository, state, "s3cret", timeout_s=10)
+    yield service, slots
+    for agent in agents:
+        agent.stop()
+
+
+def test_swap_rollback_status_through_the_files(setup):
+    service, slots = setup
+    reply = service.handle({"command": "swap", "model": "m", "version": 2, "key": "s3cret"})
+    assert reply["active_version"] == 2 and slots.active_version == 2
+    assert reply["instances"]["m_0"]["ok"] is True
+    assert service.handle({"command": "status", "model": "m"})["active_version"] == 2
+    assert service.handle({"command": "rollback", "model": "m", "key": "s3cret"})["active_version"] == 1
+    assert service.handle({"command": "versions", "model": "m"})["versions"] == ["1", "2", "3"]
+
+
+def test_refused_version_reports_reason_and_keeps_serving(setup):
+    service, slots = setup
+    with pytest.raises(SwapError, match="golden check failed: cosine 0.42.*still serving version \\[1\\]"):
+        service.handle({"command": "swap", "model": "m", "version": 3, "key": "s3cret"})
+    assert slots.active_version == 1
+    status = service.handle({"command": "status", "model": "m"})["instances"]["m_0"]
+    assert status["ok"] is False and "cosine 0.42" in status["error"]
+
+
+@pytest.mark.parametrize("key", [None, "", "wrong"])
+def test_swap_without_the_key_is_refused(setup, key):
+    service, slots = setup
+    with pytest.raises(PermissionDeniedError, match="admin key missing or wrong"):
+        service.handle({"command": "swap", "model": "m", "version": 2, "key": key})
+    assert slots.active_version == 1
+
+
+@pytest.mark.parametrize(
+    ("request_doc", "match"),
+    [
+        ({"command": "reload", "model": "m"}, "not one of swap, rollback"),
+        ({"command": "status", "model": "../etc"}, "not in the model repository"),
+        ({"command": "swap", "model": "m", "version": 9, "key": "s3cret"}, r"version 9 of m is not in the repository; available: \['1', '2', '3'\]"),
+        ({"command": "swap", "model": "m", "version": "2", "key": "s3cret"}, "version '2'"),
+    ],
+)
+def test_bad_commands_are_400s(setup, request_doc, match):
+    service, _ = setup
+    with pytest.raises(InvalidInputError, match=match):
+        service.handle(request_doc)
+
+
+def test_no_key_configured_disables_swaps(tmp_path, setup):
+    service, _ = setup
+    closed = AdminService(service.model_repository, service.state_root, "")
+    with pytest.raises(PermissionDeniedError, match="started without FASTPATH_ADMIN_KEY"):
+        closed.handle({"command": "swap", "model": "m", "version": 2, "key": "anything"})
+
+
+def test_concurrent_swaps_are_serialized_per_instance(setup):
+    service, slots = setup
+    results = []
+
+    def swap(version):
+        try:
+            results.append(service.handle({"command": "swap", "model": "m", "version": version, "key": "s3cret"})["active_version"])
+        except SwapError as exc:
+            results.append(str(exc))
+
+    threads = [threading.Thread(target=swap, args=(v,)) for v in (2, 1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(results) == 3 and slots.active_version in (1, 2)
+
+
+def test_status_reports_pickup_and_the_instance_details(tmp_path):
+    (tmp_path / "repo" / "m" / "2").mkdir(parents=True)
+    (tmp_path / "repo" / "m" / "config.pbtxt").write_text('name: "m"')
+    slots = EngineSlots(1, Engine(1))
+    agent = SwapAgent(ControlPlane(tmp_path / "state", "m"), "m_0", slots, Engine, _refuse_3, poll_s=0.002,
+                      details=lambda: {"last_swap_stages_s": {"session_s": 0.25}}).start()
+    try:
+        reply = AdminService(tmp_path / "repo", tmp_path / "state", "k", timeout_s=10).handle(
+            {"command": "swap", "model": "m", "version": 2, "key": "k"})
+    finally:
+        agent.stop()
+    status = reply["instances"]["m_0"]
+    assert 0 <= status["pickup_s"] < 5 and status["seconds"] >= 0
+    assert status["last_swap_stages_s"] == {"session_s": 0.25}
+
+
+def test_concurrent_posts_get_distinct_generations_and_the_last_one_stays(tmp_path):
+    """Posts are serialized: without the lock a stale read-increment-write could overwrite a newer
+    generation, and the instance never saw the command its caller waited for."""
+    plane = ControlPlane(tmp_path / "state", "m")
+    generations = []
+    lock = threading.Lock()
+
+    def post(version):
+        generation = ControlPlane(tmp_path / "state", "m").post("swap", version=version)
+        with lock:
+            generations.append(generation)
+
+    threads = [threading.Thread(target=post, args=(v,)) for v in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(generations) == list(range(1, 41))
+    assert plane.desired()["generation"] == 40
+
+
+def test_a_watching_agent_is_woken_by_the_post_and_otherwise_sleeps(tmp_path, monkeypatch):
+    """With inotify the agent's thread sleeps until desired.json is replaced: with the safety-net
+    re-check pushed to 60 s, a swap still completes (the post woke it), and while idle it reads the
+    file's stat only at heartbeats, where polling every 5 ms read it ~100 times in 0.5 s."""
+    monkeypatch.setattr(agent_module, "WATCH_RECHECK_S", 60.0)
+    (tmp_path / "repo" / "m" / "2").mkdir(parents=True)
+    (tmp_path / "repo" / "m" / "config.pbtxt").write_text('name: "m"')
+    plane = ControlPlane(tmp_path / "state", "m")
+    stats = []
+    stamp = plane.desired_stamp
+    monkeypatch.setattr(plane, "desired_stamp", lambda: stats.append(1) or stamp())
+    slots = EngineSlots(1, Engine(1))
+    agent = SwapAgent(plane, "m_0", slots, Engine, _refuse_3, poll_s=0.005).start()
+    try:
+        assert agent.watching
+        threading.Event().wait(0.5)
+        assert len(stats) <= 2
+        reply = AdminService(tmp_path / "repo", tmp_path / "state", "k", timeout_s=10).handle(
+            {"command": "swap", "model": "m", "version": 2, "key": "k"})
+    finally:
+        agent.stop()
+    assert reply["active_version"] == 2 and slots.active_version == 2
