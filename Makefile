@@ -1,6 +1,6 @@
 # FastPath: two commands from a fresh clone.
-#   make serve   set up .venv, build artifacts if missing (fp32 v1, INT8 v2), run tritonserver with text_embedding
-#   make test    the same set-up, then the test suite
+#   make serve   set up .venv, build artifacts if missing (fp32 v1, INT8 v2), run tritonserver with every model
+#   make test    the same set-up, then ruff and the test suite
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,7 +12,7 @@ ARTIFACT := model_repository/text_embedding/1/model.onnx model_repository/text_e
 INT8_ARTIFACT := model_repository/text_embedding/2/model.onnx
 PYTEST_ARGS ?=
 
-.PHONY: setup artifacts artifacts-int8 serve test clean
+.PHONY: setup artifacts artifacts-int8 lint serve test clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,10 @@ artifacts-int8: $(INT8_ARTIFACT)
 serve: artifacts artifacts-int8
 	HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT) $(BIN)/fastpath serve
 
-test: artifacts artifacts-int8
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+
+test: lint artifacts artifacts-int8
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     print(f"\nc={args.concurrency}, {args.passes} passes of {args.seconds:g} s; medians over passes; "
           f"'vs tritonclient' compares texts/s within each pass, then takes the median")
-    print(f"| model | client | texts/s | vs tritonclient | client CPU ms/req | server CPU ms/req |")
+    print("| model | client | texts/s | vs tritonclient | client CPU ms/req | server CPU ms/req |")
     print("|---|---|---:|---:|---:|---:|")
     for model in args.models:
         for kind in args.clients:

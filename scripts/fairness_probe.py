@@ -38,8 +38,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-WORDS = ("the quick brown fox jumps over lazy dog triton server batch queue embedding model python "
-         "backend scheduler token bucket padding latency throughput").split()
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "triton", "server", "batch", "queue", "embedding", "model", "python", "backend", "scheduler", "token", "bucket", "padding", "latency", "throughput"]
 
 
 def text_of(words: int, seed: int) -> str:
@@ -80,7 +79,7 @@ class Load:
             if result == "ok":
                 self.latencies.append(seconds)
 
-    def __enter__(self) -> "Load":
+    def __enter__(self) -> Load:
         for thread in self.threads:
             thread.start()
         time.sleep(3.0)  # the bucket is full and stays full

@@ -46,14 +46,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from fastpath.models.text_embedding.config import TextEmbeddingConfig
-    from fastpath.scheduling.config import SchedulerConfig
-    from fastpath.text.corpus import pydoc_sentences
     from fastpath.memory import create_host_pool
+    from fastpath.models.text_embedding.batches import EmbeddingBatchHandler, staging_pool_config, warm_up
+    from fastpath.models.text_embedding.config import TextEmbeddingConfig
+    from fastpath.models.text_embedding.model import OUTPUT_NAMES, _output_array, scheduler_length_buckets
     from fastpath.models.text_embedding.versions import VersionedEmbedder
     from fastpath.scheduling import BatchQueue, BatchRunner, CostModel, Ticket, WorkItem
-    from fastpath.models.text_embedding.batches import EmbeddingBatchHandler, staging_pool_config, warm_up
-    from fastpath.models.text_embedding.model import OUTPUT_NAMES, _output_array, scheduler_length_buckets
+    from fastpath.scheduling.config import SchedulerConfig
+    from fastpath.text.corpus import pydoc_sentences
 
     config, sched = TextEmbeddingConfig(), SchedulerConfig()
     versions = VersionedEmbedder(REPO / "model_repository" / "text_embedding", 1, config, instance="inline_overhead",

@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from client_cost_probe import Loop
-    from cpu_meter import cpu_seconds
     from conftest import start_server
+    from cpu_meter import cpu_seconds
     from scheduler_cpu import build_repository, workload_texts
 
     texts = workload_texts()

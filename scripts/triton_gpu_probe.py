@@ -96,9 +96,10 @@ def main() -> int:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ["FASTPATH_STACK_DUMP"] = str((args.out / "stacks.txt").resolve())
+    from triton_gpu import make_repository
+
     from fastpath.server.process import ServerOptions, TritonServer
     from tests.conftest import free_ports
-    from triton_gpu import make_repository
 
     root = Path(tempfile.mkdtemp(prefix="triton-probe-"))
     repository = make_repository(root, args.version_dir, device=args.device, precision="fp16",
@@ -107,7 +108,7 @@ def main() -> int:
     for pair in filter(None, args.extra.split(",")):
         key, value = pair.split("=", 1)
         text = config.read_text()
-        text = "\n".join(l for l in text.splitlines() if f'key: "{key}"' not in l) + "\n"
+        text = "\n".join(line for line in text.splitlines() if f'key: "{key}"' not in line) + "\n"
         config.write_text(text + f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n')
     http_port, grpc_port, metrics_port = free_ports(3)
     log = root / "tritonserver.log"

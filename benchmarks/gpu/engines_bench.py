@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import json
 import logging
+import os
 import statistics
 import subprocess
 import sys
@@ -156,7 +156,7 @@ def _transformers_baseline(torch, weights_path: Path, golden) -> dict:
         ids = torch.from_numpy(golden[f"ids_{length}"][:batch]).cuda()
         mask = torch.ones_like(ids)
         with torch.inference_mode():
-            eager = _median_ms(lambda: model(input_ids=ids, attention_mask=mask), sync=torch.cuda.synchronize)
+            eager = _median_ms(lambda ids=ids, mask=mask: model(input_ids=ids, attention_mask=mask), sync=torch.cuda.synchronize)
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
@@ -178,13 +178,13 @@ def _timings(torch, engines: dict, golden) -> list[dict]:
             feeds = _feeds(golden[f"ids_{length}"][:batch])
             fp16 = engines["fp16"]
             row = {"batch": batch, "length": length,
-                   "eager_ms": _median_ms(lambda: fp16.infer_eager(feeds)),
-                   "graph_ms": _median_ms(lambda: fp16.infer(feeds)),
+                   "eager_ms": _median_ms(lambda fp16=fp16, feeds=feeds: fp16.infer_eager(feeds)),
+                   "graph_ms": _median_ms(lambda fp16=fp16, feeds=feeds: fp16.infer(feeds)),
                    "replay_ms": _replay_ms(torch, fp16.runner.graph(fp16.grid.select(batch, length)))}
             for name in ("fp32", "fp8"):
                 if name in engines:
                     try:
-                        row[f"{name}_graph_ms"] = _median_ms(lambda e=engines[name]: e.infer(feeds))
+                        row[f"{name}_graph_ms"] = _median_ms(lambda e=engines[name], feeds=feeds: e.infer(feeds))
                     except Exception as exc:  # noqa: BLE001 - record and go on
                         row[f"{name}_error"] = repr(exc)[:300]
             row["graph_sequences_per_s"] = batch / row["graph_ms"] * 1e3
@@ -248,9 +248,9 @@ def run(bundle: Path, out: Path) -> int:
     for batch, length in ((1, 32), (64, 128)):
         feeds = _feeds(golden[f"ids_{length}"][:batch])
         runner = engines["fp16"].runner
-        off = _median_ms(lambda: engines["fp16"].infer(feeds))
+        off = _median_ms(lambda feeds=feeds: engines["fp16"].infer(feeds))
         runner.check_addresses = True
-        on = _median_ms(lambda: engines["fp16"].infer(feeds))
+        on = _median_ms(lambda feeds=feeds: engines["fp16"].infer(feeds))
         runner.check_addresses = False
         address_check[f"{batch}x{length}"] = {"graph_ms": off, "graph_ms_with_address_check": on}
     log.info("address check cost %s", address_check)
@@ -263,7 +263,7 @@ def run(bundle: Path, out: Path) -> int:
                            capture_output=True, text=True, env={**os.environ, "FASTPATH_TORCH_BUNDLE": str(bundle)})
     (out / "engines_tests.log").write_text(tests.stdout + tests.stderr)
     result = {"environment": env, "capture": capture_s, "numerics": numerics, "latency": rows, "address_check": address_check,
-              "transformers_baseline": baseline, "issue_figures": {"graph_ms": {f"{b}x{l}": v for (b, l), v in ISSUE_GRAPH_MS.items()},
+              "transformers_baseline": baseline, "issue_figures": {"graph_ms": {f"{b}x{n}": v for (b, n), v in ISSUE_GRAPH_MS.items()},
                                                                   "eager_ms": ISSUE_EAGER_MS},
               "tests": {"returncode": tests.returncode, "summary": tests.stdout.strip().splitlines()[-1:]}}
     (out / "engines_bench.json").write_text(json.dumps(result, indent=2))

@@ -78,7 +78,7 @@ def bandwidth(args, path):
                 "pageable": h2d(stream, device, int(pageable.ctypes.data), nbytes),
             }
 
-            def leased_copy():
+            def leased_copy(nbytes=nbytes):
                 # host overhead of a lease per copy; releasing before the DMA ends is safe here only
                 # because every copy just reads (the transfer path waits for its event instead)
                 with path.host_pool.lease(nbytes) as each:

@@ -323,7 +323,9 @@ def summarize_py_spy(path: Path, top: int = 25) -> dict:
             self_counts[frames[-1]] = self_counts.get(frames[-1], 0) + int(count)
         for frame in set(frames):
             inclusive[frame] = inclusive.get(frame, 0) + int(count)
-    share = lambda table: [(name, round(100 * n / max(1, total), 1)) for name, n in sorted(table.items(), key=lambda kv: -kv[1])[:top]]
+    def share(table: dict) -> list:
+        return [(name, round(100 * n / max(1, total), 1)) for name, n in sorted(table.items(), key=lambda kv: -kv[1])[:top]]
+
     return {"samples": total, "self_pct": share(self_counts), "inclusive_pct": share(inclusive)}
 
 
@@ -393,8 +395,8 @@ def main() -> int:
                         help="comma list of load generators to run each cell with: tritonclient, grpc-raw (see _worker)")
     parser.add_argument("--out", type=Path, default=Path("triton_gpu.json"))
     args = parser.parse_args()
-    from fastpath.text.corpus import pydoc_sentences
     from fastpath.server.process import ServerOptions, TritonServer
+    from fastpath.text.corpus import pydoc_sentences
     from tests.conftest import free_ports
 
     texts = pydoc_sentences()
@@ -575,8 +577,8 @@ def raw_graph_throughput(version_dir: Path, texts: list[str], bulk: int, precisi
     ``TorchEngine.infer`` alone (host-to-device copy, graph replay, device-to-host copy), one
     batch after another on one stream, for at least 3 s.
     """
-    from fastpath.models.text_embedding.config import TextEmbeddingConfig
     from fastpath.engines.torch import TorchEngine
+    from fastpath.models.text_embedding.config import TextEmbeddingConfig
     from fastpath.models.text_embedding.pipeline import engine_options
     from fastpath.text import TextTokenizer
 

@@ -19,11 +19,23 @@ import numpy as np
 
 from fastpath_client import detection
 from fastpath_client.errors import (
-    FastPathClientError, InvalidInputError, ModelNotFoundError, ModelNotReadyError, ServerError, from_exception,
+    FastPathClientError,
+    InvalidInputError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    ServerError,
+    from_exception,
 )
 from fastpath_client.retry import Backoff, OnRetry, RetryPolicy
 from fastpath_client.shm import (
-    InputRegion, RegionPool, SharedMemoryMode, SharedMemoryPolicy, is_local_url, new_region, packed_bytes, size_class,
+    InputRegion,
+    RegionPool,
+    SharedMemoryMode,
+    SharedMemoryPolicy,
+    is_local_url,
+    new_region,
+    packed_bytes,
+    size_class,
 )
 from fastpath_client.tensors import ModelSpec, chunks, renumber_items, text_array, wire_array
 

@@ -10,11 +10,26 @@ import numpy as np
 
 from fastpath_client import detection
 from fastpath_client._core import (
-    ADMIN_MODEL, DETECTION_MODEL, EMBEDDING_MODEL, EMBEDDING_OUTPUT, LOG, MUTATING_COMMANDS, TEXT_INPUT, ClientCore,
-    collect, grpc_channel_args, index_state, items_from, unrestricted_state,
+    ADMIN_MODEL,
+    DETECTION_MODEL,
+    EMBEDDING_MODEL,
+    EMBEDDING_OUTPUT,
+    LOG,
+    MUTATING_COMMANDS,
+    TEXT_INPUT,
+    ClientCore,
+    collect,
+    grpc_channel_args,
+    index_state,
+    items_from,
+    unrestricted_state,
 )
 from fastpath_client.errors import (
-    FastPathClientError, InvalidInputError, PermissionDeniedError, ProtocolMismatchError, RequestTimeoutError,
+    FastPathClientError,
+    InvalidInputError,
+    PermissionDeniedError,
+    ProtocolMismatchError,
+    RequestTimeoutError,
 )
 from fastpath_client.retry import acall_with_retry
 from fastpath_client.tensors import ModelSpec, model_spec, model_statistics, repository_versions
@@ -291,7 +306,7 @@ class AsyncClient(ClientCore):
         if client is not None:
             await client.close()
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

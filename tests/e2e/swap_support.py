@@ -31,8 +31,8 @@ def make_swap_repository(root: Path, versions: dict[int, Path]) -> Path:
     """A model repository with text_embedding (the given versions, each with golden inputs) and fastpath_admin."""
     from fastpath.artifacts.manifest import read_manifest
     from fastpath.models.text_embedding.config import TextEmbeddingConfig
-    from fastpath.models.text_embedding.pipeline import TextEmbedder
     from fastpath.models.text_embedding.golden import add_golden
+    from fastpath.models.text_embedding.pipeline import TextEmbedder
 
     repository = root / "repo"
     shutil.copytree(MODELS / "fastpath_admin", repository / "fastpath_admin", ignore=shutil.ignore_patterns("__pycache__"))
@@ -97,7 +97,7 @@ class LoadStreams:
             with self._lock:
                 self.records.append(record)
 
-    def __enter__(self) -> "LoadStreams":
+    def __enter__(self) -> LoadStreams:
         for thread in self._threads:
             thread.start()
         return self

@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 
 from fastpath_client import (
-    AsyncClient, Client, InvalidInputError, ModelNotFoundError, PermissionDeniedError, RetryPolicy, UnavailableError,
+    AsyncClient,
+    Client,
+    InvalidInputError,
+    ModelNotFoundError,
+    PermissionDeniedError,
+    RetryPolicy,
+    UnavailableError,
 )
 
 pytestmark = pytest.mark.e2e
@@ -216,7 +222,7 @@ def test_an_http_client_on_the_grpc_port_fails_at_once(triton_server, mode):
 
 
 def _bench(capsys, *argv):
-    from fastpath import cli
+    from fastpath.cli import main as cli
 
     start = time.monotonic()
     code = cli.main(["bench", "--no-progress", "--duration-s", "0.3", *argv])
@@ -241,7 +247,7 @@ def test_bench_on_the_other_protocols_port_ends_with_the_hint(triton_server, cap
 def test_status_of_a_model_that_is_not_loaded_fails_like_swap(triton_server, capsys):
     """Fresh-user trial: `fastpath status text_detection` (in the repository, not loaded) printed
     `"instances": {}` and exit 0; it now fails like swap, one line and exit 1."""
-    from fastpath import cli
+    from fastpath.cli import main as cli
 
     assert cli.main(["status", "text_detection", "--url", triton_server.http_url]) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -18,7 +18,12 @@ import pytest
 import tritonclient.http as httpclient
 
 from fastpath_client import (
-    AsyncClient, Client, ModelNotReadyError, RequestTimeoutError, RetryPolicy, ServerConnectionError,
+    AsyncClient,
+    Client,
+    ModelNotReadyError,
+    RequestTimeoutError,
+    RetryPolicy,
+    ServerConnectionError,
 )
 from fastpath_client.shm import leaked_regions
 from tests.conftest import free_ports, start_server
@@ -236,6 +241,5 @@ def test_retries_and_wait_ready_while_server_and_model_load(tmp_path):
 
 
 def test_wait_ready_times_out_naming_what_is_missing(probe_server):
-    with Client(probe_server.http_url) as client:
-        with pytest.raises(RequestTimeoutError, match="models not ready .*slow_load"):
-            client.wait_ready(timeout_s=0.2, models=["slow_load"])
+    with Client(probe_server.http_url) as client, pytest.raises(RequestTimeoutError, match="models not ready .*slow_load"):
+        client.wait_ready(timeout_s=0.2, models=["slow_load"])

@@ -15,7 +15,6 @@ import urllib.request
 import pytest
 
 from fastpath.server.process import group_members
-
 from tests.conftest import free_ports
 from tests.conftest import process_alive as _alive
 from tests.conftest import wait_for as _wait
@@ -53,7 +52,12 @@ def _start_serve(tmp_path, ports=None):
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_stops_triton_cleanly(tmp_path, signum):
+    """`fastpath serve` with no --model serves every model of the repository; SIGINT/SIGTERM stop it with exit 0."""
     process, triton_pid, log = _start_serve(tmp_path)
+    port = int(re.search(r"HTTP http://127.0.0.1:(\d+)", log.read_text()).group(1))
+    for model in ("text_detection", "fastpath_admin"):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/ready", timeout=5) as reply:
+            assert reply.status == 200, model
     process.send_signal(signum)
     assert process.wait(timeout=60) == 0
     assert not _alive(triton_pid)
@@ -88,7 +92,7 @@ def test_a_stop_with_an_idle_keep_alive_client_still_drains_the_models_and_is_qu
     assert stop_s < 20, f"stopping took {stop_s:.1f} s"
     assert not _alive(triton_pid)
     text = log.read_text()
-    assert "unloaded fastpath_admin, text_embedding before stopping tritonserver" in text
+    assert "unloaded fastpath_admin, text_detection, text_embedding before stopping tritonserver" in text
     assert "successfully unloaded 'text_embedding'" in text and "exited with code -9" not in text
     idle.close()
 
@@ -96,7 +100,7 @@ def test_a_stop_with_an_idle_keep_alive_client_still_drains_the_models_and_is_qu
 def test_triton_and_its_stubs_die_with_their_parent(tmp_path):
     process, triton_pid, _ = _start_serve(tmp_path)
     stubs = [pid for pid in group_members(triton_pid) if pid != triton_pid]  # its python-backend stubs
-    assert len(stubs) >= 2  # text_embedding and fastpath_admin
+    assert len(stubs) >= 3  # every model of the repository: text_embedding, text_detection and fastpath_admin
     process.kill()
     process.wait(timeout=10)
     assert _wait(lambda: not _alive(triton_pid), 30)

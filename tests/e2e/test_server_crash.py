@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 from fastpath.server.process import SHM_GLOB, group_members
-
 from tests.conftest import start_server
 
 

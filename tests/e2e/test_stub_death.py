@@ -15,7 +15,8 @@ from tritonclient.utils import InferenceServerException
 
 from fastpath.cli.serve import stub_supervisor
 from fastpath.server.process import group_members
-from fastpath.server.stubs import list_stubs, main as check_stubs
+from fastpath.server.stubs import list_stubs
+from fastpath.server.stubs import main as check_stubs
 from fastpath.server.triton_api import main as unload_all
 from tests.conftest import start_server, wait_for
 

@@ -168,7 +168,7 @@ def test_mixed_good_and_bad_concurrently(triton_server, reference, sentences):
 
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         results = list(pool.map(send, jobs))
-    for (protocol, index, bad), embedding, error in results:
+    for (_protocol, index, bad), embedding, error in results:
         if bad:
             assert error is not None and error.status() in ("400", "StatusCode.INVALID_ARGUMENT")
             assert "TEXT[1] is not valid UTF-8" in error.message()

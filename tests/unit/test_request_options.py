@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from fastpath.scheduling.config import SchedulerConfig
 from fastpath.errors import InvalidInputError
+from fastpath.scheduling.config import SchedulerConfig
 from fastpath.triton.scheduled import priority_level
 
 

@@ -4,7 +4,6 @@ import pytest
 from fastpath.errors import InvalidInputError
 from fastpath.models.text_embedding.pipeline import padded_length, plan_batches
 from fastpath.text import TextTokenizer, decode_texts
-
 from tests.conftest import MODEL_REPOSITORY
 
 TOKENIZER = MODEL_REPOSITORY / "text_embedding" / "1" / "tokenizer.json"

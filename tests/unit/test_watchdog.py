@@ -8,7 +8,6 @@ import time
 from tests.conftest import process_alive as _alive
 from tests.conftest import wait_for as _wait
 
-
 # A "stub": starts its watchdog and then, like a stub blocked on a dead server with the GIL held,
 # never looks up again. A "server": starts the stub and prints both pids.
 STUB = "import time; from fastpath.triton.watchdog import exit_with_server; print(exit_with_server().pid, flush=True); time.sleep(3600)"

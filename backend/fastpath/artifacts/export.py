@@ -58,8 +58,8 @@ def _pooled_module(model_dir: Path):
 def _add_fp32_golden(directory: Path) -> None:
     """Golden inputs for the live-swap validation gate: this fp32 model is its own reference (tolerance 0.9999)."""
     from fastpath.models.text_embedding.config import TextEmbeddingConfig
-    from fastpath.models.text_embedding.pipeline import TextEmbedder
     from fastpath.models.text_embedding.golden import add_golden
+    from fastpath.models.text_embedding.pipeline import TextEmbedder
 
     embedder = TextEmbedder.from_directory(directory, TextEmbeddingConfig())
     try:

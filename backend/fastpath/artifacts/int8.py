@@ -26,13 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from fastpath.artifacts.accuracy import AccuracyGateError, AccuracyReport, check_gate, embed_batches, report
+from fastpath.artifacts.accuracy import AccuracyReport, check_gate, embed_batches, report
 from fastpath.artifacts.manifest import verify_manifest, write_manifest
 from fastpath.artifacts.quantize import RECIPES, QuantRecipe, quantize_int8, text_batches
-from fastpath.text.corpus import pydoc_sentences, split_sentences
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
-from fastpath.errors import ArtifactError
+from fastpath.errors import AccuracyGateError, ArtifactError
 from fastpath.text import TextTokenizer
+from fastpath.text.corpus import pydoc_sentences, split_sentences
 
 LOG = logging.getLogger("fastpath.artifacts")
 

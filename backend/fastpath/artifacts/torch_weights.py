@@ -18,8 +18,8 @@ import numpy as np
 
 from fastpath.artifacts.accuracy import AccuracyReport, embed_batches, report
 from fastpath.artifacts.quantize import text_batches
-from fastpath.text.corpus import pydoc_sentences, split_sentences
 from fastpath.text import TextTokenizer
+from fastpath.text.corpus import pydoc_sentences, split_sentences
 
 TORCH_ARTIFACT = "model.fp16.safetensors"
 # fp16 weights computed in fp32 on the CPU against the fp32 source: rounding only

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 from typing import Any
+
 from fastpath.errors import NotLoadedError
 
 

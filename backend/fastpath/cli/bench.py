@@ -262,7 +262,7 @@ async def _run_all(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 progress.close()
     first = settings[0]
     return {
-        "tool": "fastpath bench", "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "tool": "fastpath bench", "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": platform.node(), "url": url, "protocol": args.protocol, "model": args.model,
         "inputs": {t.name: [t.datatype, list(t.dims)] for t in spec.inputs},
         "settings": {"items_per_request": args.batch_size, "window_s": first.window_s, "warmup_s": first.warmup_s,

@@ -72,7 +72,8 @@ def _withdraw_admin_key(key: str, ports: tuple[int, ...]) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from fastpath.server.process import ServerError, ServerOptions, TritonServer
+    from fastpath.errors import ServerError
+    from fastpath.server.process import ServerOptions, TritonServer
 
     admin_key, generated = _admin_key()
     options = ServerOptions(

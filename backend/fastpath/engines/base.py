@@ -90,7 +90,7 @@ class Engine(abc.ABC):
     def close(self) -> None:
         """Release the engine's resources (idempotent)."""
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

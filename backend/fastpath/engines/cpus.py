@@ -52,7 +52,7 @@ def process_cpus() -> int:
                           "(it caps the CPUs FastPath's ONNX Runtime sessions use)") from exc
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _warn_oversubscribed(requested: int, cpus: int) -> None:
     LOG.warning("intra_op_threads=%d is more than the %d CPU(s) this process may use (affinity mask, CPU quota): "
                 "its threads will take turns on them; 0 sizes the pool to the CPUs", requested, cpus)

@@ -12,6 +12,7 @@ See docs/design/memory.md for the policies and the H200 measurements.
 
 from __future__ import annotations
 
+from fastpath.errors import CudaError, LeaseError
 from fastpath.memory.allocators import (
     Allocator,
     Block,
@@ -20,8 +21,8 @@ from fastpath.memory.allocators import (
     PageAlignedAllocator,
     select_host_allocator,
 )
-from fastpath.memory.cuda import CudaError, CudaProbe, cuda_call, probe_cuda
-from fastpath.memory.pool import BlockPool, Lease, LeaseError
+from fastpath.memory.cuda import CudaProbe, cuda_call, probe_cuda
+from fastpath.memory.pool import BlockPool, Lease
 from fastpath.memory.staging import ParallelCopier, StagedTensor, stage
 from fastpath.memory.stats import LeakedLease, LeakReport, PoolConfig, PoolStats
 

@@ -14,7 +14,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from fastpath.errors import CudaError, FastPathError
+from fastpath.errors import CudaError
 
 
 @functools.lru_cache(maxsize=1)

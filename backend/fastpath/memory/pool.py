@@ -23,8 +23,8 @@ import logging
 import math
 import threading
 import time
-from types import CodeType
 from collections.abc import Callable
+from types import CodeType
 
 import numpy as np
 
@@ -50,7 +50,7 @@ class Lease:
 
     __slots__ = ("pool", "nbytes", "block", "lease_id", "fallback", "taken_at_s", "stack", "released")
 
-    def __init__(self, pool: "BlockPool", nbytes: int, block: Block | None, lease_id: int, *, fallback: bool,
+    def __init__(self, pool: BlockPool, nbytes: int, block: Block | None, lease_id: int, *, fallback: bool,
                  taken_at_s: float, stack: tuple[tuple[CodeType, int], ...] | None) -> None:
         self.pool = pool
         self.nbytes = nbytes
@@ -114,7 +114,7 @@ class Lease:
         """Return the block to the pool. Raises LeaseError when already released."""
         self.pool.release(self)
 
-    def __enter__(self) -> "Lease":
+    def __enter__(self) -> Lease:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -359,7 +359,7 @@ class BlockPool:
         if self._closed:
             raise UnavailableError(f"{self.name} pool is closed (model unloading); retry on another instance")
 
-    def __enter__(self) -> "BlockPool":
+    def __enter__(self) -> BlockPool:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -43,7 +43,7 @@ class StagedTensor:
         """Release the lease (the array must no longer be used)."""
         self.lease.release()
 
-    def __enter__(self) -> "StagedTensor":
+    def __enter__(self) -> StagedTensor:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -94,7 +94,7 @@ class ParallelCopier:
         """Stop the threads (idempotent)."""
         self._executor.shutdown(wait=True)
 
-    def __enter__(self) -> "ParallelCopier":
+    def __enter__(self) -> ParallelCopier:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

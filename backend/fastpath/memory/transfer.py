@@ -90,7 +90,7 @@ class CudaTransferPath:
         self.counts = dict.fromkeys(
             ("batches", "h2d_copies", "d2h_copies", "h2d_bytes", "d2h_bytes", "zero_byte_skips", "events_created"), 0)
 
-    def batch(self, *, timeout_s: float | None = None) -> "BatchTransfer":
+    def batch(self, *, timeout_s: float | None = None) -> BatchTransfer:
         """Start a batch; use as a context manager (``close`` waits, then releases every block).
 
         Args:
@@ -154,7 +154,7 @@ class CudaTransferPath:
             return self.host_pool.close(), self.device_pool.close()
         return None
 
-    def __enter__(self) -> "CudaTransferPath":
+    def __enter__(self) -> CudaTransferPath:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -269,7 +269,7 @@ class BatchTransfer:
                 self.path._give_event(self._event)
                 self._event = None
 
-    def __enter__(self) -> "BatchTransfer":
+    def __enter__(self) -> BatchTransfer:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

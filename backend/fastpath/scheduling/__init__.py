@@ -6,13 +6,14 @@ Pure Python and testable without Triton (tests use :class:`FakeClock`). The poli
 Design and measurements: docs/design/scheduler.md, docs/benchmarks/scheduler_cpu.md.
 """
 
+from fastpath.errors import QueueTimeoutError, RequestCancelledError
+from fastpath.scheduling.batch import Batch, Decision
 from fastpath.scheduling.clock import Clock, FakeClock, MonotonicClock
 from fastpath.scheduling.costs import CostModel
-from fastpath.scheduling.batch import Batch, Decision
 from fastpath.scheduling.queue import BatchQueue
 from fastpath.scheduling.runner import BatchHandler, BatchRunner, SchedulerObserver
 from fastpath.scheduling.shapes import ShapeBatchQueue
-from fastpath.scheduling.tickets import QueueTimeoutError, RequestCancelledError, Ticket, WorkItem
+from fastpath.scheduling.tickets import Ticket, WorkItem
 
 __all__ = [
     "Batch",

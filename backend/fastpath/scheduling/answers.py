@@ -14,12 +14,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from fastpath.errors import QueueTimeoutError, RequestCancelledError
 from fastpath.profiling import PROFILE
+from fastpath.scheduling.batch import Batch, Decision
 from fastpath.scheduling.clock import Clock
 from fastpath.scheduling.hooks import BatchHandler, SchedulerObserver
-from fastpath.scheduling.batch import Batch, Decision
 from fastpath.scheduling.queue import BatchQueue
-from fastpath.scheduling.tickets import QueueTimeoutError, RequestCancelledError, WorkItem
+from fastpath.scheduling.tickets import WorkItem
 
 LOG = logging.getLogger(__name__)
 

@@ -6,7 +6,6 @@ import dataclasses
 
 from fastpath.config import check_parameter
 
-
 RESPONSE_MODES = ("sender", "return")
 
 

@@ -113,7 +113,7 @@ class BatchRunner(InlineClaims):
         ]
         self._started = False
 
-    def start(self) -> "BatchRunner":
+    def start(self) -> BatchRunner:
         """Start the threads (once)."""
         if not self._started:
             self._started = True

@@ -15,8 +15,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from fastpath.errors import FastPathError, QueueTimeoutError, RequestCancelledError, UnavailableError
-
 LOG = logging.getLogger(__name__)
 
 _UNSET = object()

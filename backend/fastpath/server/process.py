@@ -29,7 +29,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from fastpath.errors import FastPathError, ServerError
+from fastpath.errors import ServerError
 from fastpath.server.cleanup import SHM_GLOB, group_members, reap_process_group, remove_stale_shm  # noqa: F401 (re-exported)
 from fastpath.server.triton_api import ADMIN_HEADER, RepositoryApi
 
@@ -202,7 +202,7 @@ class TritonServer:
     def grpc_url(self) -> str:
         return f"127.0.0.1:{self.options.grpc_port}"
 
-    def start(self) -> "TritonServer":
+    def start(self) -> TritonServer:
         """Start tritonserver.
 
         Raises:
@@ -338,7 +338,7 @@ class TritonServer:
                      f"; not unloaded: {', '.join(left)}" if left else "")
         return bool(models) and not left
 
-    def __enter__(self) -> "TritonServer":
+    def __enter__(self) -> TritonServer:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:

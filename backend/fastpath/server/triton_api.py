@@ -29,7 +29,7 @@ class RepositoryApi:
         self.headers = {header: admin_key} if admin_key else {}
 
     @classmethod
-    def from_environment(cls, http_port: int) -> "RepositoryApi":
+    def from_environment(cls, http_port: int) -> RepositoryApi:
         """The Triton on this host's ``http_port``, with the admin key from ``FASTPATH_ADMIN_KEY`` (probes, hooks)."""
         import os
 

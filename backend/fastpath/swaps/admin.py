@@ -90,7 +90,7 @@ class AdminService:
                 summary = self._summary(model, instances)
                 errors = [f"{name}: {s['error']}" for name, s in instances.items() if not s.get("ok")]
                 if errors:
-                    from fastpath.swaps.slots import SwapError
+                    from fastpath.errors import SwapError
 
                     raise SwapError("; ".join(errors) + f" (still serving version {summary['active_versions']})")
                 return summary

@@ -24,8 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fastpath.errors import SwapError
 from fastpath.swaps.control import HEARTBEAT_S, ControlPlane
-from fastpath.swaps.slots import EngineSlots, SwapError
+from fastpath.swaps.slots import EngineSlots
 
 LOG = logging.getLogger(__name__)
 WATCH_RECHECK_S = 0.25  # with an inotify watch: also stat desired.json this often (a missed event costs at most this)
@@ -84,7 +85,7 @@ class SwapAgent:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"fastpath-swap-{instance}", daemon=True)
 
-    def start(self) -> "SwapAgent":
+    def start(self) -> SwapAgent:
         self._report()  # creates the control directory, so it can be watched
         if self._watch_wanted:
             self._watch = _directory_watch(self.plane.directory)

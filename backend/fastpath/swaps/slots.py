@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from fastpath.errors import FastPathError, SwapError, SwapInProgressError
+from fastpath.errors import SwapError, SwapInProgressError
 
 E = TypeVar("E")  # the engine-like object a slot holds; it must have close()
 

@@ -19,9 +19,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from fastpath.scheduling.config import SchedulerConfig
 from fastpath.errors import InvalidInputError
 from fastpath.scheduling import SchedulerObserver
+from fastpath.scheduling.config import SchedulerConfig
 
 LOG = logging.getLogger(__name__)
 PRIORITY_PARAMETER = "fastpath_priority"

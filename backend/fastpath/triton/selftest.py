@@ -15,7 +15,7 @@ import numpy as np
 
 from fastpath.errors import SelfTestError
 
-BYTES_PROBE = np.array([b"ABC", b"", "日本".encode("utf-8"), b"a\x00b"], dtype=np.object_)
+BYTES_PROBE = np.array([b"ABC", b"", "日本".encode(), b"a\x00b"], dtype=np.object_)
 FP32_PROBE = np.array([[0.0, -1.5, 3.25e-8], [np.pi, 1e30, -0.0]], dtype=np.float32)
 
 

@@ -7,14 +7,13 @@ weight tensor) is rejected, and the message says by how much; the built INT8 ver
 import numpy as np
 import pytest
 
-from fastpath.artifacts.accuracy import AccuracyGateError, check_gate, cosines, embed_batches, report
+from fastpath.artifacts.accuracy import check_gate, cosines, embed_batches, report
 from fastpath.artifacts.quantize import text_batches
 from fastpath.artifacts.torch_weights import evaluation_texts
-from fastpath.text.corpus import pydoc_sentences, split_sentences
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
-from fastpath.errors import ArtifactError
+from fastpath.errors import AccuracyGateError, ArtifactError
 from fastpath.text import TextTokenizer
-
+from fastpath.text.corpus import pydoc_sentences, split_sentences
 from tests.conftest import MODEL_REPOSITORY
 
 MODEL_DIR = MODEL_REPOSITORY / "text_embedding"

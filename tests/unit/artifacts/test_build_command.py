@@ -7,9 +7,8 @@ import shutil
 
 import pytest
 
-from fastpath.cli.main import main
 from fastpath.cli.build import FP32_REQUIRED, _complete
-
+from fastpath.cli.main import main
 from tests.conftest import MODEL_REPOSITORY
 
 

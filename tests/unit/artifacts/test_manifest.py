@@ -7,7 +7,6 @@ import pytest
 
 from fastpath.artifacts.manifest import verify_manifest, write_manifest
 from fastpath.errors import ArtifactError
-
 from tests.conftest import MODEL_REPOSITORY
 
 

@@ -10,7 +10,6 @@ from fastpath.artifacts.smoothquant import channel_absmax, linear_matmuls, smoot
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import ArtifactError
 from fastpath.text import TextTokenizer
-
 from tests.conftest import MODEL_REPOSITORY
 
 MODEL_DIR = MODEL_REPOSITORY / "text_embedding"

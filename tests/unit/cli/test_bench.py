@@ -9,7 +9,6 @@ from fastpath.cli import main as cli
 from fastpath_client.loadgen import LoadSettings
 
 
-
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("--concurrency", "0", "must be >= 1 (concurrent requests, whole numbers), got '0'"),
     ("--concurrency", "-2", "must be >= 1 (concurrent requests, whole numbers), got '-2'"),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from tritonclient.utils import InferenceServerException
 
@@ -65,7 +63,7 @@ def test_connection_failures_are_retryable_connection_errors(exc):
     assert error.retryable and "is tritonserver running" in str(error)
 
 
-@pytest.mark.parametrize("exc", [TimeoutError("timed out"), asyncio.TimeoutError()])
+@pytest.mark.parametrize("exc", [TimeoutError("timed out"), TimeoutError()])
 def test_timeouts_name_the_limit(exc):
     error = _map(exc)
     assert isinstance(error, errors.RequestTimeoutError) and isinstance(error, TimeoutError)

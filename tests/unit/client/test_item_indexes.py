@@ -26,9 +26,8 @@ def test_renumber_items_moves_only_the_named_tensors_indexes():
 def test_items_from_renumbers_a_mapped_server_error_and_keeps_its_class():
     original = from_exception(InferenceServerException(msg="TEXT[6] is not valid UTF-8: byte 0xff", status="400"),
                               url="127.0.0.1:8000", model="text_embedding")
-    with pytest.raises(InvalidInputError) as info:
-        with items_from(64, ("TEXT",)):
-            raise original
+    with pytest.raises(InvalidInputError) as info, items_from(64, ("TEXT",)):
+        raise original
     error = info.value
     assert type(error) is type(original) and error.__cause__ is original
     assert str(error) == "HTTP 400 from model 'text_embedding' at 127.0.0.1:8000: TEXT[70] is not valid UTF-8: byte 0xff"

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from fastpath_client.loadgen import (
-    LoadRun, LoadSettings, Record, is_stable, percentiles_ms, server_split, window_summary,
+    LoadRun,
+    LoadSettings,
+    Record,
+    is_stable,
+    percentiles_ms,
+    server_split,
+    window_summary,
 )
 from fastpath_client.report import PHASE_COLORS, has_responses, time_split_ms, write_json, write_png
 

@@ -10,7 +10,13 @@ import tritonclient.utils.shared_memory as tshm
 
 from fastpath_client import InvalidInputError
 from fastpath_client.shm import (
-    RegionPool, SharedMemoryPolicy, create_region, is_local_url, leaked_regions, new_region, size_class,
+    RegionPool,
+    SharedMemoryPolicy,
+    create_region,
+    is_local_url,
+    leaked_regions,
+    new_region,
+    size_class,
 )
 
 

@@ -10,7 +10,13 @@ import pytest
 
 from fastpath_client import InvalidInputError, ServerError
 from fastpath_client.tensors import (
-    check_rows, chunks, model_spec, model_statistics, repository_versions, text_array, wire_array,
+    check_rows,
+    chunks,
+    model_spec,
+    model_statistics,
+    repository_versions,
+    text_array,
+    wire_array,
 )
 
 HTTP_CONFIG = {

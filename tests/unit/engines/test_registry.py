@@ -6,7 +6,6 @@ import pytest
 from fastpath.engines import available_runtimes, load_engine, register_runtime
 from fastpath.engines.base import Engine, TensorSpec
 from fastpath.errors import ConfigError, EngineError
-
 from tests.conftest import MODEL_REPOSITORY
 
 FP32_ONNX = MODEL_REPOSITORY / "text_embedding" / "1" / "model.onnx"

@@ -11,7 +11,6 @@ from fastpath.engines.torch.fp8 import Fp8Weight, fp8_linear  # noqa: E402
 from fastpath.engines.torch.weights import load_weights, save_weights  # noqa: E402
 from fastpath.errors import ArtifactError, ConfigError, EngineError, InvalidInputError  # noqa: E402
 from fastpath.text import TextTokenizer  # noqa: E402
-
 from tests.conftest import MODEL_REPOSITORY  # noqa: E402
 
 VERSION_1 = MODEL_REPOSITORY / "text_embedding" / "1"

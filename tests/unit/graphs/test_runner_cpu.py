@@ -12,7 +12,6 @@ torch = pytest.importorskip("torch", reason="torch is not installed (build extra
 from fastpath.errors import EngineError  # noqa: E402
 from fastpath.graphs import BERT_INPUTS, Bucket, BucketGrid  # noqa: E402
 from fastpath.graphs.runner import GraphRunner  # noqa: E402
-
 from tests.unit.graphs.exact_forward import expected, make_batch, masked_sum  # noqa: E402
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import pytest
 
 from fastpath.memory import CudaError, PageAlignedAllocator, cuda_call, probe_cuda, select_host_allocator

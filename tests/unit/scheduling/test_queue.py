@@ -309,7 +309,7 @@ def test_a_burst_of_requests_spread_over_buckets_finishes_roughly_in_arrival_ord
     queue = make_queue(CPU, max_queue_delay_s=2e-3)
     requests = []
     finished: dict[int, float] = {}
-    pending, next_arrival, t_end = 12, clock.now(), None
+    pending, next_arrival = 12, clock.now()
     while pending:
         while requests.__len__() < 12 and next_arrival <= clock.now():
             tokens = [20] * 60 + [100] * 4  # most texts in one bucket, a few in a bucket that never fills

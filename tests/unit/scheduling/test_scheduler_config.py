@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from fastpath.config import parse_parameters, parse_sections
+from fastpath.errors import ConfigError
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.scheduling.config import SchedulerConfig
-from fastpath.errors import ConfigError
 
 
 def test_defaults_work_untuned():

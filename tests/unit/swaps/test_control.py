@@ -4,12 +4,12 @@ import threading
 
 import pytest
 
-from fastpath.errors import InvalidInputError
-from fastpath.swaps.admin import AdminService, PermissionDeniedError
+from fastpath.errors import InvalidInputError, PermissionDeniedError, SwapError
 from fastpath.swaps import agent as agent_module
+from fastpath.swaps.admin import AdminService
 from fastpath.swaps.agent import SwapAgent
 from fastpath.swaps.control import ControlPlane
-from fastpath.swaps.slots import EngineSlots, SwapError
+from fastpath.swaps.slots import EngineSlots
 
 
 class Engine:

@@ -4,7 +4,8 @@ import threading
 
 import pytest
 
-from fastpath.swaps.slots import EngineSlots, SwapError, SwapInProgressError
+from fastpath.errors import SwapError, SwapInProgressError
+from fastpath.swaps.slots import EngineSlots
 
 
 class Engine:

@@ -11,7 +11,7 @@ import onnxruntime as ort
 
 from fastpath.engines.base import Engine, TensorSpec
 from fastpath.engines.cpus import ort_intra_op_threads
-from fastpath.errors import ConfigError, EngineError
+from fastpath.errors import EngineError
 
 _ORT_TYPES = {
     "tensor(float)": np.float32,

@@ -42,7 +42,7 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
 
     @classmethod
-    def from_metadata(cls, metadata: Mapping[str, str]) -> "BertConfig":
+    def from_metadata(cls, metadata: Mapping[str, str]) -> BertConfig:
         """Build from string metadata (safetensors header); unknown keys are ignored."""
         values = {}
         for field in dataclasses.fields(cls):

@@ -32,7 +32,7 @@ class Fp8Weight:
     scale: torch.Tensor
 
     @classmethod
-    def quantize(cls, weight: torch.Tensor) -> "Fp8Weight":
+    def quantize(cls, weight: torch.Tensor) -> Fp8Weight:
         """Quantize a [out, in] weight (any float dtype) per tensor."""
         scale = weight.detach().abs().amax().float().clamp(min=1e-12) / E4M3_MAX
         data = (weight.detach().float() / scale).to(torch.float8_e4m3fn).contiguous()

@@ -45,7 +45,7 @@ def load_weights(path: str | Path, *, device: str | torch.device = "cpu") -> tup
     try:
         with safe_open(str(path), framework="pt", device=str(device)) as handle:
             metadata = handle.metadata() or {}
-            tensors = {name: handle.get_tensor(name) for name in handle.keys() if not name.startswith(UNUSED_PREFIXES)}
+            tensors = {name: handle.get_tensor(name) for name in handle.keys() if not name.startswith(UNUSED_PREFIXES)}  # noqa: SIM118 (safe_open has keys(), no __iter__)
     except (SafetensorError, OSError, ValueError) as exc:
         raise ArtifactError(f"{path} is not a readable safetensors file ({exc}); rebuild with 'fastpath build'") from None
     return BertConfig.from_metadata(metadata), tensors

@@ -36,15 +36,24 @@ from fastpath.config import parse_sections, triton_parameters
 from fastpath.errors import ConfigError, InvalidInputError
 from fastpath.memory import PoolConfig, create_host_pool
 from fastpath.models.text_detection.batches import DetectionBatchHandler, check_staging_fits, warm_up
+from fastpath.models.text_detection.config import DetectionSchedulerConfig, TextDetectionConfig
+from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
 from fastpath.scheduling import BatchRunner, CostModel, ShapeBatchQueue, Ticket, WorkItem
 from fastpath.triton.io import error_response, input_rows, read_input
-from fastpath.triton.scheduled import (close_scheduled, metrics_flusher, pool_metrics, priority_level, request_timeout_s,
-                                      requested_outputs, scheduler_metrics, select_outputs, send_final)
+from fastpath.triton.scheduled import (
+    close_scheduled,
+    metrics_flusher,
+    pool_metrics,
+    priority_level,
+    request_timeout_s,
+    requested_outputs,
+    scheduler_metrics,
+    select_outputs,
+    send_final,
+)
 from fastpath.triton.selftest import run_self_test
 from fastpath.triton.watchdog import exit_with_server
-from fastpath.models.text_detection.config import DetectionSchedulerConfig, TextDetectionConfig
-from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
 
 LOG = logging.getLogger(__name__)
 MODEL_NAME = "text_detection"

@@ -146,7 +146,7 @@ class TextDetector:
         self._output_name = engine.outputs[0].name
 
     @classmethod
-    def from_directory(cls, directory: str | Path, config: TextDetectionConfig) -> "TextDetector":
+    def from_directory(cls, directory: str | Path, config: TextDetectionConfig) -> TextDetector:
         """Load the artifact of one model version directory.
 
         Raises:

@@ -17,8 +17,8 @@ import numpy as np
 from fastpath.errors import EngineError
 from fastpath.memory import BlockPool, Lease, PoolConfig
 from fastpath.models.text_embedding.pipeline import EMBEDDING_DIM
-from fastpath.profiling import PROFILE
 from fastpath.models.text_embedding.versions import VersionedEmbedder
+from fastpath.profiling import PROFILE
 from fastpath.scheduling import Batch, BatchQueue
 from fastpath.text import EncodedBatch
 

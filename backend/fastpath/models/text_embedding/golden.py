@@ -18,9 +18,9 @@ import numpy as np
 
 from fastpath.artifacts.external_data import external_data_artifact
 from fastpath.artifacts.manifest import ChecksumCache, verify_manifest
-from fastpath.models.text_embedding.config import TextEmbeddingConfig
-from fastpath.errors import ArtifactError
 from fastpath.engines import load_engine
+from fastpath.errors import ArtifactError
+from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.pipeline import EMBEDDING_DIM, TextEmbedder, engine_options, padded_length
 from fastpath.text import TextTokenizer
 

@@ -46,19 +46,32 @@ from typing import Any
 import numpy as np
 
 from fastpath.config import parse_sections, triton_parameters
-from fastpath.models.text_embedding.config import TextEmbeddingConfig
-from fastpath.scheduling.config import SchedulerConfig
 from fastpath.errors import ConfigError
 from fastpath.memory import create_host_pool
-from fastpath.profiling import PROFILE
+from fastpath.models.text_embedding.batches import (
+    EmbeddingBatchHandler,
+    EmbeddingRow,
+    register_allocation_counters,
+    staging_pool_config,
+    warm_up,
+)
+from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.versions import VersionedEmbedder
+from fastpath.profiling import PROFILE
 from fastpath.scheduling import BatchQueue, BatchRunner, CostModel, Ticket, WorkItem
+from fastpath.scheduling.config import SchedulerConfig
 from fastpath.text import decode_texts, set_tokenizer_parallelism
-from fastpath.models.text_embedding.batches import (EmbeddingBatchHandler, EmbeddingRow, register_allocation_counters, staging_pool_config,
-                                               warm_up)
 from fastpath.triton.io import error_response, input_rows, read_input
-from fastpath.triton.scheduled import (Replies, close_scheduled, metrics_flusher, pool_metrics, priority_level,
-                                      request_timeout_s, requested_outputs, scheduler_metrics)
+from fastpath.triton.scheduled import (
+    Replies,
+    close_scheduled,
+    metrics_flusher,
+    pool_metrics,
+    priority_level,
+    request_timeout_s,
+    requested_outputs,
+    scheduler_metrics,
+)
 from fastpath.triton.selftest import run_self_test
 from fastpath.triton.watchdog import exit_with_server
 

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Encoding
 
-from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.engines import Engine, load_engine
 from fastpath.engines.cpus import process_cpus
 from fastpath.errors import ArtifactError, EngineError
+from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.text import TextTokenizer
 
 EMBEDDING_DIM = 384  # all-MiniLM-L6-v2 hidden size (config.json "hidden_size")
@@ -44,7 +44,7 @@ class EmbeddingResult:
     token_counts: np.ndarray
     truncated: np.ndarray
 
-    def slice(self, start: int, stop: int) -> "EmbeddingResult":
+    def slice(self, start: int, stop: int) -> EmbeddingResult:
         """Rows ``start:stop`` (views, no copy)."""
         return EmbeddingResult(self.embeddings[start:stop], self.token_counts[start:stop], self.truncated[start:stop])
 
@@ -126,7 +126,7 @@ class TextEmbedder:
         self._output_name = engine.outputs[0].name
 
     @classmethod
-    def from_directory(cls, directory: str | Path, config: TextEmbeddingConfig) -> "TextEmbedder":
+    def from_directory(cls, directory: str | Path, config: TextEmbeddingConfig) -> TextEmbedder:
         """Load the artifact and tokenizer of one model version directory.
 
         Raises:

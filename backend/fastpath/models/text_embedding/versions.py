@@ -14,10 +14,10 @@ from typing import Any
 
 from fastpath.artifacts.manifest import ChecksumCache, verify_manifest
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
+from fastpath.models.text_embedding.golden import check_engine_io, load_text_version, validate_text_version
 from fastpath.models.text_embedding.pipeline import TextEmbedder
 from fastpath.swaps.agent import SwapAgent
 from fastpath.swaps.control import ControlPlane, state_dir
-from fastpath.models.text_embedding.golden import check_engine_io, load_text_version, validate_text_version
 from fastpath.swaps.slots import EngineSlots
 
 LOG = logging.getLogger(__name__)

@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 from fastpath.config import parse_parameters, triton_parameters
+from fastpath.models.text_detection.config import TextDetectionConfig
+from fastpath.models.text_detection.model import TextDetectionModel
 from fastpath.models.text_detection.pipeline import TextDetector, concatenate
 from fastpath.triton.io import error_response
-from fastpath.models.text_detection.model import TextDetectionModel
-from fastpath.models.text_detection.config import TextDetectionConfig
 
 
 class TritonPythonModel(TextDetectionModel):

@@ -16,9 +16,9 @@ from fastpath.artifacts.detection import build_text_detection
 from fastpath.errors import ConfigError, UnavailableError
 from fastpath.memory import BlockPool, PageAlignedAllocator, PoolConfig
 from fastpath.models.text_detection.batches import DetectionBatchHandler, check_staging_fits, feed_bytes, warm_up
+from fastpath.models.text_detection.config import TextDetectionConfig
 from fastpath.models.text_detection.pipeline import TextDetector
 from fastpath.scheduling import BatchRunner, CostModel, MonotonicClock, ShapeBatchQueue, Ticket, WorkItem
-from fastpath.models.text_detection.config import TextDetectionConfig
 from tests.unit.models.text_detection.reference import skimage_rgb
 
 CONFIG = TextDetectionConfig(intra_op_threads=1)

@@ -9,8 +9,8 @@ from fastpath.artifacts.detection import build_text_detection, source_model_path
 from fastpath.artifacts.manifest import verify_manifest
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import ArtifactError, EngineError
-from fastpath.models.text_detection.pipeline import Detection, TextDetector, concatenate, plan_batches
 from fastpath.models.text_detection.config import TextDetectionConfig
+from fastpath.models.text_detection.pipeline import Detection, TextDetector, concatenate, plan_batches
 from tests.unit.models.text_detection.reference import assert_matches_reference, reference_boxes, skimage_rgb
 
 CONFIG = TextDetectionConfig(intra_op_threads=1)

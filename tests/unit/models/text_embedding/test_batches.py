@@ -6,15 +6,14 @@ was staged but never ran."""
 import numpy as np
 import pytest
 
-from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.graphs import BERT_INPUTS, Bucket
 from fastpath.graphs.staging import packed_inputs
 from fastpath.memory import create_host_pool
+from fastpath.models.text_embedding.batches import TOKEN_INPUTS, EmbeddingBatchHandler, staging_pool_config
+from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.pipeline import TextEmbedder
 from fastpath.models.text_embedding.versions import VersionedEmbedder
 from fastpath.scheduling import Batch, Ticket, WorkItem
-from fastpath.models.text_embedding.batches import TOKEN_INPUTS, EmbeddingBatchHandler, staging_pool_config
-
 from tests.conftest import MODEL_REPOSITORY
 
 

@@ -1,8 +1,8 @@
 import pytest
 
 from fastpath.config import parse_parameters, triton_parameters
-from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.errors import ConfigError
+from fastpath.models.text_embedding.config import TextEmbeddingConfig
 
 
 def test_defaults_match_all_minilm():

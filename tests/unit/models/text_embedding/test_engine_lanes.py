@@ -3,11 +3,10 @@ checked against the main session before it serves (initial load and live swaps a
 
 import pytest
 
-from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.engines.onnxruntime.engine import _session
 from fastpath.errors import EngineError
+from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.pipeline import TextEmbedder
-
 from tests.conftest import MODEL_REPOSITORY
 
 VERSION_1 = MODEL_REPOSITORY / "text_embedding" / "1"

@@ -6,7 +6,6 @@ import threading
 from fastpath.artifacts.manifest import verify_manifest
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.versions import BACKGROUND_NICE, VersionedEmbedder, lower_thread_priority
-
 from tests.conftest import MODEL_REPOSITORY
 
 

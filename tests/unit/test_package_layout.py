@@ -1,0 +1,109 @@
+"""The package's shape: no import cycles, no oversized module, no build history in the product.
+
+Import cycles count imports inside functions too (a lazy import still ties the two modules
+together); imports under ``if TYPE_CHECKING:`` never run and do not count.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = [ROOT / "backend" / "fastpath", ROOT / "client" / "fastpath_client"]
+MAX_MODULE_LINES = 400
+# words about how the project was built, not what it is (upstream issue numbers like server#8663 are fine)
+HISTORY = re.compile(r"helper-[0-9]|fresh[-]user|(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth) "
+                     r"session|\.\./shared", re.IGNORECASE)
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(tree: ast.AST, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` a module imports; ``from pkg import mod`` counts ``pkg.mod`` alone."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            node.body = []
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & modules
+            found |= submodules if len(submodules) == len(node.names) else submodules | {node.module}
+    return found & modules
+
+
+def import_cycles(root: Path) -> list[list[str]]:
+    """Strongly connected components of more than one module in ``root``'s import graph (Tarjan)."""
+    files = {_module_name(p, root): p for p in root.rglob("*.py")}
+    graph = {name: _imports(ast.parse(path.read_text()), set(files)) - {name} for name, path in files.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.name)
+def test_no_module_imports_itself_back_through_another(package):
+    """Invariant: the import graph of each package is acyclic (every strongly connected component is one module)."""
+    assert import_cycles(package) == []
+
+
+def test_the_cycle_check_finds_a_lazy_import_cycle(tmp_path):
+    """The check itself: a <-> b through an import inside a function is a cycle; one under TYPE_CHECKING is not."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg import b\n")
+    (package / "b.py").write_text("def f():\n    from pkg.a import x\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n")
+    assert import_cycles(package) == [["pkg.a", "pkg.b"]]
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.name)
+def test_every_module_stays_under_the_size_limit(package):
+    """Invariant: no module of the product is longer than MAX_MODULE_LINES lines (split by responsibility)."""
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in package.rglob("*.py")}
+    assert {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+def test_no_tracked_file_speaks_of_how_the_project_was_built():
+    """Invariant: no tracked file's name or text carries build-history words (HISTORY), outside CI's own folder."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    hits = [name for name in files if HISTORY.search(name)]
+    for name in files:
+        path = ROOT / name
+        if name.startswith(".ci/") or not path.is_file() or path.suffix in {".npz", ".png", ".onnx"}:
+            continue
+        text = path.read_text(errors="replace")
+        hits += [f"{name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}" for m in HISTORY.finditer(text)]
+    assert hits == []
