@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device machine, call 1 of 2: unpack tritonserver (from the nvidia-pytriton wheel) and make a Python
 # environment for the python-backend stub: numpy 1.26 first, then the image's torch environment, then
-# FastPath's backend/ (Triton 2.51's stub breaks with numpy 2; ../shared/ENVIRONMENT.md).
+# FastPath's backend/ (Triton 2.51's python-backend stub breaks with numpy 2: docs/known-issues.md).
 set -euo pipefail
 mkdir -p /tmp/g && tar xJf .device/a/triton.txz -C /tmp/g
 python3 -m venv --without-pip /tmp/venv

@@ -11,8 +11,6 @@ at unload), loads ``--model`` (several: in ``--passes`` alternating slices each)
 of one text per request, and
 prints throughput, p50 latency and each phase's total seconds, count, and milliseconds per call;
 ``execute.total``'s count is the number of requests (one per ``execute()`` call at c=1).
-Used on 2026-11-30 to find that at c=1 the scheduler planned ~2.7 times per request (idle engine
-threads woken by every submit); after the runner's targeted notifies, once.
 """
 
 from __future__ import annotations
