@@ -1,4 +1,4 @@
-"""System shared memory vs binary tensors in the request body, for 32 large images (issue 6).
+"""System shared memory vs binary tensors in the request body, for 32 large images.
 
 Starts a real tritonserver with the ``probe`` model of tests/e2e/test_client_probe.py (input IMAGES
 uint8 [N, H, W, 3], output SUM int64 [N]: a large input and a small output, like text detection) and
@@ -11,7 +11,7 @@ ratios to binary HTTP, and the server's own compute_infer time per round (the sa
 variant) so the transport part can be read off.
 
 With ``--detection`` it also runs ``Client.detect_text`` on the same 32 images through the real
-``text_detection`` model (issue 7; one image per request), binary vs shared memory over HTTP: there the
+``text_detection`` model (one image per request), binary vs shared memory over HTTP: there the
 model's own compute dominates, which puts the transport saving in proportion.
 
     .venv/bin/python benchmarks/client_shm.py [--rounds 7] [--detection] [--out docs/benchmarks/client_shm.json]

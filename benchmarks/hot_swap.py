@@ -1,4 +1,4 @@
-"""Live swap vs Triton's own reload, side by side under load (issue 5).
+"""Live swap vs Triton's own reload, side by side under load.
 
 Starts a real tritonserver on a private model repository (v1 fp32, v2 int8 when built), runs 16
 concurrent one-text streams (8 HTTP, 8 gRPC) and, in one run, ``--rounds`` times:

@@ -12,7 +12,7 @@ fixed seed), one text per request, tritonclient gRPC (asyncio) at concurrency 1,
     raw_arrival_64    raw engine: batches of 64 in arrival order, padded to the longest
     raw_batch_1       raw engine: one text per engine call, back to back
     raw_call          raw engine: one text per engine call, each after an idle gap of the round's echo
-                      p50 (concurrency 1): "a single raw engine call" of issue 3's latency goal
+                      p50 (concurrency 1): "a single raw engine call" of the latency goal
     naive             served: python backend, one engine call per request (benchmarks/models)
     stack_pad         served: Triton dynamic batcher + stack and pad to the longest (benchmarks/models)
     fastpath          served: model_repository/text_embedding as shipped (FastPath's scheduler,
@@ -20,8 +20,8 @@ fixed seed), one text per request, tritonclient gRPC (asyncio) at concurrency 1,
     echo              served, no engine (concurrency 1): Triton's own per-request overhead
 
 More FastPath variants for A/B runs (``--variants``): see FASTPATH_VARIANTS, e.g. ``fastpath_1lane``
-(concurrent_batches=1: one batch at a time on one ONNX Runtime session of every thread, the shipped
-config before engine lanes), ``fastpath_return_2x1`` (return mode on two instances of one ONNX Runtime
+(concurrent_batches=1: one batch at a time on one ONNX Runtime session of every thread, no engine
+lanes), ``fastpath_return_2x1`` (return mode on two instances of one ONNX Runtime
 thread each, the throughput configuration of docs/deployment.md), ``fastpath_return``
 (response_mode=return: execute() runs the batches of every request queued meanwhile and returns
 their responses).
@@ -86,14 +86,14 @@ FASTPATH_VARIANTS = {
     "text_embedding_2x1": ({"intra_op_threads": "1", "concurrent_batches": "1"}, 2, 0, "1"),  # sender mode, two one-thread instances
     "text_embedding_ns": ({"intra_op_spinning": "false"}, 1, 0, "1"),  # ONNX Runtime workers sleep between operators
     "text_embedding_int8": ({}, 1, 0, "2"),  # the INT8 QDQ build (make test / make serve build version 2)
-    # one batch at a time on one ONNX Runtime session of every thread (the shipped config before engine lanes)
+    # one batch at a time on one ONNX Runtime session of every thread (no engine lanes)
     "text_embedding_1lane": ({"concurrent_batches": "1"}, 1, 0, "1"),
     "text_embedding_l3": ({"concurrent_batches": "3"}, 1, 0, "1"),  # three one-thread lanes on two cores
     # the scheduler threads answer every request, also a lone one (no inline execute when idle)
     "text_embedding_noinline": ({"inline_when_idle": "false"}, 1, 0, "1"),
     "text_embedding_nb": ({}, 1, None, "1"),  # no Triton batcher in front: one request per execute() call
     "text_embedding_nc": ({"check_cancellation": "false"}, 1, 0, "1"),  # no is_cancelled() probe per request
-    # an is_cancelled() probe for every request, however briefly it waited (the default before 2026-11-30, fifth session)
+    # an is_cancelled() probe for every request, however briefly it waited
     "text_embedding_cc0": ({"cancel_check_after_us": "0"}, 1, 0, "1"),
     "text_embedding_nm": ({"metrics": "false"}, 1, 0, "1"),  # no custom metrics
 }
@@ -170,11 +170,10 @@ async def interleaved_round(raw: RawEngine, client, metrics_url: str, variants: 
     a raw cell measured after the first ideal run) and "after" (``after(cells)``: measured last).
 
     Why slices: the dev machine's speed drifts on a scale of seconds with no other process busy
-    (the raw ideal moved from 183 to 297 texts/s between rounds, scheduler_cpu_quiet_run1; back to back
-    247-331, scripts/raw_ideal_repeat.py), so a yardstick measured away from a cell is off by as much as
-    the differences measured. Before 2026-11-30's seventh session each cell was one 5 s block between two
-    raw_ideal runs with the faster as its yardstick; the maximum of two draws of that spread sits above
-    the machine's typical speed during the cell, and the argument for it ("interference only slows the
+    (the raw ideal can move from 183 to 297 texts/s between rounds, and 247-331 back to back), so a yardstick measured away from a cell is off by as much as the
+    differences measured. A cell of one 5 s block between two raw_ideal runs, with the faster as its
+    yardstick, would not do: the maximum of two draws of that spread sits above the machine's typical
+    speed during the cell, and the argument for it ("interference only slows the
     raw engine") does not hold for the drift, which slows served and raw alike. Alternating short slices
     puts every variant and the raw engine in the same window, and the mean of many runs estimates the
     raw engine's speed over it.
@@ -272,8 +271,8 @@ async def load_slice(client, model: str, texts: list[str], concurrency: int, war
     Returns {"throughput_per_s": completions inside the window / ``duration_s``, "texts": those
     completions, "seconds": ``duration_s``, "latencies_s": the latency of every request sent inside the
     window, "errors": failed requests}. Latencies are taken by send time and waited for, so a slow
-    request sent late in the window counts (taking only those that also finished inside it cut off the
-    longest ones, which biased p99 low in runs before 2026-11-30's seventh session).
+    request sent late in the window counts (taking only those that also finished inside it would cut off
+    the longest ones and bias p99 low).
     """
     import tritonclient.grpc.aio as grpcaio
 
@@ -322,8 +321,7 @@ def merge_slices(slices: list[dict]) -> dict:
 
     ``throughput_per_s``: completions over measured seconds, all slices. ``ideal_per_s``, the cell's
     yardstick: the mean over its slices of the mean of the two runs beside each. ``ideal_strict_per_s``:
-    the same with the faster of the two, the yardstick of 2026-11-30's fifth and sixth sessions, kept for
-    comparison. ``slice_vs_ideal``: each slice's throughput over the mean of its two runs (the spread).
+    the same with the faster of the two, a stricter yardstick, kept for comparison. ``slice_vs_ideal``: each slice's throughput over the mean of its two runs (the spread).
     """
     seconds = sum(cell["seconds"] for cell in slices)
     pairs = [cell["ideal_runs_per_s"] for cell in slices]
@@ -439,8 +437,8 @@ def run_rounds(texts: list[str], args) -> dict:
     rounds: dict = {"raw": [], "mean_tokens": sum(lengths) / len(lengths)}
     with tempfile.TemporaryDirectory(prefix="fastpath-bench-") as tmp:
         # Only the models this run measures: each loaded FastPath model has background threads (its swap
-        # agent, metrics flusher, stub watchdog), and before 2026-11-30's fifth session all 17 were loaded
-        # and their 5 ms control-plane polling took 0.17 of the 2 cores while idle.
+        # agent, metrics flusher, stub watchdog): all 17 loaded at once, their 5 ms control-plane polling
+        # takes 0.17 of the 2 cores while idle.
         models = tuple(dict.fromkeys([SERVED[v] for v in args.variants] + ["echo_embedding", "raw_engine_bench"]))
         server = start_server(Path(tmp), models=models, repository=build_repository(Path(tmp)))
         metrics_url = f"http://127.0.0.1:{server.options.metrics_port}/metrics"

@@ -1,4 +1,4 @@
-"""Summary, goals and the markdown table for benchmarks/scheduler_cpu.py (issue 3's targets)."""
+"""Summary, goals and the markdown table for benchmarks/scheduler_cpu.py (the scheduler's targets)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def _pooled(cells: list[dict]) -> dict:
     return {
         "throughput_per_s": round(statistics.median(cell["throughput_per_s"] for cell in cells), 2),
         "rounds_throughput_per_s": [round(cell["throughput_per_s"], 2) for cell in cells],
-        # the raw_ideal runs beside the cell in each round: before and after each of its slices (runs before
-        # 2026-11-30's seventh session: before and after the cell)
+        # the raw_ideal runs beside the cell in each round: before and after each of its slices (in result
+        # files of one block per cell: before and after the cell)
         "rounds_ideal_runs_per_s": [[round(v, 1) for v in cell["ideal_runs_per_s"]] for cell in cells if "ideal_runs_per_s" in cell],
         "p50_ms": _ms(latencies, 50),
         "p99_ms": _ms(latencies, 99),
@@ -38,9 +38,9 @@ def _pooled(cells: list[dict]) -> dict:
 def _vs_ideal(cell: dict, round_: dict, key: str = "ideal_per_s") -> float:
     """A cell's throughput over the raw ideal measured beside it (``key``; benchmarks/scheduler_cpu.py
     ``interleaved_round``: ``ideal_per_s`` is the mean of the runs beside its slices, ``ideal_strict_per_s``
-    the mean of the faster of each slice's two. Runs of 2026-11-30's fifth and sixth sessions: the faster of
-    the runs before and after a 5 s cell; earlier: their mean), or, for runs recorded before per-cell
-    yardsticks, over the round's raw ideal."""
+    the mean of the faster of each slice's two; in result files of one block per cell, the faster of the
+    runs before and after it), or, for result files without per-cell yardsticks, over the round's raw
+    ideal."""
     return cell["throughput_per_s"] / cell.get(key, cell.get("ideal_per_s", round_["raw_ideal"]["throughput_per_s"]))
 
 
@@ -72,9 +72,9 @@ def summarize(rounds: dict) -> dict:
             if "fastpath" in cells[0] and baseline in cells[0]:
                 ratios[concurrency][f"fastpath_vs_{baseline}"] = _median_ratio(cells, "fastpath", baseline)
         if "echo" in cells[0] and "fastpath" in cells[0]:
-            # Issue 3: "within 10% of a single raw engine call plus Triton's own overhead". A single call is
-            # raw_call (after the idle gap a served request's engine has); older runs had only raw_batch_1
-            # (back to back, its engine never idle), kept as the _b2b ratio.
+            # The latency goal: "within 10% of a single raw engine call plus Triton's own overhead". A single
+            # call is raw_call (after the idle gap a served request's engine has); raw_batch_1 (back to back,
+            # its engine never idle) gives the _b2b ratio, and stands in for raw_call in files without it.
             for key, raw_name in (("fastpath_p50_vs_raw_call_plus_triton", "raw_call" if "raw_call" in cells[0] else "raw_batch_1"),
                                   ("fastpath_p50_vs_raw_b2b_plus_triton", "raw_batch_1")):
                 for variant in ("fastpath", "naive"):
@@ -105,7 +105,7 @@ def _per_round(rounds: dict) -> dict:
 
 
 def goals(report: dict) -> dict:
-    """Each goal of issue 3 with its measured value and whether it is met.
+    """Each goal of the scheduler with its measured value and whether it is met.
 
     At concurrency 32: FastPath >= 0.85 x the ideal raw engine, >= 1.6 x naive, >= 2.5 x
     stack-and-pad (within-round ratios, median of rounds), p99 <= 350 ms. At concurrency 1: p50
@@ -152,8 +152,7 @@ def markdown(report: dict) -> str:
            if "passes" in workload else f", each cell {workload['warmup_s']:g} s warm-up + {workload['duration_s']:g} s measured")
         + ". Throughput is the median over rounds; p50/p99 (by send time) and padding waste pool all rounds; "
         "`vs ideal` is the median over rounds of each cell's throughput over the mean of the raw_ideal runs beside "
-        "its slices (`_strict`: over the faster of each slice's two, the yardstick of 2026-11-30's fifth and sixth "
-        "sessions, which put one 5 s cell between two runs); a ratio between two served variants is the ratio of "
+        "its slices (`_strict`: over the faster of each slice's two, a stricter yardstick); a ratio between two served variants is the ratio of "
         "their `vs ideal` ratios.",
         "",
         "## Raw engine (tokenize + pad + ONNX Runtime fp32; run inside a python-backend stub, no serving path)",
@@ -188,7 +187,7 @@ def markdown(report: dict) -> str:
         cos = report["int8_served_cosine"]
         lines += ["", f"Served INT8 (`fastpath_int8`, model_repository/text_embedding/2) vs served FP32 (`fastpath`) embeddings, "
                       f"{cos['texts']} corpus texts: cosine min {cos['min']}, mean {cos['mean']}."]
-    lines += ["", "## Goals (issue 3)", "", "| goal | value | target | met |", "|---|---:|---|---|"]
+    lines += ["", "## Goals", "", "| goal | value | target | met |", "|---|---:|---|---|"]
     for name, goal in report["goals"].items():
         lines.append(f"| {name} | {goal['value']} | {goal['target']} | {'yes' if goal['met'] else '**no**'} |")
     return "\n".join(lines) + "\n"

@@ -1,11 +1,11 @@
-"""Issue 3's goal table over several runs of benchmarks/scheduler_cpu.py, and the rounds pooled.
+"""The scheduler's goal table over several runs of benchmarks/scheduler_cpu.py, and the rounds pooled.
 
-    .venv/bin/python benchmarks/scheduler_runs_table.py docs/benchmarks/scheduler_cpu_ninth_run*.json
+    .venv/bin/python benchmarks/scheduler_runs_table.py docs/benchmarks/scheduler_cpu.json OTHER_RUN.json ...
 
 One row per run (its goal values from the JSON's ``goals``; ``*`` marks a goal met), then a row of
 the per-round c=32 ``fastpath_vs_ideal`` values of all the runs pooled: their median, quartiles and
 how many rounds reached 0.85. A single run's median of three rounds moves by +-5% on the shared
-2-core dev machine (docs/benchmarks/scheduler_cpu_runs.md), so the pooled rounds are the steadier
+2-core dev machine (docs/benchmarks/scheduler_cpu.md), so the pooled rounds are the steadier
 estimate of where the c=32 ratio sits. Prints markdown; writes nothing.
 """
 

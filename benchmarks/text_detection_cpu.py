@@ -1,4 +1,4 @@
-"""CPU benchmark of text_detection: FastPath's scheduler + staging pool vs the old synchronous path.
+"""CPU benchmark of text_detection: FastPath's scheduler + staging pool vs a synchronous baseline.
 
 Run from the repository root with the artifacts built (about 6 minutes on a 2-core machine):
 
@@ -9,7 +9,7 @@ Both variants run side by side in this one run, each in its own tritonserver (bo
 
     fastpath   model_repository/text_detection: execute() decodes/resizes and queues; ShapeBatchQueue
                batches images of one resized shape across requests; one staging-pool block per batch
-    sync       benchmarks/models/sync_detection: the pre-scheduler execute(), blocking, one request
+    sync       benchmarks/models/sync_detection: an execute() without the scheduler, blocking, one request
                per engine call (Triton hands a max_batch_size-0 model one request at a time)
 
 Workloads (real photos from scikit-image's wheel, sent as UINT8 ``IMAGE`` over gRPC asyncio, closed loop):
@@ -17,7 +17,7 @@ Workloads (real photos from scikit-image's wheel, sent as UINT8 ``IMAGE`` over g
     same       one image per request, eight 512x512 photos (all resize to 512x512)
     mixed      one image per request, ten photos of eight resized shapes (192x384 .. 416x640)
     batch4     four of the mixed photos per request, padded with white to 512x640 (one IMAGE tensor
-               needs one size), so all resize to 512x640: the old path batches within a request too
+               needs one size), so all resize to 512x640: the sync path batches within a request too
 
 Each (workload, concurrency) cell runs ``--rounds`` rounds; in each round both variants run back to
 back, in alternating order, and the ratio fastpath / sync is taken within the round (the machine is
@@ -191,7 +191,7 @@ def table(rows: list[dict]) -> str:
 def markdown(report: dict) -> str:
     machine = report["machine"]
     return "\n".join([
-        "# text_detection on CPU: FastPath scheduler + staging pool vs the old synchronous path",
+        "# text_detection on CPU: FastPath scheduler + staging pool vs a synchronous baseline",
         "",
         f"Command (repository root): `{report['command']}`",
         "",
@@ -210,7 +210,7 @@ def markdown(report: dict) -> str:
 def run(args) -> dict:
     """Both variants, each in its own tritonserver (both up for the whole run, one idle while the other is
     measured), so a crash of one cannot end the other's measurement; a server found dead is restarted and
-    counted. Triton 2.51 failed under this load in earlier runs (a stub reported unhealthy; a SIGSEGV in
+    counted. Triton 2.51 can fail under this load (a stub reported unhealthy; a SIGSEGV in
     libtriton_python.so with boost::interprocess::lock_exception; see docs/benchmarks/text_detection_cpu.md)."""
     from conftest import start_server
 

@@ -4,7 +4,7 @@ Set ``FASTPATH_PHASE_PROFILE=<directory>`` in tritonserver's environment (the st
 every python-backend process that serves a FastPath model accumulates, per phase, the seconds spent
 and how many times the phase ran, and writes them to ``<directory>/<model instance>.json`` every
 10 s and at ``finalize``. ``benchmarks/gpu/triton_gpu.py`` reads those files to print its "where the
-time goes" table (issue 9). Phases use dotted names: ``execute.*`` (Triton's ``execute()`` thread:
+time goes" table. Phases use dotted names: ``execute.*`` (Triton's ``execute()`` thread:
 decode, tokenize, submit), ``scheduler.*`` (plan, stage, run, finish), ``respond`` (building one
 ``InferenceResponse``), ``graph.*`` (host staging in the graph runner: ``host_stage_direct`` when
 the batch went to the device straight from the caller's block, ``host_stage_copy`` when it was

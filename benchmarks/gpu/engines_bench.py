@@ -17,7 +17,7 @@ graph replay with eager on the same engine, then times, side by side in one proc
 - ``graph``: :meth:`TorchEngine.infer` (stage into pinned buffers, one H2D copy, replay, D2H);
 - ``replay``: the captured graph alone, CUDA events around ``replay()`` (device time);
 - the same ``graph`` path in FP32 and FP8, and transformers' ``BertModel`` eager/graph as the
-  issue's baseline when ``transformers`` imports.
+  reference baseline when ``transformers`` imports.
 
 Latency is the median over repeats after warm-up (wall clock after a synchronize for host-side
 paths). Prints a table last; writes ``engines_bench.json`` and ``engines_bench.log`` to ``--out``.
@@ -40,7 +40,7 @@ import numpy as np
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 LENGTHS = (32, 128)
-ISSUE_GRAPH_MS = {(1, 32): 0.30, (64, 32): 0.62, (64, 128): 1.10, (256, 128): 3.66}  # issue 9, transformers fp16 graph
+ISSUE_GRAPH_MS = {(1, 32): 0.30, (64, 32): 0.62, (64, 128): 1.10, (256, 128): 3.66}  # reference figures: transformers fp16 graph
 ISSUE_EAGER_MS = 4.8
 log = logging.getLogger("engines_bench")
 
@@ -139,7 +139,7 @@ def _engine_numerics(engine, feeds: dict, padded: dict, reference: np.ndarray) -
 
 
 def _transformers_baseline(torch, weights_path: Path, golden) -> dict:
-    """transformers BertModel fp16 eager and one captured graph (the issue's measurement), device time."""
+    """transformers BertModel fp16 eager and one captured graph (the reference measurement), device time."""
     try:
         from transformers import BertConfig, BertModel
     except Exception as exc:  # noqa: BLE001 - optional baseline; say why it is missing

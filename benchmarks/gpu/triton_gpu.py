@@ -1,12 +1,12 @@
 """text_embedding served by Triton 2.51 on the GPU with FastPath (torch runtime, CUDA graphs, scheduler).
 
-Runs on the device machine (see docs/benchmarks/triton_gpu.md for the exact commands); also on a
+Runs on the device machine (see docs/benchmarks/triton_gpu_h200.md for the exact commands); also on a
 CPU machine as a smoke test (``--device cpu``). Steps:
   1. a private model repository: text_embedding with runtime=torch, the given precision and device,
      one CUDA graph per (batch, length) bucket, N instances; fastpath_admin;
   2. tritonserver from the nvidia-pytriton wheel (``FASTPATH_TRITON_DIR``) with this interpreter
      first on PATH (numpy 1.x for the stub);
-  3. numerics: served embeddings vs the engine in-process (cosine), K02 neighbour independence;
+  3. numerics: served embeddings vs the engine in-process (cosine), and a text's embedding independent of its batch neighbours;
   4. load: a multi-process gRPC load generator (one text per request, real sentences) at each
      concurrency, and bulk requests of 32 texts; req/s, p50, p99; Triton's server-side split.
      With ``--models`` the same server also serves, side by side in the same run:
@@ -20,12 +20,12 @@ CPU machine as a smoke test (``--device cpu``). Steps:
                           every request, also a lone one (A/B of the inline execute);
        text_embedding_rt_blocking / _tokpar / _old
                           text_embedding_rt with ``cuda_sync=blocking`` / ``tokenizer_parallelism=true``
-                          / the latter (the default before run 17), for A/B runs;
-       naive_embedding    the issue's "one CUDA graph replay per request" baseline (benchmarks/models);
+                          / the latter, for A/B runs;
+       naive_embedding    the "one CUDA graph replay per request" baseline (benchmarks/models);
        echo_embedding / echo_batched_embedding
                           no engine: decode, tokenize and answer zeros, one request per execute() /
                           behind Triton's dynamic batcher (200 us): the python backend's own ceiling;
-       stack_pad_embedding the issue's "Triton dynamic batcher (200 us) + stacking + graph buckets" baseline.
+       stack_pad_embedding the "Triton dynamic batcher (200 us) + stacking + graph buckets" baseline.
 Writes JSON to --out.
 """
 
@@ -93,7 +93,7 @@ def add_variants(repository: Path, version_dir: Path, names: list[str], *, devic
                 config += 'parameters { key: "inline_when_idle" value: { string_value: "false" } }\n'
             if name.endswith("_blocking"):  # blocking-sync CUDA event instead of the default busy-wait
                 config += 'parameters { key: "cuda_sync" value: { string_value: "blocking" } }\n'
-            if name.endswith("_tokpar") or name.endswith("_old"):  # tokenizer Rayon parallelism (the default before run 17)
+            if name.endswith("_tokpar") or name.endswith("_old"):  # tokenizer Rayon parallelism on
                 config += 'parameters { key: "tokenizer_parallelism" value: { string_value: "true" } }\n'
             if name != "text_embedding_noinline":  # the base text_embedding here runs without Triton's batcher
                 config += "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
@@ -258,7 +258,7 @@ def _machine_busy() -> tuple[float, float]:
 class CpuAccount:
     """CPU seconds per process group over a load cell: tritonserver, each model's stubs, the load generator.
 
-    Which limit binds first (issue 9): a group whose CPU seconds per request, times the request
+    Which limit binds first: a group whose CPU seconds per request, times the request
     rate, reaches its cores; or the whole machine at ~100% busy.
     """
 

@@ -78,8 +78,8 @@ class BaselineEmbeddingModel:
         import triton_python_backend_utils as pb
 
         self.pb = pb
-        # A stub outlives a killed tritonserver (Triton 2.51); one left from an interrupted benchmark run kept
-        # ~0.1 core busy under the next one (2026-11-30, seventh session). FastPath's models exit with the server.
+        # A stub outlives a killed tritonserver (Triton 2.51); one left from an interrupted benchmark run keeps
+        # ~0.1 core busy under the next one. FastPath's models exit with the server.
         exit_with_server()
         self.profile_name = args.get("model_instance_name", args["model_name"])
         self.config = parse_parameters(TextEmbeddingConfig, triton_parameters(json.loads(args["model_config"])))

@@ -50,7 +50,7 @@ ADMIN_HEADER = "fastpath-admin-key"  # the header `fastpath serve` restricts Tri
 # wanted: "This protocol is restricted, expecting header 'triton-grpc-protocol-fastpath-admin-key'").
 GRPC_RESTRICTED_PREFIX = "triton-grpc-protocol-"
 ADMIN_KEY_ENV = "FASTPATH_ADMIN_KEY"
-ADMIN_MODEL = "fastpath_admin"  # model-version control through Triton's own endpoints (issue 5)
+ADMIN_MODEL = "fastpath_admin"  # model-version control through Triton's own endpoints
 MUTATING_COMMANDS = ("swap", "rollback")
 
 

@@ -317,7 +317,7 @@ class Client(ClientCore):
                                                                              timeout_s=timeout_s)))
         return found
 
-    # -- model-version control (fastpath_admin, issue 5) ----------------------------------------------
+    # -- model-version control (fastpath_admin) ------------------------------------------------------
 
     def swap(self, model: str, version: int, *, timeout_s: float = 180.0) -> dict[str, Any]:
         """Make ``version`` of ``model`` the active one on every instance, live (not retried).

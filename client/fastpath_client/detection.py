@@ -1,6 +1,6 @@
 """``detect_text`` requests and results, planned from the model's config as the server reports it.
 
-The text-detection model (issue 7) takes raw pixels (a ``UINT8`` input whose last dim is 3) and/or
+The text-detection model takes raw pixels (a ``UINT8`` input whose last dim is 3) and/or
 encoded PNG/JPEG bytes (a ``BYTES`` input), and answers boxes (an output whose dims end in ``[4, 2]``:
 quadrilaterals in pixel coordinates of the input image), scores (another ``FP32`` output) and possibly
 boxes-per-image counts (an ``INT*`` output named ``*COUNT*``, for ragged batches). The
@@ -97,17 +97,17 @@ def image_request(io: DetectionIO, spec: ModelSpec, image: Any, index: int) -> d
         item = np.empty(_shape_for(spec, io.encoded, (1,)), dtype=np.object_)
         item.reshape(-1)[0] = bytes(image)
         return {io.encoded.name: item}
-    if isinstance(image, (str, os.PathLike)):  # a file name (fresh-user trial: "dtype <U8" told them nothing)
+    if isinstance(image, (str, os.PathLike)):  # a file name: numpy's "dtype <U8" would tell the caller nothing
         raise InvalidInputError(f"image {index} is a file name ({str(image)!r}), not an image: pass its bytes, "
                                 "e.g. pathlib.Path(name).read_bytes(), or an HxWx3 uint8 array")
     array = np.asarray(image)
-    if array.ndim not in (2, 3):  # sent anyway, the server's 400 named a reshaped [1, 1, 5] the caller never made
+    if array.ndim not in (2, 3):  # sent anyway, the server's 400 would name a reshaped [1, 1, 5] the caller never made
         raise InvalidInputError(f"image {index}: shape {list(array.shape)} has {array.ndim} dimensions; expected HxWx3 RGB "
                                 "(or HxW grayscale), one image per list item")
     if io.pixels is None:
         raise InvalidInputError(f"image {index}: model '{spec.name}' takes encoded PNG/JPEG bytes "
                                 f"({io.encoded.name}); encode the array first")
-    if array.ndim == 2:  # grayscale HxW: one channel, for models that take C=1 (cases K10)
+    if array.ndim == 2:  # grayscale HxW: one channel, for models that take C=1
         array = array[..., np.newaxis]
     if array.dtype != np.uint8:
         raise InvalidInputError(f"image {index}: dtype {array.dtype}, expected uint8 (HxWx3 RGB)")

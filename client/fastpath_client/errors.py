@@ -126,7 +126,7 @@ def _mismatch(url: str, model: str | None, got: str, reply: str, status: str | N
 def _class_for(status: str, message: str) -> type[FastPathClientError]:
     if status in ("404", "NOT_FOUND"):
         return ModelNotReadyError if "no available versions" in message else ModelNotFoundError
-    if status == "RESOURCE_EXHAUSTED":  # message too large (K07) vs. a server out of capacity
+    if status == "RESOURCE_EXHAUSTED":  # message too large vs. a server out of capacity
         return InvalidInputError if "larger than max" in message or "limit" in message else UnavailableError
     if status == "UNAVAILABLE" and "failed to connect" in message.lower():
         return ServerConnectionError

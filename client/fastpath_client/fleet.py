@@ -1,4 +1,4 @@
-"""Rolling model-version swaps across a fleet of FastPath replicas (issue 8).
+"""Rolling model-version swaps across a fleet of FastPath replicas.
 
 One replica at a time: swap it (the server answers only after its instances loaded, warmed and
 validated the version and flipped), check it is ready and serves the new version, then move on.

@@ -89,7 +89,7 @@ def model_spec(config: Mapping[str, Any]) -> ModelSpec:
 
 
 def text_array(texts: Sequence[str | bytes], *, name: str = "TEXT") -> np.ndarray:
-    """Texts as an object array of UTF-8 ``bytes``, shape [n, 1] (../shared/cases K03).
+    """Texts as an object array of UTF-8 ``bytes``, shape [n, 1].
 
     Object arrays keep every byte: numpy ``S``/``U`` arrays drop trailing NULs (``b"abc\\x00"`` would
     arrive as ``b"abc"``). ``bytes`` items are sent as given, so invalid UTF-8 reaches the server's policy.

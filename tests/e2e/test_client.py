@@ -22,7 +22,7 @@ from fastpath_client import (
 
 pytestmark = pytest.mark.e2e
 PROTOCOLS = ["http", "grpc"]
-K03_TEXTS = [" 😃 hello how are you", "🥱", "的人有", "naïve café", "\x00abc", "\ufffd", "abc\x00", ""]
+UNICODE_AND_NUL_TEXTS = [" 😃 hello how are you", "🥱", "的人有", "naïve café", "\x00abc", "\ufffd", "abc\x00", ""]
 
 
 def _url(server, protocol):
@@ -49,8 +49,8 @@ def _embed(server, protocol, mode, texts, **options):
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_embed_matches_sentence_transformers_across_chunks(triton_server, reference, sentences, protocol, mode):
-    """70 real sentences plus K03 texts: 2 requests of <= 64 texts, rows in order, float32 [N, 384]."""
-    texts = sentences[:70] + K03_TEXTS
+    """70 real sentences plus unicode, NUL and empty texts: 2 requests of <= 64 texts, rows in order, float32 [N, 384]."""
+    texts = sentences[:70] + UNICODE_AND_NUL_TEXTS
     got = _embed(triton_server, protocol, mode, texts)
     assert got.shape == (len(texts), 384) and got.dtype == np.float32
     assert _cosine(got, reference(texts)).min() >= 0.9999
@@ -58,7 +58,8 @@ def test_embed_matches_sentence_transformers_across_chunks(triton_server, refere
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_trailing_nul_is_kept(triton_server, reference, protocol):
-    """K03 client side: "abc\\x00" is not "abc" (numpy S would have dropped the NUL)."""
+    """The client sends "abc\\x00" with its trailing NUL (numpy S would drop it); the server's tokenizer
+    drops the NUL, so both texts give 3 tokens. An empty list gives a float32 [0, 384] array."""
     with Client(_url(triton_server, protocol), protocol) as client:
         tokens = client.infer("text_embedding", {"TEXT": np.array([[b"abc\x00"], [b"abc"]], dtype=object)},
                               outputs=["TOKEN_COUNT"])["TOKEN_COUNT"]
@@ -161,7 +162,7 @@ def test_proxy_502_surfaces_as_readable_unavailable_error(gateway, mode):
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_model_version_control_through_fastpath_admin(triton_server, protocol):
-    """status/swap/rollback go to the fastpath_admin model (issue 5). The session server has no admin
+    """status/swap/rollback go to the fastpath_admin model. The test server has no admin
     key, so swaps are refused with a PermissionDeniedError that says why; no retry re-sends them."""
     retries = []
     with Client(_url(triton_server, protocol), protocol, admin_key="",
@@ -176,8 +177,8 @@ def test_model_version_control_through_fastpath_admin(triton_server, protocol):
     assert retries == []
 
 
-# Fresh-user trial (helper-16, 2026-11-30): embed() sends long lists in requests of 64 texts, and the
-# server's refusal named the text's index within its request (TEXT[6] for the caller's texts[70]).
+# embed() sends long lists in requests of 64 texts; a refusal names the text's index in the caller's list
+# (TEXT[70] for texts[70]), not its index within its request (TEXT[6]).
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize(("index", "bad", "expected"), [
@@ -196,9 +197,9 @@ def test_errors_name_the_index_in_the_callers_list_across_requests(triton_server
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_an_http_client_on_the_grpc_port_fails_at_once(triton_server, mode):
     """An HTTP client pointed at Triton's gRPC port gets ProtocolMismatchError at once, not a wait_ready
-    timeout (the trial waited 60 s for "server unreachable or starting"). The other way round Triton 2.51's
+    timeout (not 60 s of "server unreachable or starting"). The other way round Triton 2.51's
     HTTP port closes the connection ("Socket closed"), which a gRPC client cannot tell from a network
-    failure: it times out as before (the CLI adds the port hint)."""
+    failure: it times out (the CLI adds the port hint)."""
     from fastpath_client import ProtocolMismatchError, RequestTimeoutError
 
     def wait(url, protocol, timeout_s):
@@ -245,8 +246,8 @@ def test_bench_on_the_other_protocols_port_ends_with_the_hint(triton_server, cap
 
 
 def test_status_of_a_model_that_is_not_loaded_fails_like_swap(triton_server, capsys):
-    """Fresh-user trial: `fastpath status text_detection` (in the repository, not loaded) printed
-    `"instances": {}` and exit 0; it now fails like swap, one line and exit 1."""
+    """`fastpath status` of a model in the repository but not loaded (text_detection) fails like swap:
+    one line and exit 1, not `"instances": {}` and exit 0."""
     from fastpath.cli import main as cli
 
     assert cli.main(["status", "text_detection", "--url", triton_server.http_url]) == 1

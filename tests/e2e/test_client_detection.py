@@ -1,4 +1,4 @@
-"""Client.detect_text / AsyncClient.detect_text against the real text_detection model (issue 7).
+"""Client.detect_text / AsyncClient.detect_text against the real text_detection model.
 
 Skips, naming what is missing, when model_repository/text_detection is not built or does not load.
 """
@@ -21,7 +21,7 @@ MODEL = "text_detection"
 @pytest.fixture(scope="module")
 def detection_server(tmp_path_factory):
     if not (MODEL_REPOSITORY / MODEL / "config.pbtxt").is_file():
-        pytest.skip(f"model {MODEL} is not in {MODEL_REPOSITORY} (issue 7)")
+        pytest.skip(f"model {MODEL} is not in {MODEL_REPOSITORY}")
     try:
         server = start_server(tmp_path_factory.mktemp("detection"), models=(MODEL,))
     except Exception as exc:  # noqa: BLE001 - any start failure means the model is not servable here

@@ -1,4 +1,4 @@
-"""Rolling swaps across replicas (issue 8) and the `fastpath swap/rollback/status` CLI (issue 5).
+"""Rolling swaps across replicas and the `fastpath swap/rollback/status` CLI.
 
 Three real tritonserver processes on loopback, each with its own model repository; replica 2's
 version 2 fails its golden check, so a fleet swap through it must leave every replica on version 1.

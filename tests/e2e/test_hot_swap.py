@@ -1,4 +1,4 @@
-"""Live version swaps through a real tritonserver (issue 5): under load, refusals, key, memory."""
+"""Live version swaps through a real tritonserver: under load, refusals, key, memory."""
 
 from __future__ import annotations
 
@@ -75,8 +75,8 @@ def test_swap_v1_v2_v1_under_load_fails_no_request(swap_server, sentences):
 
 
 def test_each_response_comes_from_one_version_across_swaps(swap_server, sentences):
-    """Requests of 6 texts of mixed lengths run in several batches; a flip between them gave mixed
-    MODEL_VERSION rows in one response (fresh-user trial). Such rows now run again on the active version."""
+    """Requests of 6 texts of mixed lengths run in several batches, and a flip can fall between them; rows
+    of another version run again on the active one, so every response's MODEL_VERSION rows are equal."""
     server, _ = swap_server
     mixed = [text for pair in zip(sentences[:200], sentences[200:400][::-1]) for text in pair]
     long_text = " ".join(["version"] * 150)
@@ -113,7 +113,7 @@ def test_triton_repository_api_needs_the_key(swap_server):
     assert client.is_model_ready("text_embedding")
     index = client.get_model_repository_index(headers={"fastpath-admin-key": KEY})
     assert {m["name"] for m in index} >= {"text_embedding", "fastpath_admin"}
-    # log and trace settings too: any client could turn on verbose logging (fresh-user trial, 2026-11-30)
+    # log and trace settings too: otherwise any client could turn on verbose logging
     with pytest.raises(InferenceServerException, match="fastpath-admin-key"):
         client.update_log_settings({"log_verbose_level": 1})
     with pytest.raises(InferenceServerException, match="fastpath-admin-key"):
@@ -146,7 +146,7 @@ def _corrupt_versions(model_dir: Path) -> dict[int, str]:
     fixed = onnx.load(str(model_dir / "1" / "model.onnx"))
     for graph_input in fixed.graph.input:
         for dim, value in zip(graph_input.type.tensor_type.shape.dim, (1, 128)):
-            dim.dim_value = value  # K09: an ONNX exported with fixed batch 1 and length 128
+            dim.dim_value = value  # an ONNX exported with fixed batch 1 and length 128
     (model_dir / "6" / "model.onnx").unlink()
     onnx.save(fixed, str(model_dir / "6" / "model.onnx"))
     manifest = read_manifest(model_dir / "6")
@@ -185,10 +185,9 @@ def test_twenty_swaps_return_memory_to_baseline(swap_server):
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_the_sdk_sends_the_admin_key_triton_expects_on_each_protocol(swap_server, protocol):
-    """Fresh-user trial: over gRPC Triton 2.51 wants the restricted-protocol key as header
-    ``triton-grpc-protocol-fastpath-admin-key`` (the SDK sent ``fastpath-admin-key`` and was refused),
-    and refuses a missing key as UNAVAILABLE, which the SDK retried 5 times; it is a
-    PermissionDeniedError, not retried."""
+    """Over gRPC Triton 2.51 wants the restricted-protocol key as header
+    ``triton-grpc-protocol-fastpath-admin-key`` (not ``fastpath-admin-key``), and the SDK sends it so.
+    Triton refuses a missing key as UNAVAILABLE; the SDK raises PermissionDeniedError and does not retry."""
     from fastpath_client import Client, PermissionDeniedError
 
     server, _ = swap_server
@@ -204,8 +203,8 @@ def test_the_sdk_sends_the_admin_key_triton_expects_on_each_protocol(swap_server
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_wait_ready_without_the_key_names_each_model_state(swap_server, protocol):
-    """Fresh-user trial: wait_ready(models=["nope"]) without the admin key raised PermissionDeniedError
-    (the repository index is restricted); it waits on unrestricted endpoints and names the state."""
+    """wait_ready(models=["nope"]) without the admin key does not raise PermissionDeniedError (the
+    repository index is restricted): it waits on unrestricted endpoints and names each model's state."""
     from fastpath_client import Client, RequestTimeoutError
 
     server, _ = swap_server

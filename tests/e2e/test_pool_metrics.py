@@ -2,7 +2,7 @@
 
 A throwaway python-backend model leases from a FastPath host pool and exports it with
 ``fastpath.triton.pool_metrics.PoolMetrics``; exhaustion reaches the client as a retryable
-UNAVAILABLE error, never as a success (../shared/cases K11).
+UNAVAILABLE error, never as a success.
 """
 
 from __future__ import annotations

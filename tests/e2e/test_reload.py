@@ -1,11 +1,11 @@
 """Triton reloads of a FastPath model: a failed reload then a good one, repeated, leave the server
 serving, and the metrics endpoint holds only the serving stub's series.
 
-Found by a fresh-user trial (helper-13): reload ``text_embedding`` with a bad ``config.pbtxt`` value,
-then with a good one, twice, and tritonserver died ("malloc_consolidate(): unaligned fastbin chunk
-detected" / SIGSEGV) at the fourth step. Cause: two stubs publishing a metric with the same name and
-labels share one prometheus-cpp series in Triton 2.51, and the first stub to drop it leaves the
-others a dangling pointer (upstream triton-inference-server/server issue 8663). FastPath labels every
+Reloading ``text_embedding`` with a bad ``config.pbtxt`` value, then with a good one, twice, kills a
+tritonserver whose stubs share metric series ("malloc_consolidate(): unaligned fastbin chunk
+detected" / SIGSEGV at the fourth step): two stubs publishing a metric with the same name and labels
+share one prometheus-cpp series in Triton 2.51, and the first stub to drop it leaves the others a
+dangling pointer (upstream triton-inference-server/server#8663). FastPath labels every
 series with the stub's ``pid`` (fastpath.triton.metrics.stub_labels).
 """
 

@@ -1,4 +1,4 @@
-"""FastPath's scheduler under a real tritonserver: batch-independent results (K02), queue-full and
+"""FastPath's scheduler under a real tritonserver: batch-independent results, queue-full and
 timeout rejections as UNAVAILABLE, custom metrics on the metrics port, and drain on unload."""
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ def _metric_sum(text: str, name: str, **labels: str) -> float:
 
 
 def test_each_response_equals_the_same_text_sent_alone(triton_server, sentences):
-    """K02: mixed lengths batched together by the scheduler give the row each text gets alone."""
+    """A text's embedding does not depend on its batch neighbours: mixed lengths batched together by the
+    scheduler give the row each text gets alone."""
     long_text = " ".join(["inference"] * 360)
     texts = ["hello world", "", long_text] + sentences[:: max(1, len(sentences) // 45)][:45]
     alone = np.stack([_embed(triton_server, [text])[0] for text in texts])
@@ -91,10 +92,10 @@ def test_scheduler_metrics_are_published(triton_server, sentences):
     assert real > 0 and _metric_sum(text, "fastpath_padded_tokens_total", **labels) >= real
     assert re.search(r'fastpath_batch_execution_us_bucket\{[^}]*batch_size="\d+"[^}]*seq_length="\d+"', text)
     assert "# TYPE fastpath_batch_size histogram" in text
-    # every series names the stub that publishes it (pid), so two stubs never share one (Triton issue 8663)
+    # every series names the stub that publishes it (pid), so two stubs never share one (triton-inference-server/server#8663)
     assert re.search(r'fastpath_rejected_texts_total\{model="text_embedding",pid="\d+",reason="timeout",version="1"\}', text)
     assert re.search(r'fastpath_pool_leases_total\{allocator="[^"]+",model="text_embedding",pid="\d+",pool="staging"\}', text)
-    # issue 4: every batch was staged in the host staging pool, and every lease came back
+    # every batch was staged in the host staging pool, and every lease came back
     staging = {"model": MODEL, "pool": "staging"}
     assert _metric_sum(text, "fastpath_pool_leases_total", **staging) >= 1
     assert _metric_sum(text, "fastpath_pool_outstanding_leases", **staging) == 0
@@ -166,9 +167,9 @@ def queue64_server(tmp_path_factory):
 
 
 def test_a_burst_of_large_requests_reaches_the_bounded_queue(queue64_server):
-    """Fresh-user trial: requests of more than half of max_batch_size texts cannot share a Triton call, so
-    a backlog of them looked like lone requests and each ran inline, waiting in Triton's unbounded queue;
-    they must go to FastPath's bounded queue and overflow it with retryable UNAVAILABLE."""
+    """Requests of more than half of max_batch_size texts cannot share a Triton call, so a backlog of them
+    looks like lone requests; they must not run inline (waiting in Triton's unbounded queue) but go to
+    FastPath's bounded queue and overflow it with retryable UNAVAILABLE."""
     results = _burst(queue64_server, 16, 40)
     errors = [error for _, error in results if error is not None]
     assert errors, "16 requests of 40 texts into a 64-text queue must overflow it"
@@ -231,9 +232,8 @@ def test_unload_drains_every_accepted_request(small_queue_server):
 def test_only_the_requested_outputs_come_back(triton_server, protocol):
     """A client asking for EMBEDDING alone gets it alone, equal to the full response's EMBEDDING.
 
-    On Triton 2.51 an answer sent through a response sender that also carried outputs the client had
-    not requested killed the stub on the H200 (docs/benchmarks/triton_gpu.md); FastPath sends only the
-    requested ones."""
+    On Triton 2.51 an answer sent through a response sender that also carries outputs the client has
+    not requested kills the stub (docs/known-issues.md); FastPath sends only the requested ones."""
     module = grpcclient if protocol == "grpc" else httpclient
     client = (grpcclient.InferenceServerClient(triton_server.grpc_url) if protocol == "grpc"
               else httpclient.InferenceServerClient(triton_server.http_url))
@@ -263,7 +263,7 @@ def return_mode_server(tmp_path_factory):
 
 def test_return_mode_answers_each_request_once_with_its_own_rows(return_mode_server, triton_server, sentences):
     """response_mode=return: concurrent mixed requests (and bad ones among them) each get their own
-    answer, equal to what the default mode gives the same text alone (K02); bad ones fail alone."""
+    answer, equal to what the default mode gives the same text alone; bad ones fail alone."""
     texts = ["hello world", "", " ".join(["inference"] * 360)] + sentences[:: max(1, len(sentences) // 30)][:30]
     alone = np.stack([_embed(triton_server, [text])[0] for text in texts])
 

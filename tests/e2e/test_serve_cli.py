@@ -71,8 +71,8 @@ def test_signal_stops_triton_cleanly(tmp_path, signum):
 
 def test_a_stop_with_an_idle_keep_alive_client_still_drains_the_models_and_is_quick(tmp_path):
     """Triton 2.51 waits out its exit timeout (30 s) for open HTTP connections before it stops the
-    models; found by a fresh-user trial: an idle client made Ctrl-C take 32 s and end in a SIGKILL
-    with the models never unloaded. `fastpath serve` unloads them first (fastpath.server.process.TritonServer.stop)."""
+    models, so an idle client would make Ctrl-C take 32 s and end in a SIGKILL with the models never
+    unloaded. `fastpath serve` unloads them first (fastpath.server.process.TritonServer.stop)."""
     process, triton_pid, log = _start_serve(tmp_path)
     port = int(re.search(r"HTTP http://127.0.0.1:(\d+)", log.read_text()).group(1))
     idle = http.client.HTTPConnection("127.0.0.1", port, timeout=60)

@@ -1,6 +1,6 @@
 """A crashed tritonserver leaves nothing behind: its orphaned python-backend stubs are killed and
-its shared-memory regions removed when FastPath stops it (found by a fresh-user trial: a >4 MB JSON
-body segfaults Triton 2.51's HTTP frontend, upstream triton-inference-server/server#5840)."""
+its shared-memory regions removed when FastPath stops it (a >4 MB JSON body segfaults Triton 2.51's
+HTTP frontend, upstream triton-inference-server/server#5840)."""
 
 import os
 import signal

@@ -2,7 +2,8 @@
 
 Served boxes are matched one-to-one with the boxes rapidocr-onnxruntime's own TextDetector finds on
 the same image (resize limit 960) at IoU >= 0.9 (tests/unit/models/text_detection/reference.py MIN_IOU); the counts
-must be equal. Bad and odd input follows ../shared/cases K04, K05, K07, K09, K10.
+must be equal. Bad and odd input (empty, textless, oversized, off-grid sizes) fails alone or gets typed
+empty outputs.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def test_same_size_array_batch_equals_single_requests(server):
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_no_text_gives_200_with_typed_empty_outputs(server, protocol):
-    """K05: white 640x640x3 and black 32x32 -> BOXES [0,4,2], SCORES [0]; beside a photo, its boxes intact."""
+    """An image without text: white 640x640x3 and black 32x32 -> BOXES [0,4,2], SCORES [0]; beside a photo, its boxes intact."""
     for image in (np.full((640, 640, 3), 255, np.uint8), np.zeros((32, 32, 3), np.uint8)):
         boxes, scores, counts = detect_array(server, protocol, image[None])
         assert boxes.shape == (0, 4, 2) and scores.shape == (0,) and counts.tolist() == [0]
@@ -150,7 +151,7 @@ def test_no_text_gives_200_with_typed_empty_outputs(server, protocol):
     np.testing.assert_array_equal(boxes, detect_bytes(server, protocol, [page])[0])
 
 
-K10_SIZES = [(1, 1), (31, 31), (33, 50), (641, 479), (100, 3000)]
+OFF_GRID_SIZES = [(1, 1), (31, 31), (33, 50), (641, 479), (100, 3000)]
 
 
 def _crop(height, width):
@@ -160,8 +161,9 @@ def _crop(height, width):
     return np.ascontiguousarray(tiled[:height, :width])
 
 
-@pytest.mark.parametrize(("height", "width"), K10_SIZES)
-def test_k10_sizes_alone_match_rapidocr_within_the_image(server, height, width):
+@pytest.mark.parametrize(("height", "width"), OFF_GRID_SIZES)
+def test_sizes_off_the_32_pixel_grid_match_rapidocr_within_the_image(server, height, width):
+    """Images whose sides are not multiples of 32 (1x1 .. 100x3000) give rapidocr's boxes, all inside the image."""
     image = _crop(height, width)
     boxes, scores, counts = detect_array(server, "grpc", image[None])
     _assert_typed(boxes, scores, counts, 1)
@@ -169,8 +171,9 @@ def test_k10_sizes_alone_match_rapidocr_within_the_image(server, height, width):
     assert (boxes[..., 0] <= width - 1).all() and (boxes[..., 1] <= height - 1).all() and (boxes >= 0).all()
 
 
-def test_k10_sizes_mixed_in_one_request_equal_alone(server):
-    files = [png_bytes(_crop(h, w)) for h, w in K10_SIZES]
+def test_sizes_off_the_32_pixel_grid_mixed_in_one_request_equal_each_alone(server):
+    """Those sizes in one request give each image the boxes it gets alone."""
+    files = [png_bytes(_crop(h, w)) for h, w in OFF_GRID_SIZES]
     boxes, scores, counts = detect_bytes(server, "http", files)
     assert counts.tolist()[3] == 7  # the 641x479 page region; the 100x3000 strip shrinks to 32x960, too small to read
     for data, (part_boxes, _) in zip(files, _split(boxes, scores, counts)):
@@ -178,7 +181,7 @@ def test_k10_sizes_mixed_in_one_request_equal_alone(server):
 
 
 def test_8000x8000_page_is_accepted(server):
-    """K10: 8000x8000 (64 MP, under the 8192*8192 cap) -> resized to 960x960; a blank page has no text."""
+    """8000x8000 (64 MP, under the 8192*8192 cap) -> resized to 960x960; a blank page has no text."""
     boxes, scores, counts = detect_bytes(server, "grpc", [blank_png(8000, 8000)])
     assert boxes.shape == (0, 4, 2) and counts.tolist() == [0]
 
@@ -238,7 +241,8 @@ def test_bad_input_gets_400_naming_the_problem(server, case, protocol):
 
 
 def test_bad_requests_among_good_ones_fail_alone_and_server_stays_ready(server):
-    """K04: zero-sized and oversized requests concurrent with normal ones; then a normal request and health."""
+    """Zero-sized and oversized requests concurrent with normal ones fail alone; the normal ones and a
+    later request succeed and the server stays ready."""
     page = skimage_rgb("page.png")[None]
     expected = detect_array(server, "http", page)[0]
     jobs = [("good", i) if i % 3 else (("zero", "huge")[i % 2], i) for i in range(12)]

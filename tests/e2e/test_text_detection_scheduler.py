@@ -1,4 +1,4 @@
-"""text_detection through FastPath's scheduler under a real tritonserver (issue 7).
+"""text_detection through FastPath's scheduler under a real tritonserver.
 
 Concurrent requests of real photos (scikit-image's wheel), several of one resized shape and several
 of others, are batched across requests by resized shape and staged in the host staging pool; each
@@ -193,8 +193,8 @@ def small_queue_server(tmp_path_factory):
 
 
 def test_a_full_queue_rejects_before_decoding_with_retryable_unavailable(small_queue_server):
-    """Fresh-user trial (helper-19): execute() decoded every image of a call before the queue-full check,
-    so 503s came 5-20 s late. A burst of 8 requests x 16 images into a 16-image queue: the overflow is
+    """execute() checks for room in the queue before it decodes a call's images, so a 503 comes at once,
+    not 5-20 s late. A burst of 8 requests x 16 images into a 16-image queue: the overflow is
     answered UNAVAILABLE naming images, the accepted requests get their boxes, the server stays ready."""
     page = skimage_rgb("page.png")
     batch = np.repeat(np.stack([page, page, page], axis=-1)[np.newaxis] if page.ndim == 2 else page[np.newaxis], 16, axis=0)

@@ -48,7 +48,8 @@ def test_real_sentences_match_sentence_transformers(triton_server, reference, se
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_edge_texts_match_reference_with_counts(triton_server, reference, protocol):
-    """K01/K03: empty, blank, unicode, NUL and a 100 KB text each give sentence-transformers' vector."""
+    """Empty, blank, unicode, NUL and a 100 KB text each give sentence-transformers' vector, with their
+    token counts; only the 100 KB text is truncated."""
     embedding, token_count, truncated = _embed(triton_server, protocol, EDGE_TEXTS)
     assert np.isfinite(embedding).all()
     assert _cosine(embedding, reference(EDGE_TEXTS)).min() >= 0.9999
@@ -57,14 +58,15 @@ def test_edge_texts_match_reference_with_counts(triton_server, reference, protoc
 
 
 def test_empty_text_keeps_row_order(triton_server, reference):
-    """K01: ["first sentence", "second one", ""] -> three rows, in order."""
+    """An empty text keeps its place: ["first sentence", "second one", ""] -> three rows, in order."""
     texts = ["first sentence", "second one", ""]
     embedding, _, _ = _embed(triton_server, "grpc", texts)
     assert _cosine(embedding, reference(texts)).min() >= 0.9999
 
 
 def test_hello_world_independent_of_neighbours(triton_server):
-    """K02: the same row alone, beside a ~360-token text, and among concurrent requests."""
+    """A text's embedding does not depend on its neighbours: the same row alone, beside a ~360-token
+    text, and among concurrent requests."""
     alone = _embed(triton_server, "http", ["hello world"])[0][0]
     long_text = " ".join(["inference"] * 360)
     beside = _embed(triton_server, "http", ["hello world", long_text])[0][0]
@@ -108,7 +110,7 @@ def test_missing_input_gets_400(triton_server):
 
 def test_a_json_body_above_4_mb_sent_as_application_json_is_answered(triton_server):
     """Triton 2.51 crashes on a JSON body above ~4 MB only when it comes as
-    application/x-www-form-urlencoded (curl -d's and urllib's default; fresh-user trial, 2026-11-30):
+    application/x-www-form-urlencoded (curl -d's and urllib's default):
     labelled application/json, the README's workaround, 5.6 MB is answered."""
     texts = [("word " * 140_000)[: 700_000 - k] for k in range(8)]
     body = json.dumps({"inputs": [{"name": "TEXT", "shape": [8, 1], "datatype": "BYTES", "data": texts}],
@@ -122,7 +124,8 @@ def test_a_json_body_above_4_mb_sent_as_application_json_is_answered(triton_serv
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_invalid_utf8_gets_400_and_others_unaffected(triton_server, protocol):
-    """K03: raw bytes b"\\xff\\xfe\\xfd" -> a 400 that names the tensor and byte."""
+    """Invalid UTF-8 (raw bytes b"\\xff\\xfe\\xfd") is refused with a 400 naming the element and byte; a
+    later request with a NUL is unaffected."""
     with pytest.raises(InferenceServerException) as info:
         _embed(triton_server, protocol, [b"fine", b"\xff\xfe\xfd"])
     message = info.value.message()
@@ -132,7 +135,7 @@ def test_invalid_utf8_gets_400_and_others_unaffected(triton_server, protocol):
 
 
 def test_zero_sized_binary_request_gets_400(triton_server):
-    """K04: a [0, 1] BYTES tensor through gRPC is refused with INVALID_ARGUMENT naming the tensor, by
+    """A zero-sized [0, 1] BYTES tensor through gRPC is refused with INVALID_ARGUMENT naming the tensor, by
     Triton 2.51 itself before the model (its wording; the model's own zero-size check is the backstop)."""
     module, client = _client(triton_server, "grpc")
     tensor = module.InferInput("TEXT", [0, 1], "BYTES")

@@ -58,7 +58,9 @@ def test_batch_larger_than_max_is_split_and_longer_than_max_runs_eagerly(runner)
     assert runner.eager_runs == 1
 
 
-def test_k08_sequences_never_see_a_previous_result(runner):
+def test_a_replay_never_returns_a_previous_batch_result(runner):
+    """A smaller batch after a larger one in the same bucket gets only its own rows (the stale rows are
+    overwritten), and each run returns a fresh array, never a view of the pinned buffer."""
     rng = np.random.default_rng(2)
     first, second = make_batch(rng, 3, 16), make_batch(rng, 1, 16)
     out_first, out_second = runner.run(first), runner.run(second)
@@ -80,7 +82,7 @@ def test_address_check_refuses_moved_buffers(runner):
 
 
 def test_a_pinned_pool_block_of_a_bucket_shape_is_replayed_with_one_dma_and_no_host_copy(runner):
-    """Issue 4: the scheduler's staging-pool lease (cudaHostAlloc) goes straight to the graph's device inputs."""
+    """The scheduler's staging-pool lease (cudaHostAlloc) goes straight to the graph's device inputs."""
     from fastpath.graphs import Bucket
     from fastpath.memory import PoolConfig, create_host_pool
 

@@ -1,4 +1,5 @@
-"""The torch runtime on a CUDA GPU: capture/replay with spies, graph vs eager, K02 and K08 (skips without CUDA)."""
+"""The torch runtime on a CUDA GPU: capture/replay with spies, graph vs eager, rows independent of their
+batch neighbours, never a stale result (skips without CUDA)."""
 
 from __future__ import annotations
 
@@ -101,7 +102,8 @@ def test_fp16_matches_fp32(engine, tokenizer):
     assert cosine.min() >= 0.9999
 
 
-def test_k02_row_independent_of_neighbours_and_padding(engine, tokenizer):
+def test_an_embedding_does_not_depend_on_its_batch_neighbours_or_padding(engine, tokenizer):
+    """"hello world" gives the same row alone, beside a 256-token text, and padded to every captured bucket."""
     alone = engine.infer(feeds(tokenizer, ["hello world"]))["embedding"][0]
     long_text = " ".join(["The scheduler pads every batch to a captured bucket."] * 40)  # ~400 tokens, cut at 256
     together = engine.infer(feeds(tokenizer, ["hello world", long_text]))["embedding"][0]
@@ -112,7 +114,9 @@ def test_k02_row_independent_of_neighbours_and_padding(engine, tokenizer):
             assert np.abs(row - alone).max() <= 2e-3, (batch, length)
 
 
-def test_k08_never_returns_an_earlier_result(engine, tokenizer):
+def test_a_replay_never_returns_an_earlier_batch_result(engine, tokenizer):
+    """Successive batches of the same bucket each get their own texts' rows (equal to eager), never the
+    previous batch's output."""
     plain = {text: engine.infer_eager(feeds(tokenizer, [text]))["embedding"][0] for text in SENTENCES}
     previous, last_texts = None, None
     for texts in (SENTENCES[:3], SENTENCES[3:4], SENTENCES[3:4], SENTENCES[1:2], SENTENCES[4:8]):
@@ -125,7 +129,8 @@ def test_k08_never_returns_an_earlier_result(engine, tokenizer):
         previous, last_texts = out, texts
 
 
-def test_k08_concurrent_clients_each_get_their_own_row(engine, tokenizer):
+def test_concurrent_clients_each_get_their_own_row(engine, tokenizer):
+    """Eight threads replaying at once each always get their own text's row."""
     expected = {text: engine.infer_eager(feeds(tokenizer, [text]))["embedding"][0] for text in SENTENCES}
     results: dict[str, list[np.ndarray]] = {text: [] for text in SENTENCES}
 

@@ -1,5 +1,5 @@
 """The scheduler benchmark's arithmetic (benchmarks/scheduler_cpu.py, scheduler_report.py): a served cell
-made of interleaved slices, its same-window yardstick, and the ratios issue 3's goals are judged on."""
+made of interleaved slices, its same-window yardstick, and the ratios the scheduler's goals are judged on."""
 
 from __future__ import annotations
 

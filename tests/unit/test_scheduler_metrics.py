@@ -74,7 +74,7 @@ def test_buffered_metrics_publish_nothing_until_flush_then_everything_once():
     assert _metric("fastpath_batch_execution_us", batch_size="4", seq_length="16").observations == [5000.0] * 3
     assert _metric("fastpath_rejected_texts_total", reason="timeout").value == 2
     assert _metric("fastpath_invalid_requests_total").value == 1
-    # every series names its stub process, so two stubs never share one (Triton issue 8663, docs/design/scheduler.md)
+    # every series names its stub process, so two stubs never share one (triton-inference-server/server#8663, docs/design/scheduler.md)
     for family in RecordingPbUtils.families.values():
         assert all(("pid", str(os.getpid())) in labels for labels in family.metrics), family.name
     counters = RecordingPbUtils.calls.count("increment")

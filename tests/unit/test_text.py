@@ -14,7 +14,7 @@ def tokenizer():
     return TextTokenizer(TOKENIZER, max_seq_length=256)
 
 
-# ../shared/cases K03: ids from the reference fast tokenizer
+# unicode, NUL and control characters: ids from the reference fast tokenizer
 @pytest.mark.parametrize(
     ("text", "ids"),
     [
@@ -37,7 +37,7 @@ def test_naive_cafe_is_lowercased_and_stripped(tokenizer):
 
 
 def test_truncation_is_256_not_the_files_128(tokenizer):
-    """The shipped tokenizer.json truncates at 128 and pads to 128; sentence-transformers uses 256 (K02)."""
+    """The shipped tokenizer.json truncates at 128 and pads to 128; sentence-transformers uses 256."""
     encoding = tokenizer.encode(["word " * 400])[0]
     assert len(encoding.ids) == 256
     assert encoding.ids[-1] == 102
@@ -82,7 +82,7 @@ def test_plan_batches_sorts_by_length_and_covers_every_index():
 
 
 def test_pad_into_given_arrays_equals_a_fresh_pad_and_overwrites_stale_data(tokenizer):
-    """pad(out=...) fills views of a staging block in place (issue 4): every element is written."""
+    """pad(out=...) fills views of a staging block in place: every element is written."""
     encodings = tokenizer.encode(["short", "a somewhat longer sentence to pad", ""])
     fresh = tokenizer.pad(encodings, 16)
     block = np.full(3 * 3 * 16, 7, dtype=np.int64)  # stale data from an earlier batch

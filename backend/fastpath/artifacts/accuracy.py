@@ -1,7 +1,7 @@
 """Accuracy of a built artifact against its fp32 reference on held-out real text, and the gate.
 
 The measure is the cosine similarity between the candidate's and the reference's embedding of the
-same text (both are unit vectors, so it is their dot product). The INT8 gate (issue 9): minimum
+same text (both are unit vectors, so it is their dot product). The INT8 gate: minimum
 cosine >= 0.99 and mean cosine >= 0.995 over the evaluation split of :mod:`fastpath.text.corpus`, which
 never overlaps the calibration text; a model below either bound fails the build with a message
 saying by how much.

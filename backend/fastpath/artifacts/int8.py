@@ -46,7 +46,7 @@ SHIM_TEXT = (
 )
 FILES = ("model.onnx", "tokenizer.json", "golden.npz", SHIM)
 Progress = Callable[[Iterable, str], Iterable]
-# ../shared/cases K01-K03: blank text ([CLS] [SEP] only), unicode, a text truncated at 256 tokens
+# edge texts: blank text ([CLS] [SEP] only), unicode, a text truncated at 256 tokens
 EDGE_TEXTS = ("", "   ", "hello world", " 😃 naïve café 的人有", "word " * 300)
 
 

@@ -14,7 +14,7 @@ output, whose range reaches ~200, cost 0.3 of cosine. SmoothQuant
 
 Recipes are tried in order until one passes the accuracy gate on validation text: sentences of the
 calibration split (never the evaluation split, which only the final gate reads) plus the edge texts
-of ../shared/cases (blank, unicode, 256 tokens). Measured on 256 validation sentences
+(blank, unicode, 256 tokens). Measured on 256 validation sentences
 (docs/design/engines.md): all 36 linear layers, alpha 0.8: min cosine 0.9934, mean 0.9973, but
 0.973 on blank text; without SmoothQuant: 0.957 / 0.981; the FFN down-projections (GELU output,
 [CLS] outliers of 14-25 in one channel) left in float with alpha 0.65: 0.9984 / 0.9993 and >= 0.995

@@ -112,7 +112,7 @@ def _text_input(spec: Any, tensor: Any, batch: int, index: int) -> np.ndarray:
     from fastpath.text.corpus import pydoc_sentences
 
     sentences = pydoc_sentences()
-    texts = np.empty(batch, dtype=np.object_)  # object array of bytes: never numpy S (cases K03)
+    texts = np.empty(batch, dtype=np.object_)  # object array of bytes: numpy S would drop trailing NULs
     for k in range(batch):
         texts[k] = sentences[(index * batch + k) % len(sentences)].encode()
     dims = ((batch,) if spec.max_batch_size > 0 else ()) + tensor.dims

@@ -3,7 +3,7 @@
 ONNX Runtime sizes a session's default thread pool (``intra_op_num_threads = 0``) from the host's
 physical cores and pins one worker to each; it looks at neither the process's affinity mask
 (taskset, numactl, a container's cpuset) nor its cgroup CPU quota (``docker --cpus``, Kubernetes CPU
-limits): microsoft/onnxruntime#29510. What that does, measured (scripts/ort_threads_probe.py):
+limits): microsoft/onnxruntime#29510. What that does, measured (docs/benchmarks/ort_threads_probe.log):
 
 * affinity mask: on the H200 host's 16 cores under ``taskset -c 0,1``, a default session started
   15 workers and pinned them to all 16 cores, out of the mask (batch 64: 73 ms, the same as

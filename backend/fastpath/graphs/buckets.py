@@ -95,7 +95,7 @@ class BucketGrid:
 
         Raises:
             ValueError: ``batch`` or ``length`` is below 1; an empty batch must never reach an
-                engine (../shared/cases K04).
+                engine.
         """
         if batch < 1 or length < 1:
             raise ValueError(f"batch of {batch} sequences x {length} tokens: an engine needs at least 1 x 1")

@@ -1,7 +1,7 @@
 """Static input/output buffers: allocated once at the largest bucket, sliced per bucket.
 
 A captured CUDA graph reads and writes fixed device addresses, so every bucket's inputs and
-outputs must live in memory that never moves (../shared/cases K08). :class:`StaticBuffers`
+outputs must live in memory that never moves. :class:`StaticBuffers`
 allocates, at construction:
 
 - one flat int64 device buffer of ``num_inputs * max_batch * max_length`` elements; bucket

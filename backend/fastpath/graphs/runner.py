@@ -13,11 +13,11 @@ The mechanism (after SGLang's ``cuda_graph_runner`` and vLLM v1's CUDA-graph wra
    larger than the largest bucket are split; sequences longer than the longest bucket run eagerly.
    When the caller already padded the batch to a bucket's exact shape and laid its inputs out as
    one contiguous ``[num_inputs, b, L]`` block (FastPath's scheduler does, in a page-locked block
-   of the host staging pool: issue 4), that block goes to the device in one DMA with no host copy
+   of the host staging pool), that block goes to the device in one DMA with no host copy
    (:func:`~fastpath.graphs.staging.packed_inputs`).
 
 With ``check_addresses`` every replay first verifies that the buffers' device addresses equal
-those recorded at capture, and refuses to replay otherwise (../shared/cases K08). All work of one
+those recorded at capture, and refuses to replay otherwise. All work of one
 runner is serialized by a lock on one CUDA stream; the host buffers are reused only after the
 stream has finished with them.
 """
@@ -66,7 +66,7 @@ class GraphRunner:
             event created with ``cudaEventBlockingSync``, so the thread sleeps until the GPU
             signals and its core is free meanwhile. On the H200 with 6 instances at c=256,
             blocking served 14% fewer requests/s (13.4k vs 15.5k) and was slower at c=1 (p50
-            2.73 vs 2.44 ms) without saving stub CPU (run 17, docs/benchmarks/triton_gpu.md).
+            2.73 vs 2.44 ms) without saving stub CPU (docs/benchmarks/triton_gpu_h200.md).
 
     Attributes:
         replays: Counter of graph replays per bucket.
@@ -191,7 +191,7 @@ class GraphRunner:
         """Refuse to replay ``bucket`` if any static buffer's address differs from capture time.
 
         Raises:
-            EngineError: naming the buffer, both addresses and the bucket (../shared/cases K08).
+            EngineError: naming the buffer, both addresses and the bucket.
         """
         now = self._live_buffers().addresses(bucket)
         for name, captured in self._addresses[bucket].items():
@@ -297,9 +297,9 @@ class GraphRunner:
     def close(self) -> None:
         """Release graphs, pool and buffers now, while the CUDA context is alive (idempotent).
 
-        Left to the interpreter's exit, their destructors ran in its last garbage collection after
-        the CUDA runtime had begun to shut down, and the Triton stub died with a segmentation fault
-        at unload (H200 probe run 3, docs/benchmarks/triton_gpu.md); so collect here and wait for the GPU.
+        Left to the interpreter's exit, their destructors run in its last garbage collection after
+        the CUDA runtime has begun to shut down, and the Triton stub dies with a segmentation fault
+        at unload (docs/known-issues.md); so collect here and wait for the GPU.
         """
         with self._lock:
             self._graphs.clear()

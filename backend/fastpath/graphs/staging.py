@@ -5,7 +5,7 @@ array: real rows first, each padded on the right with the input's pad value, the
 to the bucket's batch size. Filler rows hold valid data (a real, empty sequence such as
 ``[CLS] [SEP]`` with its attention mask), never garbage or an all-zero mask: a fully masked
 attention row is NaN in softmax, and NaN can leak through fused kernels. Filler rows are never
-returned (../shared/cases K02, K08).
+returned, so a row's result does not depend on its batch neighbours.
 """
 
 from __future__ import annotations

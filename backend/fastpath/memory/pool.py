@@ -11,7 +11,7 @@ Policy (documented in docs/design/memory.md):
 - otherwise it waits on a condition until a release, up to ``wait_timeout_s`` (pool clock);
 - then it raises :class:`~fastpath.errors.UnavailableError` (retryable, HTTP 503), or, with
   ``fallback="pageable"``, serves the lease from ordinary memory within ``fallback_capacity_bytes``
-  and counts it. Never an unbounded allocation, never a silently empty buffer (cases K11).
+  and counts it. Never an unbounded allocation, never a silently empty buffer.
 
 Allocator calls happen outside the pool lock; the bytes are reserved first, so the bound holds.
 """

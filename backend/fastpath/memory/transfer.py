@@ -10,7 +10,7 @@ Per batch (:class:`BatchTransfer`):
 4. completion is a CUDA event recorded on the stream (``synchronize`` / ``query``); ``close``
    waits for it before any block goes back to its pool, so no DMA ever touches a re-leased block.
 
-Zero-byte tensors never issue a copy or take a block (cases K04, K05): they come back as
+Zero-byte tensors never issue a copy or take a block: they come back as
 correctly typed empty arrays. Steady state allocates nothing: host blocks, device blocks and
 events are all reused (counted: pool ``allocations``, path ``events_created``).
 """

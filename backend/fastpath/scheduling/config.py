@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from fastpath.config import check_parameter
+from fastpath.scheduling.costs import CostModel
 
 RESPONSE_MODES = ("sender", "return")
 
@@ -46,7 +48,7 @@ class SchedulerConfig:
             long in FastPath's queue when its batch forms; 0 = ask every request. In Triton 2.51's
             python backend each ``is_cancelled()`` is a stub-to-server round trip: ~0.5 ms of CPU
             per request at concurrency 32 on the 2-core dev machine, where a text's engine work is
-            ~7 ms of CPU (docs/benchmarks/scheduler_cpu_runs.md, "Variants, CPU per request"). Asking
+            ~7 ms of CPU (docs/benchmarks/serving_cpu.md). Asking
             every request pays only if more than ~7% of them are cancelled; clients cancel when
             their deadline passes, which happens after long waits, in overload, where every queued
             request has waited long and is asked. A request cancelled sooner still runs; Triton
@@ -60,7 +62,7 @@ class SchedulerConfig:
             call; pair it with ``dynamic_batching { max_queue_delay_microseconds: N }`` so Triton
             hands each call every request queued meanwhile, and several instances. Each
             response sent through a sender is its own synchronous stub-to-server round trip; on
-            the H200 that capped ``sender`` at ~1.4k requests/s per instance (docs/benchmarks/triton_gpu.md).
+            the H200 that capped ``sender`` at ~1.4k requests/s per instance (docs/benchmarks/triton_gpu_h200.md).
         inline_when_idle: ``sender`` mode: an ``execute()`` call of one request that finds the
             scheduler idle (nothing queued, running or being delivered) runs its batches itself and
             returns its response, as ``return`` mode does; the scheduler threads take over again
@@ -68,14 +70,14 @@ class SchedulerConfig:
             a call of several requests reveals a backlog in Triton (those go to the scheduler's
             queue); only requests of at most half of ``max_batch_size`` texts run inline, since
             Triton cannot put two larger ones in one call and a backlog of them would look like
-            lone requests (found in a fresh-user trial: bursts of 40- and 64-text requests were
-            served one inline call at a time and never reached the bounded queue). Saves a lone request the thread hand-offs and the response sender's round
-            trip (~0.9 ms of a ~6.8 ms request at concurrency 1 on the 2-core dev machine,
-            docs/benchmarks/scheduler_cpu_runs.md). Requests Triton delivers meanwhile wait in
+            lone requests (bursts of 40- and 64-text requests would be served one inline call at a
+            time and never reach the bounded queue). Saves a lone request the thread hand-offs and
+            the response sender's round trip (~0.9 ms of a ~6.8 ms request at concurrency 1 on the
+            2-core dev machine, docs/benchmarks/scheduler_cpu.md). Requests Triton delivers meanwhile wait in
             Triton's queue for at most that one batch.
         metrics: publish the scheduler's and the staging pool's custom metrics. Each update is a
             stub-to-server round trip; on the H200 at ~12k requests/s, publishing them from the
-            request path cost 18% throughput (runs 11 and 12, docs/benchmarks/triton_gpu.md).
+            request path cost 18% throughput (docs/benchmarks/triton_gpu_h200.md).
         metrics_interval_ms: publish metrics from a background thread every this many
             milliseconds (and at unload) instead of on the request path; the request path only
             records into local buffers. A scrape may trail the last batches by this much. 0:
@@ -131,3 +133,18 @@ class SchedulerConfig:
         check_parameter(self.cancel_check_after_us >= 0, "cancel_check_after_us", self.cancel_check_after_us,
                         ">= 0 (0 = ask every request)")
         check_parameter(self.drain_timeout_s > 0, "drain_timeout_s", self.drain_timeout_s, "> 0")
+
+    def queue_options(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~fastpath.scheduling.BatchQueue` (and ``ShapeBatchQueue``)
+        this config sets, in seconds: ``batch_buckets``, a fresh ``costs`` model, ``max_queue_delay_s``,
+        ``deadline_margin_s`` and ``min_padding_gain``. The queue bound and the length buckets are
+        the model's to add (texts or images)."""
+        return {"batch_buckets": self.batch_buckets, "costs": CostModel(self.cost_ewma_alpha),
+                "max_queue_delay_s": self.max_queue_delay_us * 1e-6, "deadline_margin_s": self.deadline_margin_us * 1e-6,
+                "min_padding_gain": self.min_padding_gain}
+
+    def runner_options(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`~fastpath.scheduling.BatchRunner` this config sets, in
+        seconds: ``stage_lead_s``, ``check_cancellation`` and ``cancel_check_after_s``."""
+        return {"stage_lead_s": self.stage_lead_us * 1e-6, "check_cancellation": self.check_cancellation,
+                "cancel_check_after_s": self.cancel_check_after_us * 1e-6}

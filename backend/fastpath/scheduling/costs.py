@@ -29,7 +29,7 @@ import threading
 
 # Priors used only until two distinct shapes have been measured (warm-up measures several at load):
 # a few milliseconds per call plus ~0.1 ms per padded token, the order of ONNX Runtime fp32
-# all-MiniLM-L6-v2 on an idle 2-core CPU (../shared/ENVIRONMENT.md: ~35-40 sequences/s at 128 tokens).
+# all-MiniLM-L6-v2 on an idle 2-core CPU (~35-40 sequences/s at 128 tokens).
 PRIOR_OVERHEAD_S = 2e-3
 PRIOR_PER_TOKEN_S = 1e-4
 FIT_WEIGHT_CAP = 8  # a cell's weight in the linear fit: its measurement count, at most this

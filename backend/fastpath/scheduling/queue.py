@@ -208,9 +208,9 @@ class BatchQueue(CandidateRanking):
 
         ``full`` yields to ``delay``: once the oldest text has waited ``max_queue_delay_s``, the
         head's batch runs even while another bucket holds a full batch, and ``full`` runs only a
-        bucket whose head has the head's priority level. Before (fresh-user trial, 2026-11-30), a
-        bucket refilled to 64 texts by sustained load ran every time, and a lone text of another
-        length (or of a better priority level) waited until the load stopped: 41 s.
+        bucket whose head has the head's priority level. Otherwise a bucket refilled to 64 texts by
+        sustained load would run every time, and a lone text of another length (or of a better
+        priority level) would wait until the load stopped (41 s under 8 clients).
         """
         overdue = now - oldest_s >= self.max_queue_delay_s
         if not overdue:
@@ -270,7 +270,7 @@ class BatchQueue(CandidateRanking):
     def next_expiry_s(self) -> float:
         """Clock time the next queued text times out (``inf`` if none can): when the driver should
         call :meth:`expire` even while every engine is busy, so a timed-out request is answered near its
-        timeout, not at the next batch (fresh-user trial: 1.4 s late under load)."""
+        timeout, not at the next batch (which can be 1.4 s later under load)."""
         heap = self._deadlines
         while heap and (heap[0][2].ticket.started or heap[0][2].ticket.done):
             heapq.heappop(heap)  # dispatched or answered: its texts no longer expire
@@ -318,7 +318,7 @@ class BatchQueue(CandidateRanking):
         """The batch of the only queued text when it runs now regardless (flush or drain): what the
         rules would form (one row at its own length; no candidate to compare), without ranking
         candidates over every length bucket. It is the c=1 inline path's whole plan (~50 us saved
-        per request on the dev machine, docs/benchmarks/scheduler_cpu_runs.md)."""
+        per request on the dev machine, docs/benchmarks/scheduler_cpu.md)."""
         index = next(g for g, group in enumerate(self._groups) if group)
         item = self._groups[index].pop()
         self._count = 0

@@ -227,7 +227,7 @@ class BatchRunner(InlineClaims):
     def _stage_step(self) -> bool:
         """Stager thread: form and stage the next batch while the engine is still running one; and
         answer texts whose timeout passes while every engine is busy (at their timeout, not at the
-        next batch: a fresh-user trial saw such 503s come 1.4 s late under load)."""
+        next batch, which can come 1.4 s later under load)."""
         with self._cond:
             while True:
                 if self._stopping:

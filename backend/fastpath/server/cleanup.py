@@ -66,7 +66,7 @@ STALE_SHM_AGE_S = 60.0  # a region this old that no process maps is left over (a
 def remove_stale_shm(min_age_s: float = STALE_SHM_AGE_S) -> list[str]:
     """Unlink this user's python-backend shared-memory regions that no live process maps and that are
     older than ``min_age_s``: what a tritonserver left when it and ``fastpath serve`` were both killed (``kill -9``
-    of ``fastpath serve``: Triton dies with it, nobody is left to clean; fresh-user trial, 2026-11-30).
+    of ``fastpath serve``: Triton dies with it, nobody is left to clean).
     Returns the paths removed."""
     shm = Path("/dev/shm")
     if not shm.is_dir():

@@ -1,11 +1,11 @@
 """Reload a model whose python-backend stub died while tritonserver runs on.
 
-Found 2026-11-30 (sixth session): after ``kill -9`` of ``text_embedding``'s stub, Triton 2.51 kept
-reporting the model ready (``/v2/models/text_embedding/ready`` and ``/v2/health/ready`` both 200)
-while every request failed with "Stub process 'text_embedding_0_0' is not healthy." for as long as
-the server ran. Older python backends restarted a dead stub on the next request (python_be.cc,
-"Stub process is unhealthy and it will be restarted."); this one does not, a ``load`` of the
-unchanged model is a no-op, and only unload + load brought it back. A stub can die on its own (the
+After ``kill -9`` of ``text_embedding``'s stub, Triton 2.51 keeps reporting the model ready
+(``/v2/models/text_embedding/ready`` and ``/v2/health/ready`` both 200) while every request fails
+with "Stub process 'text_embedding_0_0' is not healthy." for as long as the server runs. Older
+python backends restarted a dead stub on the next request (python_be.cc, "Stub process is unhealthy
+and it will be restarted."); this one does not, a ``load`` of the unchanged model is a no-op, and
+only unload + load brings it back. A stub can die on its own (the
 kernel's OOM killer, a native crash in an engine), and readiness probes would keep routing traffic
 to the broken model.
 
@@ -21,10 +21,10 @@ the same instance name, runs before the old one stops. A model that needs more t
 so, as when a reload fails; ``fastpath serve`` then stops the server and exits 1, so that an
 orchestrator restarts it. Not covered (Triton 2.51): requests that were inside the dead stub are
 never answered, its instance never finishes unloading, tritonserver itself sometimes aborts on a
-stub death under load (boost ``lock_exception``; 2 of ~27 kills in a trial), and a stopped
+stub death under load (boost ``lock_exception``; 2 of ~27 kills), and a stopped
 (``SIGSTOP``) stub is not seen.
 A reloaded model starts on its default version: a live swap does not survive it (as with any
-reload, docs/swaps.md).
+reload, docs/design/hot-swap.md).
 
 In the container image tritonserver is not a child of ``fastpath serve`` (docker/entrypoint.py
 replaces itself with it), so nothing reloads there; instead the Kubernetes liveness probe and the

@@ -92,8 +92,8 @@ class RepositoryApi:
         Triton finishes a model's in-flight requests before it finalizes the model's instances, and
         FastPath's ``finalize`` drains its scheduler, so every accepted request is answered. Used
         before stopping tritonserver: Triton 2.51's own shutdown first waits for open HTTP
-        connections for the whole exit timeout (server PR 6986), and an idle keep-alive client left
-        the models no time to drain (fresh-user trial, 2026-11-30).
+        connections for the whole exit timeout (server PR 6986), and an idle keep-alive client would leave
+        the models no time to drain.
 
         Returns:
             The models asked to unload (empty when Triton did not answer).

@@ -4,7 +4,7 @@ all-MiniLM-L6-v2's shipped ``tokenizer.json`` is configured to truncate at 128 t
 sequence to a fixed 128 (its ``truncation``/``padding`` sections). sentence-transformers ignores
 both: it truncates at the model's ``max_seq_length`` (256) and pads to the longest sequence of the
 batch. Loading the file as-is would therefore cut texts at 128 tokens and pad everything to 128, so
-:class:`TextTokenizer` resets both settings (../shared/cases K02).
+:class:`TextTokenizer` resets both settings, so a text's tokens never depend on its batch neighbours.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def decode_texts(values: np.ndarray, *, tensor: str, max_text_bytes: int) -> lis
     """Decode a Triton BYTES tensor into Python strings.
 
     Policy for invalid UTF-8: the request fails with a 400 naming the tensor, the element and the
-    offending byte (../shared/cases K03). NUL and other control characters are valid UTF-8 and are
+    offending byte. NUL and other control characters are valid UTF-8 and are
     left to the tokenizer, which drops them as sentence-transformers does.
 
     Args:
@@ -136,7 +136,7 @@ class TextTokenizer:
         the prefix's tokens are exactly the first tokens of the whole text; when the prefix alone
         already overflows ``max_seq_length``, its truncated encoding *is* the text's. Otherwise
         (few tokens in many characters) the whole text is tokenized. Without this, a 1 MiB text
-        took 1.4-1.8 s and its overflow encodings hundreds of MB (fresh-user trial, 2026-11-29).
+        takes 1.4-1.8 s and its overflow encodings hundreds of MB.
 
         Returns:
             One ``tokenizers.Encoding`` per text; ``len(e.ids)`` <= ``max_seq_length``, and

@@ -13,7 +13,7 @@ def read_input(pb_utils: Any, request: Any, name: str) -> np.ndarray:
     """Return input ``name`` of ``request`` as a numpy array.
 
     Raises:
-        InvalidInputError: the input is missing, or has a zero-sized dimension (../shared/cases K04).
+        InvalidInputError: the input is missing, or has a zero-sized dimension.
     """
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:

@@ -1,6 +1,6 @@
 """FastPath scheduler metrics on Triton's metrics endpoint (``pb_utils.MetricFamily``).
 
-Verified on this Triton 2.51 python backend (probe model, 2026-11-29): ``MetricFamily`` offers
+In Triton 2.51's python backend (verified with a probe model) ``MetricFamily`` offers
 COUNTER, GAUGE and HISTOGRAM, and a HISTOGRAM metric takes its ``buckets`` at creation. A family is
 removed from the endpoint when its Python object is garbage-collected, so this class keeps every
 family and metric alive until :meth:`SchedulerMetrics.close`.
@@ -13,9 +13,9 @@ Why ``pid``. In Triton 2.51 two ``pb_utils`` metrics with the same family name a
 prometheus-cpp series, but each stub's family counts references to it on its own
 (``MetricFamily::Remove`` in triton-inference-server/core src/metric_family.cc). So when one stub
 drops the shared series (a failed or replaced load, one of two instances unloading) the others keep a
-dangling pointer and their next increment writes freed memory: tritonserver died with
+dangling pointer and their next increment writes freed memory: tritonserver dies with
 "malloc_consolidate(): unaligned fastbin chunk detected" / SIGSEGV after a failed reload followed by
-a good one, twice (upstream triton-inference-server/server issue 8663, open). A label unique to the
+a good one (upstream triton-inference-server/server#8663, open). A label unique to the
 stub process means no two stubs ever share a series. The cost: a reload or a second instance is a
 new series (the same as prometheus_client's multiprocess ``pid`` label).
 
@@ -40,7 +40,7 @@ Families:
 
 Cost. Every ``pb_utils`` metric call (``observe``, ``increment``, ``set``) is a synchronous
 stub-to-server round trip; on the H200, publishing per text and per batch from the request path cost
-18% of served throughput (docs/benchmarks/triton_gpu.md, run 12). So by default
+18% of served throughput (docs/benchmarks/triton_gpu_h200.md). So by default
 (``metrics_interval_ms`` > 0) the request path only records into local buffers, a few list appends
 per engine call, and :class:`MetricsFlusher` publishes them from its own thread every interval and
 at unload: counters as one increment per interval, histograms one observation per engine call. A

@@ -7,7 +7,7 @@ returned as ``execute()``'s list (``response_mode=return``); docs/design/schedul
 
 Responses carry only the outputs the client requested (:func:`select_outputs`). On Triton 2.51 a
 response sent through a response sender after ``execute()`` returned that also carries outputs the
-client did not request killed the stub (probe runs 2 and 3 on the H200, docs/benchmarks/triton_gpu.md).
+client did not request kills the stub (seen on the H200; docs/known-issues.md).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def priority_level(request: Any, sched: SchedulerConfig) -> int:
     FastPath reads this parameter: 1 = highest .. ``priority_levels``; 0, absent or above the
     levels = ``default_priority_level`` (Triton's rule). It is checked even when priorities are
     off (``priority_levels`` = 0, every request at the default level), so a client's bad value is
-    reported, not silently ignored (found by a fresh-user trial).
+    reported, not silently ignored.
 
     Raises:
         InvalidInputError: the parameter is not a non-negative integer (Triton's priority is unsigned).

@@ -1,8 +1,7 @@
-"""Load-time self-test of the python-backend stub environment (../shared/cases K06).
+"""Load-time self-test of the python-backend stub environment.
 
 Triton 2.51's python-backend stub is compiled against numpy 1.x. With numpy 2.x in the stub,
-every response fails with "output tensor shape does not match size of output" (measured here, see
-../shared/ENVIRONMENT.md). FastPath refuses to load in such an environment, with a message that
+every response fails with "output tensor shape does not match size of output". FastPath refuses to load in such an environment, with a message that
 says why, instead of failing every request.
 """
 

@@ -2,16 +2,15 @@
 
 Triton 2.51's python-backend stub outlives its server when the server dies without stopping it: a
 crash (a >4 MB JSON body, upstream triton-inference-server/server#5840) or a SIGKILL (`fastpath
-serve` killed, its tritonserver following through PR_SET_PDEATHSIG). Found by a fresh-user trial:
-stubs with parent PID 1 ran for an hour holding ~250 MB and a /dev/shm region each, ignoring SIGTERM.
+serve` killed, its tritonserver following through PR_SET_PDEATHSIG). Left alone, such stubs, with
+parent PID 1, run on for hours holding ~250 MB and a /dev/shm region each, ignoring SIGTERM.
 Such a stub is stuck: a thread blocked in a ``pb_utils`` call (a metric update, a response send)
 waits forever for the dead server's reply while holding the GIL, so no Python thread of the stub can
 act (seen with py-spy: the metrics flusher in ``Metric.set``, every other thread parked).
 
 So the watchdog is a separate process, a POSIX ``sh`` loop started from the stub: once a second it
-reads the stub's ``/proc/<pid>/stat`` (with the shell's own ``read``: the only process it starts per
-second is ``sleep``; it started ``cut`` twice a second before, one more fork and exec per stub per
-second); when the stub's parent is no longer the tritonserver that
+reads the stub's ``/proc/<pid>/stat`` (with the shell's own ``read``, not ``cut``: the only process it
+starts per second is ``sleep``); when the stub's parent is no longer the tritonserver that
 started it, it sends SIGKILL to the stub, but only if the process is still the same stub (same start
 time, so a reused PID is never touched). When the stub exits normally the loop ends by itself.
 (``PR_SET_PDEATHSIG`` in the stub would fire when the *thread* of tritonserver that spawned it ends,

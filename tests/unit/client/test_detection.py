@@ -43,7 +43,7 @@ def test_encoded_bytes_go_to_the_bytes_input():
     (b"\x89PNG", r"image 2: .* takes raw UINT8 pixels .*decode first"),
     (np.zeros((4, 4, 3), np.float32), r"image 2: dtype float32, expected uint8"),
     (np.zeros((4, 4, 4), np.uint8), r"image 2: shape \[4, 4, 4\] does not fit input IMAGE dims \[-1, -1, -1, 3\]"),
-    (np.zeros(5, np.uint8), r"image 2: shape \[5\] has 1 dimensions; expected HxWx3 RGB"),  # fresh-user trial
+    (np.zeros(5, np.uint8), r"image 2: shape \[5\] has 1 dimensions; expected HxWx3 RGB"),
     (np.zeros((2, 4, 4, 3), np.uint8), r"image 2: shape \[2, 4, 4, 3\] has 4 dimensions; .*one image per list item"),
     ("page.png", r"image 2 is a file name \('page.png'\), not an image: pass its bytes"),
 ])

@@ -32,7 +32,7 @@ GRPC_CONFIG = {"config": {
 
 
 def test_text_array_keeps_every_byte_in_an_object_array():
-    """K03: trailing NULs, emoji, CJK and raw invalid UTF-8 bytes survive; numpy S would drop b"\\x00"."""
+    """Trailing NULs, emoji, CJK and raw invalid UTF-8 bytes survive; numpy S would drop b"\\x00"."""
     texts = [" 😃 hello how are you", "的人有", "abc\x00", b"abc\x00", b"\xff\xfe\xfd", ""]
     array = text_array(texts)
     assert array.dtype == np.object_ and array.shape == (6, 1)

@@ -1,7 +1,6 @@
 """The TensorRT runtime without TensorRT: imports cleanly, says what is missing, plans and cache keys.
 
-TensorRT cannot be installed on the machines here (../shared/ENVIRONMENT.md); the tests that need
-it skip naming the package.
+The tests that need TensorRT skip, naming the package, where it is not installed.
 """
 
 import importlib.util

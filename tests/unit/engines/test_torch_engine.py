@@ -42,7 +42,7 @@ def fp32_engine(package_weights):
 
 
 def test_plain_torch_bert_matches_sentence_transformers(fp32_engine, tokenizer, reference):
-    """fp32 weights, fp32 compute: the same function as sentence-transformers, blank texts included (K01)."""
+    """fp32 weights, fp32 compute: the same function as sentence-transformers, blank texts included."""
     out = fp32_engine.infer(feeds(tokenizer, TEXTS))["embedding"]
     np.testing.assert_allclose(out, reference(TEXTS), atol=1e-5)
     assert np.isfinite(out).all()
@@ -54,7 +54,8 @@ def test_fp16_artifact_is_within_fp16_rounding(tokenizer, reference):
     assert ((out * reference(TEXTS)).sum(1)).min() >= 0.9999
 
 
-def test_k02_row_does_not_depend_on_neighbours_or_padding(fp32_engine, tokenizer):
+def test_an_embedding_does_not_depend_on_its_batch_neighbours_or_padding(fp32_engine, tokenizer):
+    """"hello world" gives the same row alone, beside a 256-token text, and in a batch padded to 200 tokens."""
     alone = fp32_engine.infer(feeds(tokenizer, ["hello world"]))["embedding"][0]
     long_text = " ".join(["Padding must never change a neighbour's embedding."] * 40)
     together = fp32_engine.infer(feeds(tokenizer, ["hello world", long_text]))["embedding"][0]
@@ -132,7 +133,7 @@ def test_fp8_linear_is_close_to_float():
 
 
 def test_a_standby_engine_that_does_not_fit_the_device_is_refused_naming_both_figures():
-    """issue 5: a live swap needs the serving and the standby engine at once; too little free device
+    """A live swap needs the serving and the standby engine at once; too little free device
     memory refuses the load (the swap) instead of swapping sequentially."""
     from fastpath.engines.torch.engine import HEADROOM_BYTES, check_device_memory, device_bytes_needed
 

@@ -1,4 +1,4 @@
-"""Host staging: real rows padded on the right, filler rows of valid data after them (K02, K08)."""
+"""Host staging: real rows padded on the right, filler rows of valid data after them, never stale rows."""
 
 import numpy as np
 import pytest

@@ -204,9 +204,9 @@ def test_pad_to_longest_pads_a_batch_to_its_longest_text_not_its_bucket(clock, a
 
 @pytest.mark.parametrize("order", [(4, 224), (224, 4)])
 def test_a_short_text_does_not_ride_along_with_a_long_one_whatever_the_order(answers, clock, order):
-    """../shared/cases-style report (fresh-user trial): one request [4-token, 224-token] ran as one batch
-    padded to 224 (0.49 padding, ~2x the latency) while the reversed request ran as two batches. Merging
-    must beat running each bucket's texts on their own, not just the short anchor's tiny batch."""
+    """A request [4-token, 224-token] and its reverse both run as two batches on a CPU, not one batch
+    padded to 224 (0.49 padding, ~2x the latency): merging must beat running each bucket's texts on
+    their own, not just the short anchor's tiny batch."""
     queue = make_queue(CPU, max_queue_delay_s=0.0, min_padding_gain=1.1)
     submit(queue, clock, request(answers, list(order)))
     first = queue.next_batch(clock.now(), flush=True).batch
@@ -224,7 +224,7 @@ def test_with_per_call_overhead_a_short_text_still_joins_a_long_batch(answers, c
 
 def test_a_started_request_does_not_time_out_between_its_batches(answers, clock):
     """Triton's timeout covers the wait before execution: once one text of a request ran, the rest
-    is not expired (trial: a lone [4, 224]-token request with a 2-30 ms timeout failed on an idle server)."""
+    is not expired (a lone [4, 224]-token request with a 2-30 ms timeout succeeds on an idle server)."""
     queue = make_queue(CPU, max_queue_delay_s=0.0)
     items = submit(queue, clock, request(answers, [4, 224]), timeout_s=2e-3)
     first = queue.next_batch(clock.now(), flush=True)
@@ -257,9 +257,9 @@ def test_a_lone_flushed_text_forms_the_batch_the_full_rules_would(answers, clock
     assert batches[0][2] == ("deadline" if timeout_s == 1e-4 else "drain")
 
 
-# Fresh-user trial, 2026-11-30 (eighth session): 8 clients kept one length bucket full with 64-text
-# requests; a lone text of another length got its answer after 41 s (when the load stopped), a timed
-# one expired, and a priority-1 text waited 31 s. The rules below are that report's right values.
+# Sustained load (8 clients keeping one length bucket full with 64-text requests) must not starve other
+# texts: a lone text of another length, a timed one, and a priority-1 one each run within a few batches,
+# not when the load stops (41 s, an expiry, 31 s without the rules below).
 
 def _keep_full(queue, clock, answers, tokens=20, priority_level=0):
     """Refill one length bucket to a full largest batch (sustained load of 64-text requests)."""
@@ -291,7 +291,7 @@ def test_a_full_bucket_of_a_worse_priority_level_does_not_pass_a_better_text(ans
 
 def test_a_timed_text_runs_before_a_batch_that_would_outlast_its_deadline(answers, clock):
     """A 64-text batch runs ~0.13 s here: a text whose timeout ends within it must go first, not
-    expire behind it (the trial's 3 s timeouts expired 5 of 6 times under load)."""
+    expire behind it."""
     queue = make_queue(CPU, max_queue_delay_s=1.0)
     _keep_full(queue, clock, answers)
     (timed,) = submit(queue, clock, request(answers, [4]), timeout_s=0.1)
@@ -304,8 +304,9 @@ def test_a_timed_text_runs_before_a_batch_that_would_outlast_its_deadline(answer
 
 
 def test_a_burst_of_requests_spread_over_buckets_finishes_roughly_in_arrival_order(answers, clock):
-    """12 requests of 64 texts over two length buckets, 50 ms apart, on one engine: before the fix
-    all 12 finished together at the end (each request's last texts waited in a bucket that was not full)."""
+    """12 requests of 64 texts over two length buckets, 50 ms apart, on one engine finish roughly in
+    arrival order, not all 12 together at the end (each request's last texts waiting in a bucket that is
+    not full)."""
     queue = make_queue(CPU, max_queue_delay_s=2e-3)
     requests = []
     finished: dict[int, float] = {}

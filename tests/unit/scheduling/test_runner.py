@@ -168,8 +168,8 @@ def test_a_request_still_queued_at_its_timeout_gets_unavailable(runner, handler,
 
 
 def test_a_request_timing_out_while_the_engine_is_busy_is_answered_at_its_timeout(runner, handler, answers, clock):
-    """Fresh-user trial: under load a 1 ms timeout was answered 1.4 s late, at the next batch. The
-    stager now wakes at the queue's next expiry, so the 503 goes out while the engine still runs."""
+    """A 1 ms timeout under load is answered at its timeout, not 1.4 s late at the next batch: the
+    stager wakes at the queue's next expiry, so the 503 goes out while the engine still runs."""
     handler.gate = threading.Event()  # the running batch never ends during this test
     running = request(answers, [200] * 64, label="running")
     runner.submit(running)  # predicted to run ~1.6 s
@@ -439,8 +439,8 @@ def test_an_idle_runner_can_be_claimed_for_one_inline_call(clock, handler, answe
 
 
 def test_check_room_refuses_before_preparation_and_counts_the_rejection(clock, handler, answers):
-    """text_detection asks before decoding a request's images (fresh-user trial: with decoding first,
-    queue-full 503s came 5-20 s late); the answer is submit's own."""
+    """text_detection asks before decoding a request's images (with decoding first, queue-full 503s
+    would come 5-20 s late); the answer is submit's own."""
     runner = BatchRunner(make_queue(CPU, max_texts=4), handler, clock=clock, observer=Recorder())
     runner.submit(request(answers, [10, 10, 10]))
     runner.check_room(1)  # room for one more

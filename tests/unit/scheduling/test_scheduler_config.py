@@ -7,6 +7,7 @@ import pytest
 from fastpath.config import parse_parameters, parse_sections
 from fastpath.errors import ConfigError
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
+from fastpath.scheduling import BatchQueue
 from fastpath.scheduling.config import SchedulerConfig
 
 
@@ -69,3 +70,16 @@ def test_metrics_false_gives_an_observer_that_publishes_nothing():
     assert type(observer) is SchedulerObserver
     with pytest.raises(ConfigError, match="'response_mode' = 'later': expected one of sender, return"):
         parse_sections({"response_mode": "later"}, TextEmbeddingConfig, SchedulerConfig)
+
+
+def test_queue_and_runner_options_convert_every_microsecond_parameter_to_seconds():
+    """Invariant: each *_us parameter reaches the queue and runner as the same duration in seconds (x 1e-6)."""
+    sched = SchedulerConfig(max_queue_delay_us=2500, deadline_margin_us=700, stage_lead_us=300, cancel_check_after_us=40,
+                            batch_buckets=(1, 2, 8), min_padding_gain=1.25, cost_ewma_alpha=0.5, check_cancellation=False)
+    queue = sched.queue_options()
+    assert queue["max_queue_delay_s"] == pytest.approx(2.5e-3) and queue["deadline_margin_s"] == pytest.approx(7e-4)
+    assert (queue["batch_buckets"], queue["min_padding_gain"], queue["costs"].alpha) == ((1, 2, 8), 1.25, 0.5)
+    assert queue["costs"] is not sched.queue_options()["costs"]  # each queue learns its own costs
+    assert sched.runner_options() == {"stage_lead_s": pytest.approx(3e-4), "check_cancellation": False,
+                                      "cancel_check_after_s": pytest.approx(4e-5)}
+    BatchQueue(**queue, length_buckets=(16, 256), max_texts=64)  # the options are the queue's own keywords

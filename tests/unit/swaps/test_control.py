@@ -113,7 +113,7 @@ def test_status_reports_pickup_and_the_instance_details(tmp_path):
     (tmp_path / "repo" / "m" / "config.pbtxt").write_text('name: "m"')
     slots = EngineSlots(1, Engine(1))
     agent = SwapAgent(ControlPlane(tmp_path / "state", "m"), "m_0", slots, Engine, _refuse_3, poll_s=0.002,
-                      details=lambda: {"last_swap_stages_s": {"session_s": 0.25}}).start()
+                      details=lambda: {"last_swap_stages_s": {"engine_load_s": 0.25}}).start()
     try:
         reply = AdminService(tmp_path / "repo", tmp_path / "state", "k", timeout_s=10).handle(
             {"command": "swap", "model": "m", "version": 2, "key": "k"})
@@ -121,12 +121,12 @@ def test_status_reports_pickup_and_the_instance_details(tmp_path):
         agent.stop()
     status = reply["instances"]["m_0"]
     assert 0 <= status["pickup_s"] < 5 and status["seconds"] >= 0
-    assert status["last_swap_stages_s"] == {"session_s": 0.25}
+    assert status["last_swap_stages_s"] == {"engine_load_s": 0.25}
 
 
 def test_concurrent_posts_get_distinct_generations_and_the_last_one_stays(tmp_path):
     """Posts are serialized: without the lock a stale read-increment-write could overwrite a newer
-    generation, and the instance never saw the command its caller waited for."""
+    generation, and the instance would never see the command its caller waited for."""
     plane = ControlPlane(tmp_path / "state", "m")
     generations = []
     lock = threading.Lock()

@@ -1,8 +1,8 @@
 """Building TensorRT plans from ONNX (TensorRT 10 Python API), with a timing cache and an engine cache.
 
 Written to the TensorRT 10 documentation ("Python API", "Optimization Profiles", "Timing Cache",
-"Explicit Quantization"); TensorRT cannot be installed on the machines here
-(../shared/ENVIRONMENT.md), so only the parts without ``tensorrt`` are tested.
+"Explicit Quantization"). The unit tests cover the parts that need no ``tensorrt``; the rest
+needs a machine with TensorRT installed.
 
 - The network comes from ``trt.OnnxParser``; an INT8 QDQ ONNX (from ``fastpath build``) is an
   explicitly quantized network: its Q/DQ nodes decide which layers run in INT8, and the INT8 and

@@ -1,7 +1,7 @@
 """all-MiniLM-L6-v2 in plain PyTorch: BERT encoder + mean pooling + L2 normalization.
 
-No ``transformers`` at serve time: the python-backend stub on the GPU machine runs with numpy 1.x,
-where ``transformers`` fails to import (../shared/ENVIRONMENT.md). The math follows Hugging Face
+No ``transformers`` at serve time: the python-backend stub runs with numpy 1.x, where
+``transformers`` fails to import. The math follows Hugging Face
 ``BertModel`` (post-LayerNorm encoder, exact-erf GELU, absolute position embeddings) and
 sentence-transformers' ``Pooling(mean)`` + ``Normalize``:
 
@@ -12,7 +12,8 @@ sentence-transformers' ``Pooling(mean)`` + ``Normalize``:
     out    = mean / max(||mean||_2, 1e-12)                          # float32 [B, hidden]
 
 Attention is ``torch.nn.functional.scaled_dot_product_attention`` with a boolean key mask, so
-padding tokens never contribute to a real token's result (../shared/cases K02).
+padding tokens never contribute to a real token's result: a text's embedding does not depend on
+its batch neighbours.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ builds :class:`~fastpath.engines.torch.bert.BertEmbedder` and hands it to a
 (batch, length) bucket into one shared pool, largest first, after warm-up.
 
 Imports only torch, numpy and safetensors: it loads inside the Triton python-backend stub, where
-numpy is 1.x and ``transformers`` does not import (../shared/ENVIRONMENT.md). On a machine
+numpy is 1.x and ``transformers`` does not import. On a machine
 without CUDA it runs eagerly on the CPU (same padding and slicing), which is what the unit tests use.
 """
 
@@ -80,7 +80,7 @@ class TorchEngine(Engine):
         batch_sizes: batch buckets to capture.
         lengths: sequence-length buckets (tokens) to capture; at most max_position_embeddings.
         use_graphs: capture and replay CUDA graphs (ignored on CPU, which always runs eagerly).
-        check_addresses: verify static buffers never move between capture and replay (K08).
+        check_addresses: verify static buffers never move between capture and replay.
         capture: capture at construction (otherwise call :meth:`warmup`).
         intra_op_threads: CPU threads for eager CPU runs; 0 leaves PyTorch's default.
         sync: ``blocking`` (sleep on a blocking-sync CUDA event) or ``spin`` (busy-wait) while a

@@ -29,7 +29,7 @@ class TextDetectionConfig:
             (:func:`fastpath.engines.cpus.ort_intra_op_threads`).
         limit_side_len_px: the longer resized side is at most this many pixels (a multiple of 32).
         max_image_pixels: largest accepted height * width of one image; larger images get a 400
-            before any decode or resize buffer is allocated (../shared/cases K07, K10). The default
+            before any decode or resize buffer is allocated. The default
             is 8192 * 8192 (192 MiB as uint8 RGB).
         max_request_pixels: largest accepted sum of height * width over the images of one request.
         max_images_per_request: most images one request may carry.

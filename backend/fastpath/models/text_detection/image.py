@@ -13,7 +13,7 @@ composited over white, 16-bit samples are scaled to 8 bits by ``round(v / 257)``
 
 Pixel limits are checked on the shapes alone (array shape, or the PNG/JPEG header read by Pillow
 without decoding), so an oversized request gets a 400 before any decode or conversion buffer is
-allocated (../shared/cases K07, K10).
+allocated.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def probe_encoded(data: bytes, *, index: int, max_image_pixels: int | None = Non
                                 f"by its header, far above {limit}; downscale it") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         kind = next((name for signature, name in SIGNATURES.items() if data.startswith(signature)), None)
-        if kind is not None:  # e.g. the first 300 bytes of a JPEG (fresh-user trial): say what it is
+        if kind is not None:  # e.g. the first 300 bytes of a JPEG: say what it is
             raise InvalidInputError(f"input {BYTES_INPUT} element {index} ({len(data)} bytes) starts like a {kind} file but its "
                                     f"header could not be read ({exc}); the file is corrupt or truncated") from None
         # Pillow's UnidentifiedImageError text names only its internal file object ("<_io.BytesIO object at 0x...>")

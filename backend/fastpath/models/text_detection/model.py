@@ -10,7 +10,7 @@ request shapes). A request carries exactly one of the two inputs:
     BOX_COUNTS   TYPE_INT32  [N]           boxes per image: image i owns rows sum(BOX_COUNTS[:i]) ... + BOX_COUNTS[i].
 
 An image without text gives BOX_COUNTS 0 and, for a one-image request, BOXES [0, 4, 2] and
-SCORES [0] (../shared/cases K05).
+SCORES [0].
 
 ``execute`` decodes, validates and resizes each request's images in Triton's thread (a bad
 request gets its own 400 at once), hands one work item per image to FastPath's scheduler
@@ -39,7 +39,7 @@ from fastpath.models.text_detection.batches import DetectionBatchHandler, check_
 from fastpath.models.text_detection.config import DetectionSchedulerConfig, TextDetectionConfig
 from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
-from fastpath.scheduling import BatchRunner, CostModel, ShapeBatchQueue, Ticket, WorkItem
+from fastpath.scheduling import BatchRunner, ShapeBatchQueue, Ticket, WorkItem
 from fastpath.triton.io import error_response, input_rows, read_input
 from fastpath.triton.scheduled import (
     close_scheduled,
@@ -101,12 +101,9 @@ class TextDetectionModel:
         self.metrics_flusher, on_batch = metrics_flusher(sched, self.metrics, self.pool_metrics,
                                                          args.get("model_instance_name", MODEL_NAME))
         self.handler = DetectionBatchHandler(self.detector, self.pool, on_batch=on_batch)
-        queue = ShapeBatchQueue(batch_buckets=sched.batch_buckets, costs=CostModel(sched.cost_ewma_alpha),
-                                max_queue_delay_s=sched.max_queue_delay_us * 1e-6, max_items=sched.max_queue_texts,
-                                deadline_margin_s=sched.deadline_margin_us * 1e-6, min_padding_gain=sched.min_padding_gain)
-        self.runner = BatchRunner(queue, self.handler, observer=self.metrics, stage_lead_s=sched.stage_lead_us * 1e-6,
-                                  check_cancellation=sched.check_cancellation,
-                                  cancel_check_after_s=sched.cancel_check_after_us * 1e-6, name=args.get("model_name", MODEL_NAME))
+        queue = ShapeBatchQueue(**sched.queue_options(), max_items=sched.max_queue_texts)
+        self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=args.get("model_name", MODEL_NAME),
+                                  **sched.runner_options())
         if sched.warmup:
             warm_up(self.handler, queue.costs, self.runner.clock, sched.batch_buckets)
         self.runner.start()
@@ -138,7 +135,7 @@ class TextDetectionModel:
         arrival_s = self.runner.clock.now()  # the call's requests wait while earlier ones decode: timeouts count from here
         for request in requests:
             sender = request.get_response_sender()
-            try:  # a full queue answers 503 before the images are decoded (trial: 503s came 5-20 s late)
+            try:  # a full queue answers 503 before the images are decoded, not 5-20 s late after them
                 self.runner.check_room(self._image_count(request))
             except Exception as exc:
                 send_final(pb, sender, error_response(pb, exc))

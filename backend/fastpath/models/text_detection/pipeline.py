@@ -102,7 +102,7 @@ def concatenate(detections: Sequence[Detection]) -> tuple[np.ndarray, np.ndarray
 
 
 def check_engine_io(engine: Engine, config: TextDetectionConfig) -> None:
-    """Refuse an artifact whose tensors cannot serve the config (../shared/cases K09).
+    """Refuse an artifact whose tensors cannot serve the config.
 
     Needs one float32 input [batch, 3, height, width] with dynamic height and width (and a dynamic
     batch unless ``max_batch_images`` is 1), and a first output [batch, 1, height, width].

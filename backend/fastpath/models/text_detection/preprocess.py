@@ -10,7 +10,7 @@ so that tiny images (1x1, 31x31) still give a valid network input instead of rap
     resized = cv2.resize(image, (w', h'))                # bilinear (INTER_LINEAR), uint8
     x = (pixel / 255 - 0.5) / 0.5                        # mean = std = 0.5 per channel
 
-Examples with limit 960 (../shared/cases K10): 1x1 and 31x31 -> 32x32, 33x50 -> 32x64,
+Examples with limit 960: 1x1 and 31x31 -> 32x32, 33x50 -> 32x64,
 641x479 -> 640x480, 100x3000 -> 32x960, 8000x8000 -> 960x960.
 
 PP-OCR models are trained on OpenCV-decoded (BGR) images, so the planes are written in B, G, R order.

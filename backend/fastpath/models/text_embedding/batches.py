@@ -62,10 +62,11 @@ class EmbeddingBatchHandler:
     """Stages, runs and delivers one scheduler batch with the tokenizer and the active engine slot.
 
     Each batch's three inputs are padded straight into one block leased from the host staging pool
-    (page-locked when CUDA is present, so the engine's host-to-device copy is one DMA per input;
-    issue 4): that single copy is the batching. ``run`` releases the lease once the engine has
+    (page-locked when CUDA is present, so the engine's host-to-device copy is one DMA per input):
+    that single copy is the batching. ``run`` releases the lease once the engine has
     returned. Filler rows (batch bucket > real texts) are ``[CLS] [SEP]``, the encoding of the
-    empty text; they never reach a response (../shared/cases K02). ``run`` leases the active slot of
+    empty text; they never reach a response, so a text's row does not depend on its batch
+    neighbours. ``run`` leases the active slot of
     :class:`~fastpath.models.text_embedding.versions.VersionedEmbedder` for the batch, so a batch dispatched
     before a swap finishes on the old version and every row knows its version.
 
@@ -148,7 +149,7 @@ class EmbeddingBatchHandler:
 
 
 def register_allocation_counters(pool: BlockPool, engine: Any) -> None:
-    """Profile counters of allocations since now (steady state, issue 4): the staging pool's
+    """Profile counters of allocations since now (steady state allocates nothing): the staging pool's
     allocator calls and, for the torch runtime on CUDA, the caching allocator's device allocations."""
     base = pool.stats().allocations
     PROFILE.counter("staging_pool.allocations", lambda: pool.stats().allocations - base)

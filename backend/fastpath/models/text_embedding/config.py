@@ -26,12 +26,12 @@ class TextEmbeddingConfig:
         max_seq_length: truncation length in tokens, [CLS] and [SEP] included. 256 is
             all-MiniLM-L6-v2's ``max_seq_length`` (sentence_bert_config.json).
         max_text_bytes: largest accepted UTF-8 size of one text, in bytes; larger texts get a 400
-            before tokenization (../shared/cases K07).
+            before tokenization.
         max_batch_texts: most texts the engine runs in one call.
         length_buckets_tokens: padded sequence lengths; a batch pads to the smallest bucket that
             holds its longest member, never beyond ``max_seq_length``.
         cuda_sync: torch runtime on CUDA: how an instance waits for its batch. ``spin`` (busy-wait,
-            the default: faster on the H200, run 17) or ``blocking`` (the thread sleeps on a
+            the default: faster on the H200, docs/benchmarks/triton_gpu_h200.md) or ``blocking`` (the thread sleeps on a
             ``cudaEventBlockingSync`` event, leaving its core free; for hosts short of cores).
         concurrent_batches: ONNX Runtime on the CPU: batches one instance runs at once, each on
             its own engine lane (an ONNX Runtime session of ``intra_op_threads`` / lanes threads;
@@ -41,14 +41,14 @@ class TextEmbeddingConfig:
             dev machine at concurrency 32: two one-thread lanes served ~1.3x the throughput of one
             two-thread session, because an operator of a multi-threaded session waits at its
             barrier for a thread the OS gave to Triton, the client or the stub, and three lanes did
-            worse than two (docs/benchmarks/scheduler_cpu_runs.md). Other runtimes: 0 or 1 (scale
+            worse than two (docs/benchmarks/scheduler_cpu.md). Other runtimes: 0 or 1 (scale
             them with the instance_group count).
         tokenizer_parallelism: let HF tokenizers spread one ``execute()``'s texts over its Rayon
             thread pool (one thread per core, in every instance's process). Off by default: each
             Triton instance is already its own process, and the pool's threads cost CPU that the
-            engine, Triton and the other instances need. Measured on this 2-core machine, 24 texts
+            engine, Triton and the other instances need. Measured on a 2-core machine, 24 texts
             per call: parallel 34 us/text wall but 64 us/text CPU, sequential 50 us/text both. On
-            the H200 host (16 cores, 6 instances, run 17): off served 15.5k one-text requests/s at
+            the H200 host (16 cores, 6 instances): off served 15.5k one-text requests/s at
             c=256 against 13.7k with it on (stub CPU 295 vs 413 us/request), while bulk requests of
             32 texts at c=32, with cores to spare, ran 35k texts/s off against 44k on.
     """

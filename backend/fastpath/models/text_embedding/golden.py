@@ -2,8 +2,8 @@
 
 ``golden.npz`` holds ``texts`` (unicode [N]) and ``embeddings`` (float32 [N, 384]) computed by the
 fp32 reference; the version's manifest states the tolerance as ``golden.min_cosine`` (fp32 0.9999,
-int8 0.99: the INT8 accuracy gate of the engines issue). The gate also checks that the engine's
-inputs and outputs agree with the model config (../shared/cases K09): three int64 inputs with
+int8 0.99: the INT8 accuracy gate). The gate also checks that the engine's
+inputs and outputs agree with the model config: three int64 inputs with
 dynamic batch and sequence dimensions, one float32 output of width 384.
 """
 
@@ -44,7 +44,7 @@ def write_golden(version_dir: Path, texts: tuple[str, ...], embeddings: np.ndarr
 
 
 def check_engine_io(embedder: TextEmbedder) -> None:
-    """Refuse an engine whose tensors disagree with text_embedding's config (K09).
+    """Refuse an engine whose tensors disagree with text_embedding's config.
 
     Raises:
         ArtifactError: listing the engine's input/output shapes against what the config needs.
@@ -96,7 +96,7 @@ def load_text_version(model_dir: Path, version: int, base: TextEmbeddingConfig, 
         version: the version directory to load.
         base: the serving config (artifact and precision are replaced by the manifest's).
         checksums: digests of files verified before and unchanged since (None: hash every file).
-        timings: if given, receives ``verify_s``, ``session_s`` and ``warmup_s`` (seconds).
+        timings: if given, receives ``verify_s``, ``engine_load_s`` and ``warmup_s`` (seconds).
         serving_tokenizer: the serving version's tokenizer and the sha256 of its ``tokenizer.json``.
             The version must list the same file (queued requests are already tokenized); the
             tokenizer object is then shared instead of loaded again (it holds no per-call state).
@@ -121,7 +121,7 @@ def load_text_version(model_dir: Path, version: int, base: TextEmbeddingConfig, 
         embedder = TextEmbedder(engine, serving_tokenizer[0], config)
     loaded = time.perf_counter()
     try:
-        check_engine_io(embedder)  # before running anything: a fixed-shape ONNX must fail with the shapes named (K09)
+        check_engine_io(embedder)  # before running anything: a fixed-shape ONNX must fail with the shapes named
     except ArtifactError:
         embedder.close()
         raise
@@ -131,7 +131,7 @@ def load_text_version(model_dir: Path, version: int, base: TextEmbeddingConfig, 
     except Exception:
         embedder.close()
         raise
-    timings.update(verify_s=verified - started, session_s=loaded - verified, warmup_s=time.perf_counter() - loaded)
+    timings.update(verify_s=verified - started, engine_load_s=loaded - verified, warmup_s=time.perf_counter() - loaded)
     return embedder
 
 

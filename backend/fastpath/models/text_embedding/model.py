@@ -15,7 +15,7 @@ Inputs and outputs (see ``config.pbtxt``; max_batch_size > 0, so each carries a 
 ``execute`` validates and tokenizes each request, hands its texts to FastPath's scheduler
 (:mod:`fastpath.scheduling`) and returns ``None`` at once; the scheduler's threads batch texts by
 length and cost and answer every request through its response sender with
-``TRITONSERVER_RESPONSE_COMPLETE_FINAL``. Verified on Triton 2.51 (../shared/ENVIRONMENT.md): a
+``TRITONSERVER_RESPONSE_COMPLETE_FINAL``. Verified on Triton 2.51: a
 non-decoupled python model may do this, and plain HTTP/gRPC infer works. A bad request gets its
 own 400 at once; a full queue a 503 / UNAVAILABLE. ``finalize`` drains: every accepted request
 gets exactly one response. Design: docs/design/scheduler.md.
@@ -58,7 +58,7 @@ from fastpath.models.text_embedding.batches import (
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.versions import VersionedEmbedder
 from fastpath.profiling import PROFILE
-from fastpath.scheduling import BatchQueue, BatchRunner, CostModel, Ticket, WorkItem
+from fastpath.scheduling import BatchQueue, BatchRunner, Ticket, WorkItem
 from fastpath.scheduling.config import SchedulerConfig
 from fastpath.text import decode_texts, set_tokenizer_parallelism
 from fastpath.triton.io import error_response, input_rows, read_input
@@ -90,7 +90,7 @@ def scheduler_length_buckets(buckets: tuple[int, ...], max_seq_length: int) -> t
 
 OUTPUT_NAMES = ("EMBEDDING", "TOKEN_COUNT", "TRUNCATED", "MODEL_VERSION")
 # A request's texts run in the batches of their length buckets, so a swap's flip can fall between
-# them: a fresh-user trial saw MODEL_VERSION [2, 1, 2, 2] in one response (fp32 and INT8 rows mixed).
+# them, and one response could mix versions (MODEL_VERSION [2, 1, 2, 2]: fp32 and INT8 rows).
 # Such rows run again on the active version; another flip meanwhile may repeat that, this many times.
 MAX_VERSION_RERUNS = 2
 
@@ -167,20 +167,14 @@ class TextEmbeddingModel:
         self.metrics_flusher, on_batch = metrics_flusher(sched, self.metrics, self.pool_metrics, self.profile_name)
         self.handler = EmbeddingBatchHandler(self.versions, self.pool, on_batch=on_batch)
         queue = BatchQueue(
-            batch_buckets=sched.batch_buckets,
+            **sched.queue_options(),
             length_buckets=scheduler_length_buckets(self.config.length_buckets_tokens, self.config.max_seq_length),
-            costs=CostModel(sched.cost_ewma_alpha),
-            max_queue_delay_s=sched.max_queue_delay_us * 1e-6,
             max_texts=sched.max_queue_texts,
-            deadline_margin_s=sched.deadline_margin_us * 1e-6,
-            min_padding_gain=sched.min_padding_gain,
             # ONNX Runtime on the CPU runs any shape: pad to the longest text, not up to its bucket
             pad_to_longest=not self.embedder.engine.buckets,
         )
-        self.runner = BatchRunner(queue, self.handler, observer=self.metrics, stage_lead_s=sched.stage_lead_us * 1e-6,
-                                  check_cancellation=sched.check_cancellation,
-                                  cancel_check_after_s=sched.cancel_check_after_us * 1e-6, name=args.get("model_name", "fastpath"),
-                                  lanes=self.lanes)
+        self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=args.get("model_name", "fastpath"),
+                                  lanes=self.lanes, **sched.runner_options())
         if sched.warmup:
             warm_up(self.handler, queue, self.runner.clock)
         if sched.response_mode == "sender":  # return mode runs each execute()'s batches inline instead

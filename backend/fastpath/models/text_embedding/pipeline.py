@@ -8,7 +8,7 @@ normalization. Pooling and normalization are part of the exported ONNX graph
 Batches are formed by length: texts are sorted by token count, cut into runs of at most
 ``max_batch_texts``, and each run pads only to the smallest length bucket that holds its longest
 member. Padding never changes a row's result: the attention mask excludes pad tokens from attention
-and from the mean (../shared/cases K02).
+and from the mean, so a text's embedding does not depend on its batch neighbours.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Benchmark baseline 'sync_detection': text_detection's synchronous path before issue 7's scheduler.
+"""Benchmark baseline 'sync_detection': text_detection's synchronous path, without FastPath's scheduler.
 
 Benchmark code, not product code (benchmarks/text_detection_cpu.py). ``execute`` blocks: it reads,
 decodes and resizes each request's images, runs ``TextDetector.detect`` on them (images of one

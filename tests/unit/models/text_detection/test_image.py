@@ -1,4 +1,4 @@
-"""Request images -> uint8 RGB: conversions, decoding, limits before allocation (K04, K07, K10)."""
+"""Request images -> uint8 RGB: conversions, decoding, limits before allocation."""
 
 from unittest import mock
 
@@ -166,8 +166,8 @@ def test_too_many_encoded_images_are_refused_before_probing():
 
 
 def test_a_header_pillow_refuses_to_read_gets_fastpaths_limit():
-    """Fresh-user trial: a 20000x20000 PNG got Pillow's "decompression bomb DOS attack" wording; it is
-    above FastPath's max_image_pixels by far, and the message says that limit."""
+    """A 20000x20000 PNG, which Pillow refuses as a "decompression bomb DOS attack", is far above
+    FastPath's max_image_pixels, and the message says that limit, not Pillow's wording."""
     with pytest.raises(InvalidInputError, match=r"element 0 is larger than \d+ pixels by its header, far above the limit "
                                                 r"of 67108864 pixels \(config.pbtxt parameter max_image_pixels\)") as info:
         images_from_bytes(np.array([blank_png(20000, 20000)], dtype=object), **LIMITS)
@@ -175,6 +175,6 @@ def test_a_header_pillow_refuses_to_read_gets_fastpaths_limit():
 
 
 def test_a_truncated_jpeg_header_is_called_corrupt_not_a_non_image(coffee):
-    """Fresh-user trial: the first 300 bytes of a real JPEG were 'not a PNG or JPEG file'."""
+    """The first 300 bytes of a real JPEG are called a corrupt or truncated JPEG, not 'not a PNG or JPEG file'."""
     with pytest.raises(InvalidInputError, match=r"starts like a JPEG file but its header could not be read .*corrupt or truncated"):
         images_from_bytes(np.array([jpeg_bytes(coffee)[:300]], dtype=object), **LIMITS)

@@ -1,4 +1,4 @@
-"""TextDetector: the built artifact against rapidocr in-process, batching, and artifact checks (K09)."""
+"""TextDetector: the built artifact against rapidocr in-process, batching, and artifact checks."""
 
 import json
 
@@ -101,7 +101,7 @@ def _toy_detector_onnx(path, input_shape):
 
 
 def test_fixed_batch_and_size_artifact_is_refused_listing_shapes(tmp_path):
-    """K09: a detector exported with batch 1 and 640x640 cannot serve batching and dynamic sizes."""
+    """A detector exported with batch 1 and 640x640 cannot serve batching and dynamic sizes."""
     engine = OnnxRuntimeEngine(str(_toy_detector_onnx(tmp_path / "fixed.onnx", [1, 3, 640, 640])))
     with pytest.raises(ArtifactError, match=r"height and width must be dynamic.*batch is fixed at 1 but config "
                                             r"max_batch_images = 8.*artifact inputs \[\('x', \[1, 3, 640, 640\]\)\]"):

@@ -1,4 +1,4 @@
-"""Resize policy (K10) and normalization against rapidocr's DetPreProcess."""
+"""Resize policy and normalization against rapidocr's DetPreProcess."""
 
 import numpy as np
 import pytest
@@ -22,7 +22,8 @@ from tests.unit.models.text_detection.reference import skimage_rgb
         ((960, 960), (960, 960)),
     ],
 )
-def test_resized_shape_k10_table(source_hw, expected_hw):
+def test_resized_shape_rounds_each_side_to_a_multiple_of_32_within_the_limit(source_hw, expected_hw):
+    """Each side is scaled so the longer is at most 960, then rounded to a multiple of 32 (at least 32), as rapidocr does."""
     assert resized_shape(*source_hw, 960) == expected_hw
 
 

@@ -1,4 +1,4 @@
-"""text_embedding's batch path through the host staging pool (issue 4), with the real fp32 engine:
+"""text_embedding's batch path through the host staging pool, with the real fp32 engine:
 each batch is padded once into one leased block, results equal the engine on ordinary arrays, the
 lease is back after the engine call, steady state allocates nothing, and unload releases what
 was staged but never ran."""

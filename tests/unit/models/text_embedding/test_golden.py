@@ -18,7 +18,7 @@ def test_load_reports_stages_and_second_load_hashes_nothing():
     cache, timings = ChecksumCache(), {}
     embedder = load_text_version(MODEL_DIR, 2, TextEmbeddingConfig(), checksums=cache, timings=timings)
     try:
-        assert set(timings) == {"verify_s", "session_s", "warmup_s"} and all(t >= 0 for t in timings.values())
+        assert set(timings) == {"verify_s", "engine_load_s", "warmup_s"} and all(t >= 0 for t in timings.values())
         assert embedder.config.precision == "int8"
         assert validate_text_version(embedder, MODEL_DIR / "2", checksums_verified=True) >= 0.99
     finally:

@@ -36,6 +36,6 @@ def test_versions_are_preverified_and_a_swap_hashes_nothing(tmp_path, monkeypatc
         assert versions.checksums.misses == hashed
         versions.slots.swap(2, versions._load, versions._validate)
         assert versions.checksums.misses == hashed and versions.slots.active_version == 2
-        assert set(versions.stages_s) == {"verify_s", "session_s", "warmup_s", "golden_s"}
+        assert set(versions.stages_s) == {"verify_s", "engine_load_s", "warmup_s", "golden_s"}
     finally:
         versions.close()
