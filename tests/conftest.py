@@ -48,8 +48,12 @@ def wait_for(predicate, timeout_s: float, poll_s: float = 0.05) -> bool:
 
 
 def start_server(log_dir: Path, models: tuple[str, ...] = ("text_embedding", "fastpath_admin"), repository: Path = MODEL_REPOSITORY,
-                 extra_args: tuple[str, ...] = (), admin_key: str = ""):
-    """Start tritonserver on free ports and wait until ``models`` are ready; caller stops it."""
+                 extra_args: tuple[str, ...] = (), admin_key: str = "", version_state_dir: Path | None = None):
+    """Start tritonserver on free ports and wait until ``models`` are ready; caller stops it.
+
+    The serving-version records of live swaps go to ``version_state_dir``, by default a folder of
+    ``log_dir``: a swap in one test never changes the version another test's server loads.
+    """
     from fastpath.server.process import ServerOptions, TritonServer
 
     http_port, grpc_port, metrics_port = free_ports(3)
@@ -62,6 +66,7 @@ def start_server(log_dir: Path, models: tuple[str, ...] = ("text_embedding", "fa
         host="127.0.0.1",
         extra_args=extra_args,
         admin_key=admin_key,
+        version_state_dir=version_state_dir or log_dir / "versions",
         exit_timeout_s=5,  # tests' clients keep HTTP connections open; do not wait 30 s for them
     )
     server = TritonServer(options, log_path=log_dir / "tritonserver.log").start()

@@ -1,6 +1,6 @@
 """FastPath exceptions: one root, typed subclasses.
 
-Messages say what was wrong, the offending value, and what to do (see ../shared/STYLE.md).
+Messages say what was wrong, the offending value, and what to do.
 Each error carries the Triton status it maps to, so the Triton adapter answers a bad request
 with HTTP 400 / gRPC INVALID_ARGUMENT and an overloaded server with 503 / UNAVAILABLE.
 """
@@ -112,3 +112,7 @@ class CudaError(FastPathError, RuntimeError):
         super().__init__(message)
         self.error_name = error_name
         self.call = call
+
+
+class VersionRecordError(FastPathError):
+    """A model's serving-version record (``fastpath.swaps.record``) cannot be read or written."""

@@ -6,7 +6,7 @@ minor version is copied into ``backends/python/``; ``nvidia_pytriton.libs`` goes
 SIGINT (Triton's graceful shutdown) and kills after a timeout.
 
 The stub embeds the system ``libpython3.X.so`` and finds packages through the first ``python3`` on
-``PATH`` (../shared/ENVIRONMENT.md), so this interpreter's ``bin/`` goes first on the child's PATH.
+``PATH``, so this interpreter's ``bin/`` goes first on the child's PATH.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def check_ports_free(host: str, ports: dict[str, int]) -> None:
 
 # Triton API groups (``--http-restricted-api`` / ``--grpc-restricted-protocol`` names) that need the admin key
 # when one is set: load/unload, and the log and trace settings, which any client could otherwise change
-# (``POST /v2/logging {"log_verbose_level": 1}`` was accepted without a key: fresh-user trial, 2026-11-30).
+# (``POST /v2/logging {"log_verbose_level": 1}`` is accepted without a key unless "logging" is restricted).
 RESTRICTED_APIS = ("model-repository", "logging", "trace")
 
 
@@ -120,6 +120,9 @@ class ServerOptions:
             ``fastpath-admin-key: <key>`` (``--http-restricted-api``, ``--grpc-restricted-protocol``).
         state_dir: control-plane directory for live swaps (``FASTPATH_STATE_DIR``); None makes a fresh
             temporary one per start, removed at stop.
+        version_state_dir: where the models' serving-version records live (``FASTPATH_VERSION_STATE_DIR``,
+            ``fastpath.swaps.record``); None keeps the environment's value, or each model's own
+            directory in the model repository.
         exit_timeout_s: Triton's ``--exit-timeout-secs``: how long shutdown waits for in-flight
             requests and open HTTP connections (clients holding keep-alive connections delay it).
     """
@@ -134,6 +137,7 @@ class ServerOptions:
     extra_args: tuple[str, ...] = ()
     admin_key: str = ""
     state_dir: Path | None = None
+    version_state_dir: Path | None = None
     exit_timeout_s: int = 30
 
 
@@ -163,13 +167,16 @@ def server_command(options: ServerOptions, backends: Path, dist: Path) -> list[s
     return command + list(options.extra_args)
 
 
-def server_environment(dist: Path, *, admin_key: str = "", state_dir: Path | None = None) -> dict[str, str]:
+def server_environment(dist: Path, *, admin_key: str = "", state_dir: Path | None = None,
+                       version_state_dir: Path | None = None) -> dict[str, str]:
     """The child's environment: this interpreter's ``bin/`` first on PATH, Triton's libs on
-    LD_LIBRARY_PATH, and FastPath's admin key and control-plane directory for the stubs."""
+    LD_LIBRARY_PATH, and FastPath's admin key, control-plane and version-record directories for the stubs."""
     env = dict(os.environ)
     env["FASTPATH_ADMIN_KEY"] = admin_key
     if state_dir is not None:
         env["FASTPATH_STATE_DIR"] = str(state_dir)
+    if version_state_dir is not None:
+        env["FASTPATH_VERSION_STATE_DIR"] = str(version_state_dir)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     libs = dist.parent.parent / "nvidia_pytriton.libs"
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs), env.get("LD_LIBRARY_PATH", "")) if p)
@@ -226,7 +233,8 @@ class TritonServer:
         self._shm_before = {str(p) for p in Path("/dev/shm").glob(SHM_GLOB)} if Path("/dev/shm").is_dir() else set()
         self._process = subprocess.Popen(
             command,
-            env=server_environment(dist, admin_key=self.options.admin_key, state_dir=self.state_dir),
+            env=server_environment(dist, admin_key=self.options.admin_key, state_dir=self.state_dir,
+                                   version_state_dir=self.options.version_state_dir),
             stdout=self._log_file,
             stderr=subprocess.STDOUT if self._log_file else None,
             preexec_fn=_die_with_parent,
@@ -282,8 +290,8 @@ class TritonServer:
 
         Why unload first: on SIGINT Triton 2.51 first waits for open HTTP connections to close, for
         the whole exit timeout (server PR 6986), before it stops the models with what is left of it.
-        One idle keep-alive client made every stop take 30 s and end in a SIGKILL with the models
-        never drained (fresh-user trial, 2026-11-30). With the models already unloaded nothing is
+        One idle keep-alive client would make every stop take 30 s and end in a SIGKILL with the
+        models never drained. With the models already unloaded nothing is
         lost when Triton is then stopped while it waits for idle connections.
 
         Returns:

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fastpath.errors import FastPathError, InvalidInputError, PermissionDeniedError
+from fastpath.errors import FastPathError, InvalidInputError, PermissionDeniedError, SwapError, VersionRecordError
 from fastpath.swaps.control import ControlPlane
+from fastpath.swaps.record import read_record, record_path
 
 MUTATING = ("swap", "rollback")
 COMMANDS = (*MUTATING, "status", "versions")
@@ -64,10 +65,22 @@ class AdminService:
             version = request.get("version")
             if not isinstance(version, int) or str(version) not in self.versions(model):
                 raise InvalidInputError(f"version {version!r} of {model} is not in the repository; available: {self.versions(model)}")
-            generation = plane.post("swap", version=version)
+            generation = plane.post("swap", version=version, reason="swap")
         else:
-            generation = plane.post("rollback")
-        return self._await(model, plane, generation)
+            version = self._previous_version(model, plane)
+            generation = plane.post("swap", version=version, reason="rollback")
+        return self._await(model, plane, generation, version)
+
+    def _previous_version(self, model: str, plane: ControlPlane) -> int:
+        """What a rollback returns to: the recorded previous version, else the one the live instances report."""
+        try:
+            record = read_record(record_path(self.model_repository / model))
+        except VersionRecordError as exc:
+            raise SwapError(f"cannot roll back: {exc}") from None
+        previous = {record.previous_version} if record is not None else {s.get("previous_version") for s in plane.instances().values()}
+        if len(previous) != 1 or None in previous:
+            raise SwapError(f"nothing to roll back to: {model} has not been swapped (previous versions {sorted(map(str, previous))})")
+        return previous.pop()
 
     def versions(self, model: str) -> list[str]:
         """Version directories of ``model`` (numeric names), ascending."""
@@ -79,7 +92,13 @@ class AdminService:
         if not isinstance(key, str) or not hmac.compare_digest(key.encode(), self._key.encode()):
             raise PermissionDeniedError("admin key missing or wrong: set FASTPATH_ADMIN_KEY to the server's key (`fastpath serve` logs the file it wrote it to, ~/.cache/fastpath/admin_key.<port>)")
 
-    def _await(self, model: str, plane: ControlPlane, generation: int) -> dict[str, Any]:
+    def _await(self, model: str, plane: ControlPlane, generation: int, version: int) -> dict[str, Any]:
+        """Wait until every live instance has applied ``generation``; the summary once all serve ``version``.
+
+        Raises:
+            SwapError: an instance refused, or one serves another version (the reply never names a
+                version that is not the one serving).
+        """
         deadline = self._clock() + self.timeout_s
         while True:
             instances = plane.instances()
@@ -90,16 +109,20 @@ class AdminService:
                 summary = self._summary(model, instances)
                 errors = [f"{name}: {s['error']}" for name, s in instances.items() if not s.get("ok")]
                 if errors:
-                    from fastpath.errors import SwapError
-
                     raise SwapError("; ".join(errors) + f" (still serving version {summary['active_versions']})")
+                if summary["active_versions"] != [version]:
+                    raise SwapError(f"{model}: asked for version {version}, but its instances serve {summary['active_versions']}")
                 return summary
             if self._clock() >= deadline:
                 raise FastPathError(f"{model}: instances did not finish generation {generation} within {self.timeout_s:.0f} s")
             self._sleep(0.005)
 
-    @staticmethod
-    def _summary(model: str, instances: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def _summary(self, model: str, instances: dict[str, dict[str, Any]]) -> dict[str, Any]:
         active = sorted({s.get("active_version") for s in instances.values()})
+        try:
+            record = read_record(record_path(self.model_repository / model))
+            recorded: dict[str, Any] | None = record.as_dict() if record else None
+        except VersionRecordError as exc:
+            recorded = {"error": str(exc)}
         return {"model": model, "active_versions": active, "active_version": active[0] if len(active) == 1 else None,
-                "instances": instances}
+                "recorded": recorded, "instances": instances}

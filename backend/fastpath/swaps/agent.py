@@ -1,7 +1,8 @@
 """The serving instance's side of the control plane: a thread that applies posted commands.
 
-Commands (``desired.json``): ``swap`` to ``version``; ``rollback`` to the version served before the
-last flip. Each instance reports ``{"generation", "ok", "error", "seconds", "pickup_s",
+Commands (``desired.json``): ``swap`` to ``version``, with a ``reason`` (``swap``, or ``rollback`` when
+the admin model resolved a rollback to the recorded previous version). A swap that passes its checks
+is written to the serving-version record (``fastpath.swaps.record``) right before the flip. Each instance reports ``{"generation", "ok", "error", "seconds", "pickup_s",
 **slots.status(), **details()}`` after applying a command (``pickup_s``: wall-clock seconds from the
 admin posting the command to this instance reading it), and rewrites the same status every
 HEARTBEAT_S so the admin model knows it is alive.
@@ -24,8 +25,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fastpath.errors import SwapError
+from fastpath.errors import SwapError, VersionRecordError
 from fastpath.swaps.control import HEARTBEAT_S, ControlPlane
+from fastpath.swaps.record import VersionRecord, write_record
 from fastpath.swaps.slots import EngineSlots
 
 LOG = logging.getLogger(__name__)
@@ -66,11 +68,22 @@ class SwapAgent:
             command waits 2.5 ms on average to be seen, and an idle instance wakes 200 times a second).
         watch: wait on an inotify watch of the control directory (see the module docstring); False polls.
         details: extra fields for the status report (e.g. the last swap's stage timings).
+        record_path: where the model's serving-version record lives (``fastpath.swaps.record``); a
+            swap writes it after validation and before the flip. None: swaps are not recorded.
+        record: the record read when the instance loaded (None when there was none).
+        serving: how the active version came to serve: ``{"since": epoch s, "reason": ...}``
+            (``loaded``, ``swap``, ``rollback``), reported with the status.
+
+    Commands posted before the instance started are history, except the latest one when it is a
+    swap to another version than the one this instance serves and the record does not say it was
+    applied: a reload that lands while a swap is being applied then applies it too, so no instance
+    ends on a version other than the one the swap reports.
     """
 
     def __init__(self, plane: ControlPlane, instance: str, slots: EngineSlots, load: Callable[[int], Any],
                  validate: Callable[[Any, int], None], *, poll_s: float = 0.005, watch: bool = True,
-                 details: Callable[[], dict[str, Any]] | None = None) -> None:
+                 details: Callable[[], dict[str, Any]] | None = None, record_path: Any = None,
+                 record: VersionRecord | None = None, serving: dict[str, Any] | None = None) -> None:
         self.plane, self.instance, self.slots = plane, instance, slots
         self._load, self._validate, self._poll_s = load, validate, poll_s
         self._watch_wanted = watch
@@ -78,9 +91,15 @@ class SwapAgent:
         self._poller: select.poll | None = None
         self._wake: tuple[int, int] | None = None  # a pipe stop() writes to, so a waiting thread ends at once
         self._details = details
+        self._record_path = record_path
+        self.serving = serving or {"since": time.time(), "reason": "loaded"}
         desired = plane.desired() or {}
         self.generation = int(desired.get("generation", 0))  # commands posted before this instance started are history
         self._seen_stamp = plane.desired_stamp()
+        if (desired.get("command") == "swap" and desired.get("version") != slots.active_version
+                and not (record is not None and record.applied(plane.directory.parent, self.generation))):
+            self.generation -= 1  # ... but a swap still being applied is this instance's to apply too
+            self._seen_stamp = (0, 0)
         self._last: dict[str, Any] = {"ok": True, "error": None}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"fastpath-swap-{instance}", daemon=True)
@@ -116,7 +135,8 @@ class SwapAgent:
 
     def _report(self) -> None:
         details = self._details() if self._details is not None else {}
-        self.plane.report(self.instance, {"generation": self.generation, **self._last, **self.slots.status().as_dict(), **details})
+        self.plane.report(self.instance, {"generation": self.generation, **self._last, **self.slots.status().as_dict(),
+                                          "serving_since": self.serving["since"], "serving_reason": self.serving["reason"], **details})
 
     def poll_once(self) -> bool:
         """Apply a newly posted command, if any. Returns True when one was applied."""
@@ -133,26 +153,38 @@ class SwapAgent:
     def _apply(self, desired: dict[str, Any]) -> None:
         command = desired.get("command")
         pickup_s = round(max(0.0, time.time() - float(desired.get("posted_at", time.time()))), 4)
+        generation = int(desired["generation"])
+        reason = desired.get("reason", "swap")
         try:
-            if command == "swap":
-                version = int(desired["version"])
-            elif command == "rollback":
-                version = self.slots.previous_version
-                if version is None:
-                    raise SwapError("nothing to roll back to: this instance has not swapped since it loaded")
-            else:
-                raise SwapError(f"unknown command {command!r}; expected swap or rollback")
+            if command != "swap":
+                raise SwapError(f"unknown command {command!r}; expected swap (a rollback is posted as a swap to the previous version)")
+            version = int(desired["version"])
             if version == self.slots.active_version:
                 seconds = 0.0
             else:
-                seconds = self.slots.swap(version, self._load, self._validate)
+                seconds = self.slots.swap(version, self._load, self._validate,
+                                          commit=lambda new, old: self._record(new, old, reason, generation, ok=True))
+                self.serving = {"since": time.time(), "reason": reason}
             self._last = {"ok": True, "error": None, "seconds": seconds, "pickup_s": pickup_s}
-            LOG.info("%s: %s to version %s done in %.3f s", self.instance, command, version, seconds)
+            LOG.info("%s: %s to version %s done in %.3f s", self.instance, reason, version, seconds)
         except Exception as exc:  # reported to the caller through the status file
             self._last = {"ok": False, "error": str(exc), "pickup_s": pickup_s}
-            LOG.warning("%s: %s refused: %s", self.instance, command, exc)
-        self.generation = int(desired["generation"])
+            LOG.warning("%s: %s refused: %s", self.instance, reason, exc)
+            try:  # the refused command is recorded too, so a reload does not apply it again
+                self._record(self.slots.active_version, self.slots.previous_version, None, generation, ok=False)
+            except VersionRecordError as record_error:
+                LOG.warning("%s: %s", self.instance, record_error)
+        self.generation = generation
         self._report()
+
+    def _record(self, version: int, previous: int | None, reason: str | None, generation: int, *, ok: bool) -> None:
+        """Write the serving-version record (``reason`` None keeps the recorded one: a refused command)."""
+        if self._record_path is None:
+            return
+        write_record(self._record_path, VersionRecord(
+            version=version, previous_version=previous, since=time.time() if reason else self.serving["since"],
+            reason=reason or self.serving["reason"],
+            state_dir=str(self.plane.directory.parent), generation=generation, ok=ok))
 
     def _run(self) -> None:
         next_heartbeat = time.monotonic() + HEARTBEAT_S

@@ -48,7 +48,7 @@ class SlotStatus:
     Attributes:
         active_version: the version serving now.
         standby_version: the version being loaded (None when idle).
-        state: ``serving`` | ``loading`` | ``validating`` | ``flipping``.
+        state: ``serving`` | ``loading`` | ``validating`` | ``recording`` | ``flipping``.
         last_error: the reason the last swap failed, or None.
         swaps: swaps completed since start.
         draining: retired slots still finishing dispatched batches.
@@ -77,15 +77,17 @@ class EngineSlots(Generic[E]):
         engine: the initial (already validated) engine; any object with ``close()``.
         clock: monotonic clock in seconds (injected for tests).
         on_release: called after a retired engine is closed (e.g. to return heap pages to the OS).
+        previous_version: the version served before ``version`` (from the serving-version record
+            after a reload or restart), what a rollback returns to; None when there is none.
     """
 
     def __init__(self, version: int, engine: E, *, clock: Callable[[], float] = time.monotonic,
-                 on_release: Callable[[], None] | None = None) -> None:
+                 on_release: Callable[[], None] | None = None, previous_version: int | None = None) -> None:
         self._on_release = on_release
         self._lock = threading.Lock()
         self._swap_lock = threading.Lock()
         self._active: _Slot[E] = _Slot(version, engine, on_release=on_release)
-        self.previous_version: int | None = None
+        self.previous_version = previous_version
         self._retired: list[_Slot[E]] = []
         self._clock = clock
         self._state = "serving"
@@ -112,13 +114,16 @@ class EngineSlots(Generic[E]):
                 if slot.maybe_close():
                     self._retired.remove(slot)
 
-    def swap(self, version: int, load: Callable[[int], E], validate: Callable[[E, int], None]) -> float:
+    def swap(self, version: int, load: Callable[[int], E], validate: Callable[[E, int], None],
+             commit: Callable[[int, int], None] | None = None) -> float:
         """Load ``version`` into the standby slot, validate it, flip. Returns the seconds it took.
 
         Args:
             version: the version to serve next.
             load: builds the engine of a version (may raise); runs while the active slot serves.
             validate: raises if the loaded engine fails the gate (golden outputs, shapes, dtypes).
+            commit: ``commit(version, active_version)`` runs after validation and right before the
+                flip (it records the new version durably); if it raises, nothing flips.
 
         Raises:
             SwapInProgressError: another swap is running.
@@ -136,6 +141,9 @@ class EngineSlots(Generic[E]):
                 engine = load(version)
                 self._state = "validating"
                 validate(engine, version)
+                if commit is not None:
+                    self._state = "recording"
+                    commit(version, self._active.version)
             except Exception as exc:
                 if engine is not None:
                     engine.close()  # type: ignore[attr-defined]

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from fastpath.artifacts.manifest import ChecksumCache, verify_manifest
+from fastpath.errors import VersionRecordError
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.golden import check_engine_io, load_text_version, validate_text_version
 from fastpath.models.text_embedding.pipeline import TextEmbedder
 from fastpath.swaps.agent import SwapAgent
 from fastpath.swaps.control import ControlPlane, state_dir
+from fastpath.swaps.record import VersionRecord, read_record, record_path
 from fastpath.swaps.slots import EngineSlots
 
 LOG = logging.getLogger(__name__)
@@ -49,8 +51,13 @@ def release_freed_memory() -> None:
 class VersionedEmbedder:
     """The active/standby text embedders of one model instance, swapped by the control plane.
 
-    The initial version is loaded as the version directory Triton gave the model (no golden gate:
-    Triton itself chose it); later versions must pass :func:`validate_text_version`.
+    The version Triton loaded is loaded first (no golden gate: Triton itself chose it). When the
+    model's serving-version record (``fastpath.swaps.record``) names another version, that one is
+    loaded and golden-checked like a swap and serves instead, so a reload or restart comes back on the
+    version last swapped to; if it fails, the recorded previous version is tried, then Triton's, and
+    the log and the status (``restore``) say why. A record that cannot be read is logged as an
+    error and reported the same way; Triton's version then serves. Later versions must pass
+    :func:`validate_text_version`.
 
     Args:
         model_dir: the model's directory in the model repository.
@@ -68,12 +75,57 @@ class VersionedEmbedder:
         self.checksums = ChecksumCache()
         self._tokenizer_sha256 = self.checksums.sha256(self.model_dir / str(version) / config.tokenizer)
         self.stages_s: dict[str, float] = {}  # the last swap's stages (seconds), reported with the status
-        self.slots: EngineSlots[TextEmbedder] = EngineSlots(version, self.initial, on_release=release_freed_memory)
+        self.record_path = record_path(self.model_dir)
+        self.restore: dict[str, Any] | None = None  # what reading the record at load found (None: no record)
+        record = self._read_record()
+        active, serving = self._restore(version, record)
+        self.slots: EngineSlots[TextEmbedder] = EngineSlots(active, self.initial, on_release=release_freed_memory,
+                                                            previous_version=record.previous_version if record else None)
         plane = ControlPlane(state_dir(self.model_dir.parent), model_name)
-        self.agent = SwapAgent(plane, instance, self.slots, self._load, self._validate, details=self._details).start()
+        # keyed by process too: during a reload the old and the new stub of one instance name both report
+        self.agent = SwapAgent(plane, f"{instance}.pid{os.getpid()}", self.slots, self._load, self._validate, details=self._details,
+                               record_path=self.record_path, record=record, serving=serving).start()
         self._stop = threading.Event()
         self._preverifier = threading.Thread(target=self._preverify, name=f"fastpath-verify-{instance}", daemon=True)
         self._preverifier.start()
+
+    def _read_record(self) -> VersionRecord | None:
+        try:
+            return read_record(self.record_path)
+        except VersionRecordError as exc:
+            LOG.error("%s; serving the version Triton loaded until the next swap rewrites the record", exc)
+            self.restore = {"version": None, "ok": False, "error": str(exc)}
+            return None
+
+    def _restore(self, loaded: int, record: VersionRecord | None) -> tuple[int, dict[str, Any]]:
+        """Serve the recorded version when it differs from Triton's ``loaded`` one; returns
+        (active version, how it came to serve) and leaves ``self.initial`` on that version."""
+        serving = {"since": time.time(), "reason": "loaded"}
+        if record is None or record.version == loaded:
+            return loaded, ({"since": record.since, "reason": record.reason} if record else serving)
+        errors = []
+        for version in dict.fromkeys(v for v in (record.version, record.previous_version) if v not in (None, loaded)):
+            try:
+                embedder = self._load(version)
+                try:
+                    self._validate(embedder, version)
+                except BaseException:
+                    embedder.close()
+                    raise
+            except Exception as exc:  # a missing, corrupt or failing version: try the next one
+                errors.append(f"version {version}: {exc}")
+                LOG.error("%s: cannot restore version %s recorded in %s: %s", self.model_dir.name, version, self.record_path, exc)
+                continue
+            self.initial.close()
+            self.initial = embedder
+            self.restore = {"version": version, "ok": version == record.version, "error": "; ".join(errors) or None}
+            LOG.info("%s: serving version %s from %s (%s at %s)", self.model_dir.name, version, self.record_path,
+                     record.reason, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.since)))
+            return version, ({"since": record.since, "reason": record.reason} if version == record.version else serving)
+        self.restore = {"version": loaded, "ok": False, "error": "; ".join(errors)}
+        LOG.error("%s: serving version %s, the one Triton loaded, instead of version %s recorded in %s",
+                  self.model_dir.name, loaded, record.version, self.record_path)
+        return loaded, serving
 
     def _preverify(self) -> None:
         """Hash every version's files once, at low priority, so a swap finds its checksums cached.
@@ -90,7 +142,8 @@ class VersionedEmbedder:
                 LOG.info("pre-verification of %s: %s", version_dir, exc)
 
     def _details(self) -> dict[str, Any]:
-        return {"last_swap_stages_s": {name: round(seconds, 4) for name, seconds in self.stages_s.items()}}
+        return {"last_swap_stages_s": {name: round(seconds, 4) for name, seconds in self.stages_s.items()},
+                "version_record": str(self.record_path), "restore": self.restore}
 
     def _load(self, version: int) -> TextEmbedder:
         self.stages_s = {}

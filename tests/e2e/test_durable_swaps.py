@@ -1,0 +1,145 @@
+"""A live swap survives what Triton does next: a reload through its repository API, a restart, a
+reload that races the swap, and a corrupt serving-version record (fastpath.swaps.record)."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.conftest import start_server, wait_for
+from tests.e2e.swap_support import MODELS, admin, make_swap_repository
+
+pytestmark = pytest.mark.e2e
+KEY = "durable-swap-admin-key"
+MODEL = "text_embedding"
+V2 = MODELS / MODEL / "2"
+HEADERS = {"fastpath-admin-key": KEY}
+
+
+@pytest.fixture
+def repository(tmp_path):
+    versions = {1: MODELS / MODEL / "1", 2: V2 if (V2 / "manifest.json").exists() else MODELS / MODEL / "1"}
+    return make_swap_repository(tmp_path, versions)
+
+
+def _swap(server, version, command="swap"):
+    return admin(server.http_url, {"command": command, "model": MODEL, "version": version, "key": KEY})
+
+
+def _status(server):
+    return admin(server.http_url, {"command": "status", "model": MODEL})
+
+
+def _served_versions(server) -> set[int]:
+    client = httpclient.InferenceServerClient(server.http_url)
+    tensor = httpclient.InferInput("TEXT", [3, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[b"a short one"], [b"durable versions " * 20], [b""]], dtype=object))
+    result = client.infer(MODEL, [tensor], outputs=[httpclient.InferRequestedOutput("MODEL_VERSION")])
+    return set(result.as_numpy("MODEL_VERSION").reshape(-1).tolist())
+
+
+def _reload_with_override(server, delay_us: int) -> None:
+    """What an operator changing one setting does: Triton's repository API load with a config override.
+    Returns once the reloaded instance serves and the replaced one has left the control plane."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    config = client.get_model_config(MODEL)
+    config["parameters"]["max_queue_delay_us"] = {"string_value": str(delay_us)}
+    client.load_model(MODEL, headers=HEADERS, config=json.dumps(config))
+    assert wait_for(lambda: len(_status(server)["instances"]) == 1, 60), _status(server)
+
+
+def test_a_reload_with_a_config_override_keeps_the_swapped_version(tmp_path, repository):
+    """swap -> Triton reload (config override) -> still version 2, and status says how it got there."""
+    server = start_server(tmp_path, repository=repository, admin_key=KEY, version_state_dir=tmp_path / "versions")
+    try:
+        assert _swap(server, 2)["active_version"] == 2
+        _reload_with_override(server, 2001)
+        status = _status(server)
+        assert status["active_version"] == 2 and _served_versions(server) == {2}
+        instance = next(iter(status["instances"].values()))
+        assert instance["restore"] == {"version": 2, "ok": True, "error": None}
+        assert instance["serving_reason"] == "swap" and instance["previous_version"] == 1
+        assert status["recorded"]["version"] == 2 and status["recorded"]["previous_version"] == 1
+    finally:
+        server.stop()
+
+
+def test_a_restart_comes_back_on_the_swapped_version_and_can_roll_back(tmp_path, repository):
+    """swap -> server restart -> still version 2; rollback then returns to 1 from the record."""
+    versions = tmp_path / "versions"
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    server = start_server(tmp_path / "first", repository=repository, admin_key=KEY, version_state_dir=versions)
+    try:
+        assert _swap(server, 2)["active_version"] == 2
+    finally:
+        server.stop()
+    server = start_server(tmp_path / "second", repository=repository, admin_key=KEY, version_state_dir=versions)
+    try:
+        assert _status(server)["active_version"] == 2 and _served_versions(server) == {2}
+        rolled = admin(server.http_url, {"command": "rollback", "model": MODEL, "key": KEY})
+        assert rolled["active_version"] == 1 and _served_versions(server) == {1}
+        assert json.loads((versions / f"{MODEL}.json").read_text())["reason"] == "rollback"
+    finally:
+        server.stop()
+
+
+def test_a_reload_racing_a_swap_never_leaves_a_version_other_than_the_one_reported(tmp_path, repository):
+    """20 times: a swap, and a reload landing 0-1.5 s into it. Invariant: afterwards the rows served,
+    status and (when the swap succeeded) its reply all name one version."""
+    server = start_server(tmp_path, repository=repository, admin_key=KEY, version_state_dir=tmp_path / "versions")
+    rng = random.Random(20261201)
+    outcomes = []
+    try:
+        for attempt in range(20):
+            target = 2 if attempt % 2 == 0 else 1
+            reply: dict = {}
+
+            def swap(target=target, reply=reply):
+                try:
+                    reply["ok"] = _swap(server, target)
+                except Exception as exc:  # a swap may fail when its instance is unloaded; it must say so
+                    reply["error"] = str(exc)
+
+            thread = threading.Thread(target=swap)
+            thread.start()
+            threading.Event().wait(rng.uniform(0.0, 1.5))
+            _reload_with_override(server, 2000 + attempt)
+            thread.join(180)
+            assert not thread.is_alive()
+            status = _status(server)
+            served = _served_versions(server)
+            assert status["active_versions"] == sorted(served) and len(served) == 1, (attempt, status, served)
+            if "ok" in reply:
+                assert reply["ok"]["active_version"] == status["active_version"], (attempt, reply, status)
+            outcomes.append((target, status["active_version"], "ok" in reply))
+        # the swaps that reported success ended on their target
+        assert all(final == target for target, final, ok in outcomes if ok), outcomes
+    finally:
+        server.stop()
+
+
+def test_a_corrupt_record_is_logged_and_reported_never_a_silent_revert(tmp_path, repository):
+    """A record that is not JSON: the model loads on Triton's version, the log names the file, status
+    reports the error; the next swap rewrites the record."""
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    (versions / f"{MODEL}.json").write_text('{"version": 2, "previous_')  # cut short
+    server = start_server(tmp_path, repository=repository, admin_key=KEY, version_state_dir=versions)
+    try:
+        status = _status(server)
+        instance = next(iter(status["instances"].values()))
+        assert status["active_version"] == 1 and instance["restore"]["ok"] is False
+        assert str(versions / f"{MODEL}.json") in instance["restore"]["error"]
+        assert "error" in status["recorded"]
+        log = (tmp_path / "tritonserver.log").read_text()
+        assert "is not a serving-version record" in log and "serving the version Triton loaded" in log
+        assert _swap(server, 2)["active_version"] == 2
+        assert json.loads((versions / f"{MODEL}.json").read_text())["version"] == 2
+    finally:
+        server.stop()
