@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
+# every interface, as Triton binds by default; HOST=127.0.0.1 keeps the server on this machine
+HOST ?= 0.0.0.0
 ARTIFACT := model_repository/text_embedding/1/model.onnx model_repository/text_embedding/1/model.fp16.safetensors model_repository/text_detection/1/model.onnx
 # text_embedding version 2: INT8 QDQ behind the accuracy gate (about 2 minutes on 2 cores); make test builds it
 INT8_ARTIFACT := model_repository/text_embedding/2/model.onnx
@@ -34,7 +36,7 @@ $(INT8_ARTIFACT): $(ARTIFACT)
 artifacts-int8: $(INT8_ARTIFACT)
 
 serve: artifacts artifacts-int8
-	HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT) $(BIN)/fastpath serve
+	HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT) $(BIN)/fastpath serve --host $(HOST)
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -32,7 +32,7 @@ from fastpath_client.errors import (
     RequestTimeoutError,
 )
 from fastpath_client.retry import acall_with_retry
-from fastpath_client.tensors import ModelSpec, model_spec, model_statistics, repository_versions
+from fastpath_client.tensors import ModelSpec, model_spec, model_statistics, repository_versions, text_sequence
 
 T = TypeVar("T")
 
@@ -242,7 +242,7 @@ class AsyncClient(ClientCore):
             LOG.warning("shared-memory regions %s still registered at %s after %g s", self._pending_unregister,
                         self.url, drain_s)
 
-    async def embed(self, texts: Sequence[str | bytes], *, model: str = EMBEDDING_MODEL,
+    async def embed(self, texts: Iterable[str | bytes], *, model: str = EMBEDDING_MODEL,
                     timeout_s: float | None = None) -> np.ndarray:
         """Sentence embeddings, float32 [N, 384]; chunks of ``max_batch_size`` go concurrently.
 
@@ -250,6 +250,7 @@ class AsyncClient(ClientCore):
             InvalidInputError: as :meth:`fastpath_client.Client.embed`; a refused text is named by its
                 index in ``texts``.
         """
+        texts = text_sequence(texts, name=TEXT_INPUT)
         spec = await self.model_config(model)
 
         async def chunk(offset: int, batch: np.ndarray) -> np.ndarray:

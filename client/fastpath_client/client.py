@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -32,7 +32,7 @@ from fastpath_client.errors import (
     RequestTimeoutError,
 )
 from fastpath_client.retry import call_with_retry
-from fastpath_client.tensors import ModelSpec, model_spec, model_statistics, repository_versions
+from fastpath_client.tensors import ModelSpec, model_spec, model_statistics, repository_versions, text_sequence
 
 T = TypeVar("T")
 MAX_HTTP_POOLS = 8
@@ -276,7 +276,7 @@ class Client(ClientCore):
             LOG.warning("shared-memory regions %s still registered at %s after %g s", self._pending_unregister,
                         self.url, drain_s)
 
-    def embed(self, texts: Sequence[str | bytes], *, model: str = EMBEDDING_MODEL,
+    def embed(self, texts: Iterable[str | bytes], *, model: str = EMBEDDING_MODEL,
               timeout_s: float | None = None) -> np.ndarray:
         """Sentence embeddings of ``texts``, float32 [N, 384] for all-MiniLM-L6-v2, rows in input order.
 
@@ -289,6 +289,7 @@ class Client(ClientCore):
                 a text (e.g. invalid UTF-8 or too large: the message names the element, as its index in
                 ``texts``, and the byte or size).
         """
+        texts = text_sequence(texts, name=TEXT_INPUT)
         spec = self.model_config(model)
         parts = []
         for offset, batch in self._embed_batches(spec, texts):

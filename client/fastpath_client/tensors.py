@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -86,6 +86,20 @@ def model_spec(config: Mapping[str, Any]) -> ModelSpec:
         inputs=tuple(_tensor(t) for t in config.get("input", ())),
         outputs=tuple(_tensor(t) for t in config.get("output", ())),
     )
+
+
+def text_sequence(texts: Iterable[str | bytes], *, name: str = "TEXT") -> Sequence[str | bytes] | np.ndarray:
+    """``texts`` as a sequence: sequences and arrays as given, any other iterable (a generator) as a list.
+
+    Raises:
+        InvalidInputError: ``texts`` is not iterable.
+    """
+    if isinstance(texts, (Sequence, np.ndarray)):
+        return texts
+    try:
+        return list(texts)
+    except TypeError:
+        raise InvalidInputError(f"{name}: expected an iterable of str or bytes, got {type(texts).__name__}") from None
 
 
 def text_array(texts: Sequence[str | bytes], *, name: str = "TEXT") -> np.ndarray:

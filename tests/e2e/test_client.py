@@ -56,6 +56,17 @@ def test_embed_matches_sentence_transformers_across_chunks(triton_server, refere
     assert _cosine(got, reference(texts)).min() >= 0.9999
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_embed_takes_any_iterable_of_texts(triton_server, reference, sentences, mode):
+    """A generator, a tuple and a dict's keys embed like the same texts in a list; a non-iterable is refused by name."""
+    texts = sentences[:5]
+    expected = reference(texts)
+    for given in ((text for text in texts), tuple(texts), dict.fromkeys(texts).keys()):
+        assert _cosine(_embed(triton_server, "http", mode, given), expected).min() >= 0.9999
+    with pytest.raises(InvalidInputError, match="TEXT: expected an iterable of str or bytes, got int"):
+        _embed(triton_server, "http", mode, 42)
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_trailing_nul_is_kept(triton_server, reference, protocol):
     """The client sends "abc\\x00" with its trailing NUL (numpy S would drop it); the server's tokenizer

@@ -19,6 +19,7 @@ allocated.
 from __future__ import annotations
 
 import io
+import struct
 import warnings
 from collections.abc import Sequence
 
@@ -160,13 +161,42 @@ def images_from_array(batch: np.ndarray, *, max_image_pixels: int, max_request_p
     return [to_rgb8(batch[i], channel_order="rgb", where=f"input {ARRAY_INPUT} image {i}") for i in range(count)]
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Ancillary PNG chunks dropped before decoding: colour profiles the detector never uses, and that
+# libpng checks and complains about on stderr ("libpng warning: iCCP: known incorrect sRGB profile"),
+# once per decoded image, into Triton's log.
+UNUSED_PNG_CHUNKS = (b"iCCP",)
+
+
+def without_unused_png_chunks(data: bytes) -> bytes:
+    """``data`` with the chunks in :data:`UNUSED_PNG_CHUNKS` removed (PNG only; anything else unchanged).
+
+    Walks the chunk headers (PNG spec 5.3: 4-byte length, 4-byte type, data, 4-byte CRC) up to the
+    first ``IDAT``; a chunk list that does not parse is left as it is for the decoder to judge.
+    """
+    if not data.startswith(PNG_SIGNATURE):
+        return data
+    kept, start, offset = [], 0, len(PNG_SIGNATURE)
+    while offset + 8 <= len(data):
+        (length,) = struct.unpack_from(">I", data, offset)
+        kind = data[offset + 4:offset + 8]
+        end = offset + 12 + length
+        if kind == b"IDAT" or end > len(data):
+            break
+        if kind in UNUSED_PNG_CHUNKS:
+            kept.append(data[start:offset])
+            start = end
+        offset = end
+    return data if start == 0 else b"".join(kept) + data[start:]
+
+
 def decode_encoded(data: bytes, *, index: int, expected_hw: tuple[int, int]) -> np.ndarray:
     """Decode one PNG/JPEG file (already probed) into uint8 RGB ``[H, W, 3]``.
 
     Raises:
         InvalidInputError: the file is corrupt or truncated, or decodes to another size than its header says.
     """
-    decoded = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+    decoded = cv2.imdecode(np.frombuffer(without_unused_png_chunks(data), dtype=np.uint8), cv2.IMREAD_UNCHANGED)
     where = f"input {BYTES_INPUT} element {index}"
     if decoded is None:
         raise InvalidInputError(f"{where} ({len(data)} bytes) has a valid header but could not be decoded; the file is corrupt or truncated")

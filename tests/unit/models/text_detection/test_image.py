@@ -1,5 +1,6 @@
 """Request images -> uint8 RGB: conversions, decoding, limits before allocation."""
 
+import io
 from unittest import mock
 
 import cv2
@@ -178,3 +179,26 @@ def test_a_truncated_jpeg_header_is_called_corrupt_not_a_non_image(coffee):
     """The first 300 bytes of a real JPEG are called a corrupt or truncated JPEG, not 'not a PNG or JPEG file'."""
     with pytest.raises(InvalidInputError, match=r"starts like a JPEG file but its header could not be read .*corrupt or truncated"):
         images_from_bytes(np.array([jpeg_bytes(coffee)[:300]], dtype=object), **LIMITS)
+
+
+def test_a_png_with_a_colour_profile_decodes_silently_to_the_same_pixels():
+    """A PNG carrying an iCCP chunk libpng rejects decodes without a "libpng warning" on stderr (the
+    decoder runs in a subprocess so its C-level stderr is seen), and to the same pixels as without it."""
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    from fastpath.models.text_detection.image import without_unused_png_chunks
+
+    pixels = np.random.default_rng(7).integers(0, 256, (9, 11, 3), dtype=np.uint8)
+    plain, profiled = io.BytesIO(), io.BytesIO()
+    Image.fromarray(pixels).save(plain, format="PNG")
+    Image.fromarray(pixels).save(profiled, format="PNG", icc_profile=b"\0" * 200)  # too short for libpng
+    assert b"iCCP" in profiled.getvalue() and b"iCCP" not in without_unused_png_chunks(profiled.getvalue())
+    assert without_unused_png_chunks(plain.getvalue()) == plain.getvalue()  # nothing to drop: the same bytes
+    code = ("import sys, numpy as np; from fastpath.models.text_detection.image import decode_encoded; "
+            "out = decode_encoded(sys.stdin.buffer.read(), index=0, expected_hw=(9, 11)); sys.stdout.buffer.write(out.tobytes())")
+    done = subprocess.run([sys.executable, "-c", code], input=profiled.getvalue(), capture_output=True, timeout=60)
+    assert done.returncode == 0 and b"libpng" not in done.stderr, done.stderr
+    assert np.array_equal(np.frombuffer(done.stdout, np.uint8).reshape(9, 11, 3), pixels)
