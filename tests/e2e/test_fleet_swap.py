@@ -98,7 +98,8 @@ def test_cli_swap_status_rollback(fleet):
     assert swapped.returncode == 0, swapped.stderr
     assert json.loads(swapped.stdout)["active_version"] == 2
     status = cli("status", "text_embedding", "--url", fleet[2].grpc_url, "--protocol", "grpc")
-    assert json.loads(status.stdout)["instances"]["text_embedding_0_0"]["previous_version"] == 1
+    (instance,) = json.loads(status.stdout)["instances"].values()  # keyed <instance>.pid<pid>
+    assert instance["instance"].startswith("text_embedding_0_0.pid") and instance["previous_version"] == 1
     rolled = cli("rollback", "text_embedding", "--url", url)
     assert rolled.returncode == 0 and json.loads(rolled.stdout)["active_version"] == 1
     refused = subprocess.run([sys.executable, "-m", "fastpath", "swap", "text_embedding", "2", "--url", url],
