@@ -5,10 +5,14 @@ Steps (each with a progress bar where it takes more than a moment):
 1. Verify the fp32 version's manifest (a tampered source is refused before anything is built).
 2. Split :mod:`fastpath.text.corpus` text: calibration sentences and validation sentences from the
    calibration split (disjoint from each other), evaluation sentences from the evaluation split.
+   Calibration also gets :func:`~fastpath.artifacts.heldout.calibration_extras` (degenerate text);
+   the held-out texts of :mod:`fastpath.artifacts.heldout` are split per kind into a validation and
+   an evaluation half.
 3. Try each :data:`~fastpath.artifacts.quantize.RECIPES` entry until one passes the accuracy gate on
-   the validation sentences.
-4. The gate proper on the evaluation split (and on the fp32 version's golden texts): below
-   cosine 0.99 minimum or 0.995 mean, the build fails saying by how much and publishes nothing.
+   the validation sentences and on each kind's validation half.
+4. The gate proper on the evaluation split, on each held-out kind's evaluation half, and on the
+   fp32 version's golden texts: below cosine 0.99 minimum or 0.995 mean on any of them, the build
+   fails saying where and by how much, and publishes nothing.
 5. Write ``model.onnx`` (INT8 QDQ), ``tokenizer.json`` and ``golden.npz`` (the fp32 truth, copied),
    the ``model.py`` shim, and a manifest; publish the directory atomically
    (:func:`fastpath.swaps.publish.publish_version`): it appears whole or not at all.
@@ -27,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from fastpath.artifacts.accuracy import AccuracyReport, check_gate, embed_batches, report
+from fastpath.artifacts.heldout import calibration_extras, heldout_texts, split_heldout
 from fastpath.artifacts.manifest import verify_manifest, write_manifest
 from fastpath.artifacts.quantize import RECIPES, QuantRecipe, quantize_int8, text_batches
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
@@ -70,27 +75,50 @@ def _golden_report(candidate: Path, source: Path, tokenizer: TextTokenizer) -> d
                              split="golden texts", mean_cosine=0.99)).to_dict()
 
 
-def _first_passing_recipe(source_onnx: Path, output: Path, calibration: list[dict], validation: list[str],
+class _Reference:
+    """The fp32 embeddings of a set of texts by kind, computed once; :meth:`reports` compares a candidate."""
+
+    def __init__(self, source_onnx: Path, kinds: dict[str, list[str]], tokenizer: TextTokenizer, progress: Progress,
+                 label: str) -> None:
+        self.kinds, self.label = kinds, label
+        self.texts = [text for texts in kinds.values() for text in texts]
+        self.batches = text_batches(self.texts, tokenizer, 32)
+        self.embeddings = _embed(source_onnx, self.batches, progress, f"fp32 on {label}")
+
+    def reports(self, candidate: Path, candidate_name: str, progress: Progress) -> dict[str, AccuracyReport]:
+        """One report per kind (each held to the gate's bounds on its own)."""
+        got = _embed(candidate, self.batches, progress, f"int8 on {self.label}")
+        reports, start = {}, 0
+        for kind, texts in self.kinds.items():
+            end = start + len(texts)
+            reports[kind] = report(self.embeddings[start:end], got[start:end], texts, reference_name="fp32 model.onnx",
+                                   candidate_name=candidate_name, split=f"{self.label}: {kind}")
+            start = end
+        return reports
+
+
+def _shortfalls(reports: dict[str, AccuracyReport]) -> list[str]:
+    return [f"{kind}: " + "; ".join(result.shortfalls()) for kind, result in reports.items() if not result.passed]
+
+
+def _first_passing_recipe(source_onnx: Path, output: Path, calibration: list[dict], validation: dict[str, list[str]],
                           tokenizer: TextTokenizer, recipes: Iterable[QuantRecipe], progress: Progress) -> tuple[dict, dict]:
-    validation = [*validation, *EDGE_TEXTS]
-    batches = text_batches(validation, tokenizer, 32)
-    reference = _embed(source_onnx, batches, progress, "fp32 on validation text")
+    reference = _Reference(source_onnx, validation, tokenizer, progress, "validation text")
     failures = []
     for recipe in recipes:
         LOG.info("quantizing with recipe %s", recipe.name)
         summary = quantize_int8(source_onnx, output, calibration, recipe, progress=progress)
-        result = report(reference, _embed(output, batches, progress, "int8 on validation text"), validation,
-                        reference_name="fp32 model.onnx", candidate_name=f"int8 ({recipe.name})",
-                        split="calibration split, held out, + edge texts")
-        if result.passed:
-            return summary, result.to_dict()
-        failures.append(f"{recipe.name}: " + "; ".join(result.shortfalls()))
-        LOG.warning("recipe %s fails on validation text: %s", recipe.name, "; ".join(result.shortfalls()))
+        reports = reference.reports(output, f"int8 ({recipe.name})", progress)
+        shortfalls = _shortfalls(reports)
+        if not shortfalls:
+            return summary, {kind: result.to_dict() for kind, result in reports.items()}
+        failures.append(f"{recipe.name}: " + "; ".join(shortfalls))
+        LOG.warning("recipe %s fails on validation text: %s", recipe.name, "; ".join(shortfalls))
     raise AccuracyGateError("no quantization recipe passes the accuracy gate on validation text: " + " | ".join(failures))
 
 
 def _metadata(source_manifest: dict, source_version: int, summary: dict, validation: dict, evaluation: AccuracyReport,
-              golden: dict, calibration_texts: int, validation_texts: int, started: float) -> dict:
+              heldout: dict, golden: dict, calibration_texts: int, validation_texts: int, started: float) -> dict:
     """The INT8 version's manifest fields (``write_manifest`` adds files and sizes)."""
     return {
         "model": source_manifest.get("model"),
@@ -102,7 +130,7 @@ def _metadata(source_manifest: dict, source_version: int, summary: dict, validat
                       "tensorrt": {"file": "model.onnx", "precision": "int8 (explicit quantization) + fp16"}},
         "quantization": {**summary, "calibration_texts": calibration_texts, "validation_texts": validation_texts},
         "buckets": source_manifest.get("buckets"),
-        "accuracy": {"evaluation": evaluation.to_dict(), "validation": validation, "golden": golden},
+        "accuracy": {"evaluation": evaluation.to_dict(), "heldout": heldout, "validation": validation, "golden": golden},
         "golden": {"file": "golden.npz", "texts": golden["texts"], "min_cosine": 0.99},
         "tools": {name: md.version(name) for name in ("onnxruntime", "onnx", "numpy", "tokenizers")},
         "inputs": source_manifest.get("inputs"), "output": source_manifest.get("output"),
@@ -145,8 +173,10 @@ def build_int8_version(model_dir: Path, *, source_version: int = FP32_VERSION, t
         raise ArtifactError(f"{calibration_texts} calibration + {validation_texts} validation sentences exceed the {len(calibration_split)} of the calibration split")
     evaluation = evaluation_split[:evaluation_texts]
     tokenizer = TextTokenizer(source / "tokenizer.json", max_seq_length=source_manifest.get("max_seq_length", 256))
-    calibration = text_batches(sorted(calibration_split[:calibration_texts], key=len), tokenizer, 16)
-    validation = calibration_split[len(calibration_split) - validation_texts :]
+    calibration = text_batches(sorted(calibration_split[:calibration_texts] + calibration_extras(), key=len), tokenizer, 16)
+    heldout_validation, heldout_evaluation = split_heldout(heldout_texts())
+    validation = {"sentences": [*calibration_split[len(calibration_split) - validation_texts:], *EDGE_TEXTS],
+                  **heldout_validation}
     with tempfile.TemporaryDirectory(prefix=f".building-{target_version}-", dir=model_dir) as work_name:
         work = Path(work_name)
         summary, validation_report = _first_passing_recipe(source / "model.onnx", work / "model.onnx", calibration,
@@ -158,12 +188,21 @@ def build_int8_version(model_dir: Path, *, source_version: int = FP32_VERSION, t
                                               candidate_name="model.onnx (int8 QDQ)", split="pydoc evaluation split"))
         LOG.info("evaluation: min cosine %.4f, mean %.4f on %d texts", evaluation_report.min_cosine,
                  evaluation_report.mean_cosine, evaluation_report.texts)
+        heldout = _Reference(source / "model.onnx", heldout_evaluation, tokenizer, progress, "held-out text").reports(
+            work / "model.onnx", "model.onnx (int8 QDQ)", progress)
+        shortfalls = _shortfalls(heldout)
+        if shortfalls:
+            raise AccuracyGateError("model.onnx (int8 QDQ) fails the accuracy gate against the fp32 version on held-out "
+                                    "text: " + " | ".join(shortfalls))
+        for kind, result in heldout.items():
+            LOG.info("held-out %s: min cosine %.4f, mean %.4f on %d texts", kind, result.min_cosine, result.mean_cosine, result.texts)
         golden = _golden_report(work / "model.onnx", source, tokenizer)
         for name in ("tokenizer.json", "golden.npz"):
             shutil.copyfile(source / name, work / name)
         (work / SHIM).write_text(SHIM_TEXT)
         write_manifest(work, FILES, _metadata(source_manifest, source_version, summary, validation_report, evaluation_report,
-                                              golden, calibration_texts, validation_texts, started))
+                                              {kind: result.to_dict() for kind, result in heldout.items()}, golden,
+                                              calibration_texts, validation_texts, started))
         published = publish_version(work, model_dir, target_version, replace=True)
     LOG.info("published %s: evaluation min cosine %.4f, mean %.4f on %d texts", published,
              evaluation_report.min_cosine, evaluation_report.mean_cosine, evaluation_report.texts)

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from fastpath.artifacts.accuracy import check_gate, cosines, embed_batches, report
+from fastpath.artifacts.heldout import calibration_extras, heldout_texts, split_heldout
+from fastpath.artifacts.manifest import read_manifest
 from fastpath.artifacts.quantize import text_batches
 from fastpath.artifacts.torch_weights import evaluation_texts
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
@@ -83,3 +85,34 @@ def test_the_built_int8_version_passes_on_held_out_text(evaluation, fp32_embeddi
     texts, batches = evaluation
     result = check_gate(report(fp32_embeddings, embed(int8, batches), texts, reference_name="fp32", candidate_name="int8", split="evaluation"))
     assert result.min_cosine >= 0.99 and result.mean_cosine >= 0.995
+
+
+def test_held_out_kinds_are_split_disjointly_and_never_calibrate():
+    """Every kind is gated (non-empty evaluation half); the halves are disjoint; no held-out text is calibration text."""
+    kinds = heldout_texts()
+    assert set(kinds) == {"repeated", "punctuation", "blank", "multilingual", "emoji", "code", "urls", "numbers", "markup"}
+    validation, evaluation_half = split_heldout(kinds)
+    for kind, texts in kinds.items():
+        assert evaluation_half[kind], kind
+        assert not set(validation.get(kind, ())) & set(evaluation_half[kind])
+        assert sorted(validation.get(kind, []) + evaluation_half[kind]) == sorted(texts)
+    held_out = {text for texts in kinds.values() for text in texts}
+    calibration_split, _ = split_sentences(pydoc_sentences())
+    assert not held_out & (set(calibration_extras()) | set(calibration_split))
+    assert split_heldout(heldout_texts()) == (validation, evaluation_half)  # deterministic
+
+
+def test_the_built_int8_version_passes_on_every_kind_of_held_out_text():
+    """Invariant: min cosine >= 0.99 and mean >= 0.995 to fp32 on each kind (repeated tokens, blank text,
+    other scripts, emoji, code, URLs, numbers, markup), and its manifest records the figures per kind."""
+    int8 = MODEL_DIR / "2" / "model.onnx"
+    if not int8.exists():
+        pytest.skip("text_embedding/2 is not built: run 'fastpath build --int8' (make test does)")
+    tokenizer = TextTokenizer(MODEL_DIR / "1" / "tokenizer.json", max_seq_length=256)
+    recorded = read_manifest(MODEL_DIR / "2")["accuracy"]["heldout"]
+    for kind, texts in heldout_texts().items():
+        batches = text_batches(texts, tokenizer, 32)
+        result = report(embed(MODEL_DIR / "1" / "model.onnx", batches), embed(int8, batches), texts, reference_name="fp32",
+                        candidate_name="int8", split=kind)
+        assert result.passed, (kind, result.shortfalls())
+        assert recorded[kind]["passed"] and recorded[kind]["min_cosine"] >= 0.99, kind

@@ -5,6 +5,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from fastpath.artifacts.manifest import read_manifest
 from fastpath.artifacts.quantize import check_tensorrt_compatible, text_batches
 from fastpath.artifacts.smoothquant import channel_absmax, linear_matmuls, smooth_model, smoothing_scales
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
@@ -70,8 +71,9 @@ def test_the_built_int8_model_is_signed_symmetric_per_channel():
     if not path.exists():
         pytest.skip("text_embedding/2 is not built: run 'fastpath build --int8' (make test does)")
     model = onnx.load(str(path))
-    assert check_tensorrt_compatible(model) == 30  # one activation Q/DQ pair per INT8 linear layer (DedicatedQDQPair)
+    int8_layers = read_manifest(MODEL_DIR / "2")["quantization"]["linear_layers_int8"]
+    assert check_tensorrt_compatible(model) == int8_layers  # one activation Q/DQ pair per INT8 linear layer (DedicatedQDQPair)
     initializers = {i.name: i for i in model.graph.initializer}
     weight_scales = [numpy_helper.to_array(initializers[n.input[1]]) for n in model.graph.node
                      if n.op_type == "DequantizeLinear" and n.input[0] in initializers]
-    assert len(weight_scales) == 30 and all(s.ndim == 1 and s.size in (384, 1536) for s in weight_scales)  # per output channel
+    assert len(weight_scales) == int8_layers and all(s.ndim == 1 and s.size in (384, 1536) for s in weight_scales)  # per output channel
