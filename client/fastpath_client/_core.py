@@ -24,6 +24,7 @@ from fastpath_client.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
     ServerError,
+    foreign_http_answer,
     from_exception,
 )
 from fastpath_client.retry import Backoff, OnRetry, RetryPolicy
@@ -244,30 +245,10 @@ class ClientCore:
         return from_exception(exc, url=self.url, model=model, timeout_s=timeout_s)
 
     def _server_not_ready(self, timeout_s: float) -> str:
-        answer = self._foreign_answer() if self.protocol == "http" else None
+        answer = foreign_http_answer(self.url) if self.protocol == "http" else None
         if answer:
             return f"server {self.url} not ready after {timeout_s:g} s: {answer}"
         return f"server {self.url} not ready after {timeout_s:g} s (unreachable or still starting)"
-
-    def _foreign_answer(self) -> str | None:
-        """What answered ``GET /v2/health/ready`` when it was not Triton (a proxy's 404, another
-        service), or None: no answer, or Triton's own not-ready answer (HTTP 400, empty body)."""
-        import urllib.error
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(f"http://{self.url}/v2/health/ready", timeout=2.0) as reply:
-                code, reason, headers, body = reply.status, reply.reason, reply.headers, reply.read(200)
-        except urllib.error.HTTPError as exc:
-            code, reason, headers, body = exc.code, exc.reason, exc.headers, exc.read(200)
-        except (OSError, ValueError):
-            return None
-        if code in (200, 400) and not body.strip():
-            return None
-        server = f", Server: {headers.get('Server')}" if headers.get("Server") else ""
-        text = " ".join(body.decode("utf-8", "replace").split())[:120]
-        return (f"GET /v2/health/ready was answered HTTP {code} {reason}{server}" + (f" ({text!r})" if text else "")
-                + ", which is not Triton's readiness answer; is the URL Triton's HTTP port, not a proxy or another service?")
 
     def _models_not_ready(self, states: Mapping[str, str], timeout_s: float, index_refused: bool) -> str:
         """The timeout message of ``wait_ready``: each model that is not ready, with its state (from

@@ -191,3 +191,24 @@ def from_exception(exc: BaseException, *, url: str, model: str | None = None,
         return ServerConnectionError(f"{where}: connection failed: {type(exc).__name__}: {exc}; is tritonserver "
                                      "running and listening there?", server_message=str(exc), url=url, model=model)
     return FastPathClientError(f"{where}: {type(exc).__name__}: {exc}", url=url, model=model)
+
+
+def foreign_http_answer(url: str) -> str | None:
+    """What answered ``GET http://<url>/v2/health/ready`` when it was not Triton (a proxy's 404, another
+    service), or None: no answer, or Triton's own not-ready answer (HTTP 400, empty body)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2.0) as reply:
+            code, reason, headers, body = reply.status, reply.reason, reply.headers, reply.read(200)
+    except urllib.error.HTTPError as exc:
+        code, reason, headers, body = exc.code, exc.reason, exc.headers, exc.read(200)
+    except (OSError, ValueError):
+        return None
+    if code in (200, 400) and not body.strip():
+        return None
+    server = f", Server: {headers.get('Server')}" if headers.get("Server") else ""
+    text = " ".join(body.decode("utf-8", "replace").split())[:120]
+    return (f"GET /v2/health/ready was answered HTTP {code} {reason}{server}" + (f" ({text!r})" if text else "")
+            + ", which is not Triton's readiness answer; is the URL Triton's HTTP port, not a proxy or another service?")
