@@ -61,6 +61,8 @@ class AdminService:
             return {"model": model, "versions": self.versions(model)}
         if command == "status":
             return self._summary(model, plane.instances())
+        if not plane.instances():
+            raise self._not_loaded(model)
         if command == "swap":
             version = request.get("version")
             if not isinstance(version, int) or str(version) not in self.versions(model):
@@ -79,7 +81,7 @@ class AdminService:
             raise SwapError(f"cannot roll back: {exc}") from None
         previous = {record.previous_version} if record is not None else {s.get("previous_version") for s in plane.instances().values()}
         if len(previous) != 1 or None in previous:
-            raise SwapError(f"nothing to roll back to: {model} has not been swapped (previous versions {sorted(map(str, previous))})")
+            raise SwapError(f"nothing to roll back to: {model} has not been swapped since it was first loaded")
         return previous.pop()
 
     def versions(self, model: str) -> list[str]:
@@ -102,9 +104,9 @@ class AdminService:
         deadline = self._clock() + self.timeout_s
         while True:
             instances = plane.instances()
-            if not instances:
-                raise InvalidInputError(f"model {model} has no live FastPath instances that swap versions: it is not loaded, "
-                                        "or it is not a FastPath model with live swaps (text_embedding is)")
+            if not instances:  # unloaded meanwhile: cancel the command, so a later load does not apply it
+                plane.post("cancel", cancelled=generation)
+                raise self._not_loaded(model)
             if all(int(s.get("generation", 0)) >= generation for s in instances.values()):
                 summary = self._summary(model, instances)
                 errors = [f"{name}: {s['error']}" for name, s in instances.items() if not s.get("ok")]
@@ -116,6 +118,11 @@ class AdminService:
             if self._clock() >= deadline:
                 raise FastPathError(f"{model}: instances did not finish generation {generation} within {self.timeout_s:.0f} s")
             self._sleep(0.005)
+
+    @staticmethod
+    def _not_loaded(model: str) -> InvalidInputError:
+        return InvalidInputError(f"model {model} has no live FastPath instances that swap versions: it is not loaded, "
+                                 "or it is not a FastPath model with live swaps (text_embedding is); nothing was changed")
 
     def _summary(self, model: str, instances: dict[str, dict[str, Any]]) -> dict[str, Any]:
         active = sorted({s.get("active_version") for s in instances.values()})

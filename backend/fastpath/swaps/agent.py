@@ -155,6 +155,10 @@ class SwapAgent:
         pickup_s = round(max(0.0, time.time() - float(desired.get("posted_at", time.time()))), 4)
         generation = int(desired["generation"])
         reason = desired.get("reason", "swap")
+        if command == "cancel":  # the admin withdrew an earlier command (no instance was live to apply it)
+            self.generation = generation
+            self._report()
+            return
         try:
             if command != "swap":
                 raise SwapError(f"unknown command {command!r}; expected swap (a rollback is posted as a swap to the previous version)")

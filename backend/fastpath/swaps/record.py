@@ -97,6 +97,9 @@ def read_record(path: Path) -> VersionRecord | None:
         raise VersionRecordError(f"{path}: cannot be read ({exc})") from exc
     try:
         document = json.loads(text)
+        if not isinstance(document, dict):
+            raise VersionRecordError(f"holds a JSON {type(document).__name__}, not an object; expected JSON like "
+                                     f"{{\"version\": 2, \"previous_version\": 1}}")
         command = document.get("command") or {}
         return VersionRecord(version=document["version"], previous_version=document.get("previous_version"),
                              since=float(document.get("since", 0.0)), reason=document.get("reason", "swap"),

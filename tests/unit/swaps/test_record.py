@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from fastpath.errors import SwapError, VersionRecordError
+from fastpath.errors import InvalidInputError, SwapError, VersionRecordError
 from fastpath.swaps.admin import AdminService
 from fastpath.swaps.agent import SwapAgent
 from fastpath.swaps.control import ControlPlane
@@ -64,7 +64,7 @@ def test_a_written_record_reads_back_field_for_field(tmp_path):
     ('{"version": 0}', "version 0: expected an integer >= 1"),
     ('{"version": "2"}', "version '2': expected an integer >= 1"),
     ('{"version": 2, "reason": "magic"}', "reason 'magic': expected one of loaded, swap, rollback"),
-    ("[2]", "is not a serving-version record"),
+    ("[2]", "holds a JSON list, not an object"),
 ])
 def test_a_corrupt_record_is_refused_naming_the_file_and_the_problem(tmp_path, text, problem):
     (tmp_path / "r.json").write_text(text)
@@ -185,3 +185,26 @@ def _wait(predicate, timeout_s=10.0):
             return True
         time.sleep(0.005)
     return False
+
+
+def test_a_swap_refused_for_want_of_live_instances_is_never_applied_by_a_later_load(repository, tmp_path):
+    """Invariant: a swap answered 'not loaded' leaves no command behind: an instance loading later stays on its version,
+    also when the instances left while the swap waited (the admin then posts a cancel)."""
+    state = tmp_path / "state"
+    plane = ControlPlane(state, "m")
+    service = AdminService(repository, state, "k", timeout_s=10)
+    with pytest.raises(InvalidInputError, match="not loaded.*nothing was changed"):
+        service.handle({"command": "swap", "model": "m", "version": 2, "key": "k"})
+    assert plane.desired() is None
+    plane.report("m_leaving", {"generation": 0, "ok": True, "active_version": 1})
+    instances_dir = plane.instances_dir
+    threading.Timer(0.05, lambda: (instances_dir / "m_leaving.json").unlink()).start()  # unloaded while the swap waits
+    with pytest.raises(InvalidInputError, match="not loaded"):
+        service.handle({"command": "swap", "model": "m", "version": 2, "key": "k"})
+    assert plane.desired()["command"] == "cancel"
+    late = EngineSlots(1, Engine(1))
+    agent = _agent(state, late, record_path(repository / "m"), name="m_new")
+    try:
+        assert not agent.poll_once() and late.active_version == 1
+    finally:
+        agent.stop()
