@@ -34,6 +34,11 @@ class Batch:
     predicted_s: float
 
     @property
+    def texts(self) -> int:
+        """Real texts in the batch (rows before the filler)."""
+        return len(self.items)
+
+    @property
     def real_tokens(self) -> int:
         """Tokens of the real texts (no padding)."""
         return sum(item.tokens for item in self.items)

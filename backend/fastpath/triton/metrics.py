@@ -161,7 +161,7 @@ class SchedulerMetrics(SchedulerObserver):
                 metric.observe(value)
 
     def dispatched(self, batch: Batch, queue_delays_s: Sequence[float]) -> None:
-        self._observe(self._batch_size, float(len(batch.items)))
+        self._observe(self._batch_size, float(batch.texts))
         padded, real = batch.padded_tokens, batch.real_tokens
         self._observe(self._padding, (padded - real) / padded if padded else 0.0)
         self._increment(self._padded_tokens, float(padded))

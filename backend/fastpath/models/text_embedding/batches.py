@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from fastpath.errors import EngineError
 from fastpath.memory import BlockPool, Lease, PoolConfig
+from fastpath.models.text_embedding.call_plan import PlannedBatch
 from fastpath.models.text_embedding.pipeline import EMBEDDING_DIM
 from fastpath.models.text_embedding.versions import VersionedEmbedder
 from fastpath.profiling import PROFILE
@@ -91,9 +94,11 @@ class EmbeddingBatchHandler:
         Raises:
             UnavailableError: the pool stayed exhausted for its wait timeout (retryable).
         """
-        encodings = [item.payload for item in batch.items]
-        encodings += [self._filler] * (batch.batch_size - len(encodings))
-        rows, length = batch.batch_size, batch.length
+        return self.stage_encodings([item.payload for item in batch.items], batch.batch_size, batch.length)
+
+    def stage_encodings(self, encodings: list[Any], rows: int, length: int) -> StagedBatch:
+        """:meth:`stage` for ``encodings`` (at most ``rows``; filler rows after them) padded to ``length``."""
+        encodings = encodings + [self._filler] * (rows - len(encodings))
         lease = self.pool.lease(TOKEN_INPUTS * rows * length * 8)
         try:
             views = lease.view(np.int64, (TOKEN_INPUTS, rows, length))  # one view; each input is a contiguous slab
@@ -140,6 +145,48 @@ class EmbeddingBatchHandler:
         for lease in leases:
             lease.release()
         return len(leases)
+
+    def run_plan(self, encodings: list[Any], plan: list[PlannedBatch],
+                 ran: Callable[[PlannedBatch, float], None]) -> tuple[np.ndarray, int]:
+        """Run one ``execute()`` call's planned batches (:func:`~fastpath.models.text_embedding.call_plan.plan_call`)
+        on one model version, so every row of the call shares it (no swap can flip between them).
+
+        Args:
+            encodings: the call's texts, tokenized.
+            plan: its batches; each index of ``encodings`` in exactly one.
+            ran: called after each engine call with the batch and its engine seconds (cost model, metrics).
+
+        Returns:
+            (float32 [len(encodings), 384] in the order of ``encodings``, the model version).
+
+        Raises:
+            UnavailableError: the staging pool stayed exhausted (retryable).
+            EngineError: the engine failed or returned a wrong shape; the call's requests fail.
+        """
+        embeddings = np.empty((len(encodings), EMBEDDING_DIM), dtype=np.float32)
+        with self.versions.lease() as (embedder, version):
+            engine = embedder.engine
+            name = engine.outputs[0].name
+            for planned in plan:
+                staged = self.stage_encodings([encodings[i] for i in planned.indices], planned.batch_size, planned.length)
+                mark = PROFILE.start()
+                try:
+                    begin = time.perf_counter()
+                    output = engine.infer(staged.feeds)[name]
+                    seconds = time.perf_counter() - begin
+                finally:
+                    self._release(staged.lease)
+                    if self.on_batch is not None:
+                        self.on_batch()
+                PROFILE.lap("engine.infer", mark)
+                if output.shape != (planned.batch_size, EMBEDDING_DIM):
+                    raise EngineError(f"engine returned {name} of shape {output.shape}; expected ({planned.batch_size}, {EMBEDDING_DIM})")
+                if len(plan) == 1 and planned.indices == tuple(range(len(encodings))):
+                    embeddings = output[: planned.texts]  # already in order: no scatter
+                else:
+                    embeddings[list(planned.indices)] = output[: planned.texts]
+                ran(planned, seconds)
+        return embeddings, version
 
     def finish(self, batch: Batch, outputs: tuple[np.ndarray, int]) -> None:
         embeddings, version = outputs

@@ -40,13 +40,14 @@ import json
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fastpath.config import parse_sections, triton_parameters
-from fastpath.errors import ConfigError
+from fastpath.errors import ConfigError, QueueTimeoutError
 from fastpath.memory import create_host_pool
 from fastpath.models.text_embedding.batches import (
     EmbeddingBatchHandler,
@@ -55,6 +56,7 @@ from fastpath.models.text_embedding.batches import (
     staging_pool_config,
     warm_up,
 )
+from fastpath.models.text_embedding.call_plan import PlannedBatch, plan_call
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.versions import VersionedEmbedder
 from fastpath.profiling import PROFILE
@@ -145,7 +147,7 @@ class TextEmbeddingModel:
         if sched.inline_when_idle and not batched:
             LOG.warning("inline_when_idle is off for %s: it needs dynamic_batching in config.pbtxt "
                         "(max_queue_delay_microseconds: 0 adds no delay)", args.get("model_name", "text_embedding"))
-        set_tokenizer_parallelism(self.config.tokenizer_parallelism)
+        set_tokenizer_parallelism(self.config.tokenizer_parallelism, self.config.tokenizer_threads)
         if sched.batch_buckets[-1] > self.config.max_batch_texts:
             raise ConfigError(
                 f"config.pbtxt parameter 'batch_buckets' = {sched.batch_buckets}: its largest bucket exceeds "
@@ -177,41 +179,123 @@ class TextEmbeddingModel:
                                   lanes=self.lanes, **sched.runner_options())
         if sched.warmup:
             warm_up(self.handler, queue, self.runner.clock)
-        if sched.response_mode == "sender":  # return mode runs each execute()'s batches inline instead
+        self.costs, self.length_buckets, self.pad_to_longest = queue.costs, queue.length_buckets, queue.pad_to_longest
+        if sched.response_mode == "sender":  # return mode runs each execute()'s texts itself (_execute_call)
             self.runner.start()
         PROFILE.reset()  # warm-up and graph capture are not serving
         if PROFILE.enabled:
             register_allocation_counters(self.pool, self.embedder.engine)
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
-        """Validate and tokenize each request and queue its texts; see ``response_mode`` for how answers return.
+        """Answer the call's requests; see ``response_mode`` for how answers return.
 
         Returns:
-            None (``response_mode=sender``: each request is answered through its response sender),
-            or one response per request, in order (``response_mode=return``, or ``sender`` with
-            ``inline_when_idle`` when the call found the scheduler idle and ran its batches itself).
+            One response per request, in order (``response_mode=return``: :meth:`_execute_call`
+            runs the call's texts itself), or None (``response_mode=sender``: the texts are queued
+            and the scheduler answers each request through its response sender), except when a
+            sender-mode call of one request finds the scheduler idle: that call runs inline.
         """
-        sched = self.scheduler_config
+        if self.scheduler_config.response_mode == "return":
+            return self._execute_call(requests)
         # One request in the call (Triton's batcher hands a call everything queued in Triton, so more
         # means a backlog), small enough that a second one would have fit in the call, and an idle
         # runner: run it here and skip the hand-offs and the sender.
-        inline = (sched.response_mode == "sender" and len(requests) == 1
-                  and 0 < self._texts_in(requests[0]) <= self.inline_max_texts and self.runner.claim_idle())
+        if not (len(requests) == 1 and 0 < self._texts_in(requests[0]) <= self.inline_max_texts and self.runner.claim_idle()):
+            return self._execute(requests)
         try:
-            return self._execute(requests, "return" if inline else sched.response_mode)
+            return self._execute_call(requests)
         finally:
-            if inline:
-                self.runner.release_inline()
+            self.runner.release_inline()
 
     def _texts_in(self, request: Any) -> int:
         """Rows of the request's TEXT input (0 when it is missing: the request fails on the usual path)."""
         return input_rows(self._pb, request, INPUT_NAME) or 0
 
-    def _execute(self, requests: list[Any], mode: str) -> list[Any] | None:
-        """:meth:`execute` with the answers going ``mode``'s way (``return``: batches run in this call)."""
+    def _execute_call(self, requests: list[Any]) -> list[Any]:
+        """Run every text of the call now, in the batches :func:`plan_call` picks, and return the responses.
+
+        One tokenizer call for all texts, one version lease for all batches (every row of the call
+        comes from one model version), and each response's outputs are row slices of the call's
+        output arrays. Priorities have nothing to order here (every text runs before the call
+        returns), but a bad priority parameter still fails its request. A request's timeout counts
+        from the call's start, as in the queue: one that has passed by the time the request is read
+        is answered UNAVAILABLE "Request timeout expired" (once read, its texts run). A bad request
+        fails alone; a tokenizer or engine failure fails the call's requests.
+        """
         pb = self._pb
         started = mark = PROFILE.start()
-        replies = Replies(pb, requests, mode)
+        arrival_s = time.perf_counter()
+        responses: list[Any] = [None] * len(requests)
+        texts: list[str] = []
+        spans = []  # (request index, first text, end, requested outputs)
+        for index, request in enumerate(requests):
+            try:
+                decoded = decode_texts(read_input(pb, request, INPUT_NAME), tensor=INPUT_NAME,
+                                       max_text_bytes=self.config.max_text_bytes)
+                if request.parameters() not in ("", "{}"):
+                    priority_level(request, self.scheduler_config)  # raises on a bad value
+                timeout_s = request_timeout_s(request, self.scheduler_config)
+            except Exception as exc:  # a bad request fails alone
+                self.metrics.invalid_request()
+                responses[index] = error_response(pb, exc)
+                continue
+            if timeout_s is not None and time.perf_counter() - arrival_s > timeout_s:
+                self._expire(responses, index, len(decoded), time.perf_counter() - arrival_s, timeout_s)
+                continue
+            spans.append((index, len(texts), len(texts) + len(decoded), requested_outputs(request)))
+            texts.extend(decoded)
+        mark = PROFILE.lap("execute.decode", mark, len(requests))
+        if spans:
+            try:
+                encodings = self.embedder.tokenizer.encode(texts)
+                mark = PROFILE.lap("execute.tokenize", mark, len(texts))
+                lengths = [len(e.ids) for e in encodings]
+                plan = plan_call(lengths, length_buckets=self.length_buckets, batch_buckets=self.scheduler_config.batch_buckets,
+                                 estimate=self._shape_cost, pad_to_longest=self.pad_to_longest)
+                waited_s = time.perf_counter() - arrival_s
+                embeddings, version = self.handler.run_plan(encodings, plan, functools.partial(self._ran, waited_s))
+            except Exception as exc:
+                LOG.error("a call of %d texts failed: %s", len(texts), exc)
+                for index, *_ in spans:
+                    responses[index] = error_response(pb, exc)
+            else:
+                mark = PROFILE.lap("execute.run", mark, len(plan))
+                outputs = {"EMBEDDING": embeddings, "TOKEN_COUNT": np.array(lengths, dtype=np.int32).reshape(-1, 1),
+                           "TRUNCATED": np.array([len(e.overflowing) > 0 for e in encodings], dtype=np.bool_).reshape(-1, 1),
+                           "MODEL_VERSION": np.full((len(texts), 1), version, dtype=np.int32)}
+                for index, first, end, wanted in spans:
+                    # only the requested outputs are built and sent: each pb.Tensor is a copy into the stub's shared memory
+                    responses[index] = pb.InferenceResponse(output_tensors=[
+                        pb.Tensor(name, outputs[name][first:end]) for name in OUTPUT_NAMES if not wanted or name in wanted])
+                PROFILE.lap("respond", mark, len(spans))
+        if PROFILE.enabled:
+            PROFILE.lap("execute.total", started, len(requests))
+            PROFILE.dump(self.profile_name, force=False)
+        return responses
+
+    def _shape_cost(self, batch_size: int, length: int) -> float:
+        """Uncontended predicted seconds of a [batch_size, length] engine call (the cost model's floor)."""
+        return self.costs.estimate(batch_size, length, floor=True)
+
+    def _ran(self, waited_s: float, planned: PlannedBatch, seconds: float) -> None:
+        """An engine call of a planned batch finished: teach the cost model, publish the batch metrics
+        (each text's queue delay: ``waited_s``, from the call's start to its first engine call)."""
+        self.costs.observe(planned.batch_size, planned.length, seconds)
+        self.metrics.dispatched(planned, (waited_s,) * planned.texts)
+        self.metrics.batch_done(planned, seconds, None)
+
+    def _expire(self, responses: list[Any], index: int, texts: int, waited_s: float, timeout_s: float) -> None:
+        """Answer request ``index`` UNAVAILABLE: its timeout passed before its texts could run."""
+        self.metrics.rejected("timeout", texts)
+        responses[index] = error_response(self._pb, QueueTimeoutError(
+            f"Request timeout expired: the request waited {waited_s * 1e6:.0f} us before its batch ran and its timeout "
+            f"is {timeout_s * 1e6:.0f} us; retry with a longer timeout or when the server is less loaded"))
+
+    def _execute(self, requests: list[Any]) -> None:
+        """Sender mode: validate and tokenize each request and queue its texts; the scheduler answers them."""
+        pb = self._pb
+        started = mark = PROFILE.start()
+        replies = Replies(pb, requests, "sender")
         accepted = []
         for index, request in enumerate(requests):
             try:
@@ -230,15 +314,11 @@ class TextEmbeddingModel:
                 replies.answer(index, error_response(pb, exc))
             accepted = []
         mark = PROFILE.lap("execute.tokenize", mark, len(encodings))
-        # Each is_cancelled() is a stub-to-server round trip. In return mode every text runs within
-        # this call (microseconds to milliseconds), so the probe would cost more than it could save.
-        probe_cancel = mode == "sender"
         start = 0
         for index, request, texts, level, timeout_s in accepted:
             answer = functools.partial(self._answer, replies, index, requested_outputs(request),
                                        (encodings[start:start + len(texts)], level, 0))
-            ticket = Ticket(len(texts), answer, is_cancelled=request.is_cancelled if probe_cancel else None,
-                            label=request.request_id() or "request")
+            ticket = Ticket(len(texts), answer, is_cancelled=request.is_cancelled, label=request.request_id() or "request")
             items = [WorkItem(ticket, row, len(encodings[start + row].ids), encodings[start + row], level)
                      for row in range(len(texts))]
             start += len(texts)
@@ -246,15 +326,11 @@ class TextEmbeddingModel:
                 self.runner.submit(items, timeout_s=timeout_s)
             except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
                 replies.answer(index, error_response(pb, exc))
-        mark = PROFILE.lap("execute.submit", mark, len(accepted))
-        if mode == "return":
-            self.runner.drain_inline()  # this call's batches, run here; every ticket answered
-            PROFILE.lap("execute.drain_inline", mark)
-        result = replies.result()
+        PROFILE.lap("execute.submit", mark, len(accepted))
         if PROFILE.enabled:
             PROFILE.lap("execute.total", started, len(requests))
             PROFILE.dump(self.profile_name, force=False)
-        return result
+        return replies.result()
 
     def _answer(self, replies: Replies, index: int, wanted: frozenset[str], rerun: tuple[list[Any], int, int],
                 ticket: Ticket | None, rows: list[EmbeddingRow] | None, error: BaseException | None) -> None:
