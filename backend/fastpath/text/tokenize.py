@@ -101,14 +101,22 @@ def _word_prefix(text: str, limit: int) -> str | None:
 PARALLELISM_ENV = "TOKENIZERS_PARALLELISM"
 
 
-def set_tokenizer_parallelism(enabled: bool) -> None:
+def set_tokenizer_parallelism(enabled: bool, threads: int = 0) -> None:
     """Turn HF tokenizers' Rayon parallelism in ``encode_batch`` on or off for this process.
 
     tokenizers reads ``TOKENIZERS_PARALLELISM`` on every batch call (tokenizers
     ``utils/parallelism.rs``), so setting it here takes effect at once. A python-backend stub
     serves one model instance, so the setting is that instance's (``tokenizer_parallelism``).
+
+    Args:
+        enabled: spread each ``encode_batch`` over the Rayon thread pool.
+        threads: the pool's size (``RAYON_NUM_THREADS``, read once, when the pool starts at the
+            first parallel call); 0 leaves Rayon's default of one thread per core. An
+            explicit ``RAYON_NUM_THREADS`` in the environment wins.
     """
     os.environ[PARALLELISM_ENV] = "true" if enabled else "false"
+    if enabled and threads > 0:
+        os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
 
 
 class TextTokenizer:

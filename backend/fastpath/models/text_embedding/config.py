@@ -51,6 +51,8 @@ class TextEmbeddingConfig:
             the H200 host (16 cores, 6 instances): off served 15.5k one-text requests/s at
             c=256 against 13.7k with it on (stub CPU 295 vs 413 us/request), while bulk requests of
             32 texts at c=32, with cores to spare, ran 35k texts/s off against 44k on.
+        tokenizer_threads: with ``tokenizer_parallelism``, the size of each instance's Rayon pool
+            (0: one thread per core, Rayon's default; the environment's ``RAYON_NUM_THREADS`` wins).
     """
 
     runtime: str = "onnxruntime"
@@ -66,6 +68,7 @@ class TextEmbeddingConfig:
     length_buckets_tokens: tuple[int, ...] = (16, 32, 64, 128, 256)
     cuda_sync: str = "spin"
     tokenizer_parallelism: bool = False
+    tokenizer_threads: int = 0
     concurrent_batches: int = 0
 
     def __post_init__(self) -> None:
@@ -74,6 +77,7 @@ class TextEmbeddingConfig:
         check_parameter(self.device == "cpu" or self.device.startswith("cuda"), "device", self.device, "cpu, cuda or cuda:N")
         check_parameter(self.intra_op_threads >= 0, "intra_op_threads", self.intra_op_threads, ">= 0")
         check_parameter(self.cuda_sync in ("blocking", "spin"), "cuda_sync", self.cuda_sync, "blocking or spin")
+        check_parameter(self.tokenizer_threads >= 0, "tokenizer_threads", self.tokenizer_threads, ">= 0 (0 = one per core)")
         check_parameter(self.concurrent_batches >= 0, "concurrent_batches", self.concurrent_batches, ">= 0 (0 = auto)")
         check_parameter(self.concurrent_batches <= 1 or (self.runtime == "onnxruntime" and self.device == "cpu"),
                         "concurrent_batches", self.concurrent_batches,
