@@ -85,12 +85,11 @@ def serve_options(args: argparse.Namespace, admin_key: str, probe: Callable[[], 
         ServerError: ``--device cuda`` where torch sees no CUDA device (the message names what is
             missing), or none of the models has a GPU configuration.
     """
-    from fastpath.server.devices import describe_configs, gpu_config_name, probe_torch_cuda, resolve_device
+    from fastpath.server.devices import describe_configs, probe_torch_cuda, select_configuration
     from fastpath.server.process import ServerOptions
 
     models = tuple(args.model or repository_models(args.model_repository))
-    device, why = resolve_device(args.device, probe or probe_torch_cuda)
-    config_name = gpu_config_name(args.model_repository, models) if device == "cuda" else ""
+    device, config_name, why = select_configuration(args.device, args.model_repository, models, probe or probe_torch_cuda)
     LOG.info("device %s (--device %s: %s)", device, args.device, why)
     for line in describe_configs(args.model_repository, models, config_name):
         LOG.info("  %s", line)

@@ -117,6 +117,30 @@ def resolve_device(requested: str, probe: Callable[[], CudaReport] = probe_torch
                       "(make serve DEVICE=cpu)")
 
 
+def select_configuration(requested: str, model_repository: Path, models: Sequence[str],
+                         probe: Callable[[], CudaReport] = probe_torch_cuda) -> tuple[str, str, str]:
+    """``(device, model_config_name, why)`` for ``fastpath serve --device requested`` loading ``models``.
+
+    The GPU configuration (:data:`GPU_CONFIG_NAME`) is chosen on ``cuda``; ``auto`` chooses it when
+    one of ``models`` has it and torch sees a CUDA device. Torch is asked only when a model has it.
+
+    Raises:
+        ServerError: an unknown device; ``cuda`` where none of ``models`` has ``configs/gpu.pbtxt``
+            (nothing would run on a GPU), or where torch sees no CUDA device (:func:`resolve_device`).
+    """
+    if requested not in DEVICES:
+        raise ServerError(f"--device {requested!r}: expected one of {', '.join(DEVICES)}")
+    has_gpu_config = any(path.name != "config.pbtxt" for path in config_files(model_repository, models, GPU_CONFIG_NAME).values())
+    if requested != "cpu" and not has_gpu_config:
+        if requested == "auto":
+            return "cpu", "", f"none of the models to load has configs/{GPU_CONFIG_NAME}.pbtxt"
+        raise ServerError(f"--device cuda: none of the models to load ({', '.join(models)}) has configs/{GPU_CONFIG_NAME}.pbtxt "
+                          f"in {model_repository}, so every one would load its CPU config.pbtxt; expected "
+                          f"text_embedding/configs/{GPU_CONFIG_NAME}.pbtxt (shipped in model_repository/)")
+    device, why = resolve_device(requested, probe)
+    return device, GPU_CONFIG_NAME if device == "cuda" else "", why
+
+
 def config_files(model_repository: Path, models: Sequence[str], config_name: str) -> dict[str, Path]:
     """The configuration file Triton loads for each of ``models`` under ``--model-config-name=config_name``
     (``configs/<name>.pbtxt`` where the model has one, else ``config.pbtxt``; "" means config.pbtxt everywhere)."""
@@ -125,20 +149,6 @@ def config_files(model_repository: Path, models: Sequence[str], config_name: str
         custom = model_repository / model / "configs" / f"{config_name}.pbtxt"
         files[model] = custom if config_name and custom.is_file() else model_repository / model / "config.pbtxt"
     return files
-
-
-def gpu_config_name(model_repository: Path, models: Sequence[str]) -> str:
-    """The ``--model-config-name`` of ``--device cuda``: :data:`GPU_CONFIG_NAME`.
-
-    Raises:
-        ServerError: none of ``models`` has ``configs/gpu.pbtxt``, so nothing would run on a GPU.
-    """
-    files = config_files(model_repository, models, GPU_CONFIG_NAME)
-    if all(path.name == "config.pbtxt" for path in files.values()):
-        raise ServerError(f"--device cuda: none of the models to load ({', '.join(models)}) has configs/{GPU_CONFIG_NAME}.pbtxt "
-                          f"in {model_repository}, so every one would load its CPU config.pbtxt; expected "
-                          f"text_embedding/configs/{GPU_CONFIG_NAME}.pbtxt (shipped in model_repository/)")
-    return GPU_CONFIG_NAME
 
 
 def describe_configs(model_repository: Path, models: Sequence[str], config_name: str) -> list[str]:

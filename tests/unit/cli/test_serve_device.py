@@ -15,7 +15,7 @@ from fastpath.cli import serve
 from fastpath.cli.common import DEFAULT_REPOSITORY
 from fastpath.errors import ServerError
 from fastpath.server import devices
-from fastpath.server.devices import CudaReport, cuda_report, resolve_device
+from fastpath.server.devices import CudaReport, cuda_report, resolve_device, select_configuration
 from fastpath.server.process import server_command
 
 ONE_GPU = CudaReport(("NVIDIA H200",))
@@ -83,9 +83,21 @@ def test_device_cuda_refuses_a_repository_without_a_gpu_configuration(tmp_path):
         command_for("--device", "cuda", "--model", "text_detection")
 
 
+def test_device_auto_without_a_gpu_configuration_serves_the_cpu_without_asking_torch(caplog):
+    def probe() -> CudaReport:
+        raise AssertionError("torch was asked for CUDA devices though no model to load has a GPU configuration")
+
+    with caplog.at_level(logging.INFO, logger="fastpath"):
+        options = serve.serve_options(parse("--device", "auto", "--model", "text_detection"), "key", probe=probe)
+    assert options.model_config_name == ""
+    assert "device cpu (--device auto: none of the models to load has configs/gpu.pbtxt)" in caplog.text
+
+
 def test_an_unknown_device_is_refused():
     with pytest.raises(ServerError, match="--device 'tpu': expected one of cpu, cuda, auto"):
         resolve_device("tpu", lambda: ONE_GPU)
+    with pytest.raises(ServerError, match="--device 'tpu': expected one of cpu, cuda, auto"):
+        select_configuration("tpu", DEFAULT_REPOSITORY, ("text_detection",), lambda: ONE_GPU)
     with pytest.raises(SystemExit):
         parse("--device", "tpu")
 
