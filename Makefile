@@ -1,5 +1,6 @@
 # FastPath: two commands from a fresh clone.
 #   make serve   set up .venv, build artifacts if missing (fp32 v1, INT8 v2), run tritonserver with every model
+#                (DEVICE=cuda: text_embedding from its GPU configuration, model_repository/text_embedding/configs/gpu.pbtxt)
 #   make test    the same set-up, then ruff and the test suite
 PYTHON ?= python3.11
 VENV := .venv
@@ -9,6 +10,8 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 # every interface, as Triton binds by default; HOST=127.0.0.1 keeps the server on this machine
 HOST ?= 0.0.0.0
+# cpu, cuda (text_embedding on the GPU: torch fp16, CUDA graphs, KIND_GPU instances) or auto (cuda when torch sees a GPU)
+DEVICE ?= cpu
 ARTIFACT := model_repository/text_embedding/1/model.onnx model_repository/text_embedding/1/model.fp16.safetensors model_repository/text_detection/1/model.onnx
 # text_embedding version 2: INT8 QDQ behind the accuracy gate (about 2 minutes on 2 cores); make test builds it
 INT8_ARTIFACT := model_repository/text_embedding/2/model.onnx
@@ -36,7 +39,7 @@ $(INT8_ARTIFACT): $(ARTIFACT)
 artifacts-int8: $(INT8_ARTIFACT)
 
 serve: artifacts artifacts-int8
-	HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT) $(BIN)/fastpath serve --host $(HOST)
+	HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT) $(BIN)/fastpath serve --host $(HOST) --device $(DEVICE)
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

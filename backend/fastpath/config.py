@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, TypeVar
 
 from fastpath.errors import ConfigError
@@ -122,3 +122,59 @@ def parse_sections(parameters: Mapping[str, str], *classes: type) -> tuple[Any, 
     return tuple(
         parse_parameters(cls, {k: v for k, v in parameters.items() if owners[k] is cls}) for cls in classes
     )
+
+
+def instance_device(args: Mapping[str, str], configured_device: str | None, *, runtime: str,
+                    gpu_runtimes: Collection[str]) -> str:
+    """The device one model instance runs on: where Triton placed it, else the ``device`` parameter.
+
+    Triton's python backend passes each instance its placement in ``initialize(args)``:
+    ``args["model_instance_kind"]`` (``"GPU"``, ``"CPU"`` or ``"MODEL"``; ``KIND_AUTO`` arrives
+    resolved, as ``"CPU"`` on a machine without GPUs) and ``args["model_instance_device_id"]``
+    (the GPU of a ``KIND_GPU`` instance: Triton spreads an instance group's ``count`` instances over
+    its ``gpus: [...]``, every visible GPU when the group names none). Rules:
+
+    1. ``KIND_GPU``: ``cuda:<model_instance_device_id>``, as every Triton backend places a GPU
+       instance. The ``device`` parameter may be unset, ``cuda`` or that same ``cuda:N``; anything
+       else contradicts Triton's placement and is refused (not silently overridden: a
+       ``device "cuda:1"`` on an instance Triton put on GPU 0 would otherwise serve from a GPU
+       nobody asked for, or hide a config mistake). To pin instances to a GPU, name it in the
+       instance group (``gpus: [1]``).
+    2. Any other kind (``KIND_CPU``, ``KIND_AUTO`` resolved to the CPU, ``KIND_MODEL``): the
+       ``device`` parameter as written, ``cpu`` when unset. ``KIND_CPU`` with ``device "cuda:1"``
+       runs its engine on GPU 1 while Triton counts the instance as a CPU one.
+
+    Args:
+        args: Triton's ``initialize`` arguments (a missing ``model_instance_kind`` counts as CPU).
+        configured_device: the model's ``device`` parameter as written in its config, or None when
+            the config does not set it.
+        runtime: the model's ``runtime`` parameter.
+        gpu_runtimes: the runtimes this model can run on a GPU (empty: the model has no GPU path).
+
+    Returns:
+        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+
+    Raises:
+        ConfigError: a ``KIND_GPU`` instance whose ``runtime`` is not one of ``gpu_runtimes``, whose
+            ``device`` parameter is ``cpu`` or another GPU than Triton assigned, or whose
+            ``model_instance_device_id`` is not a GPU ordinal. Each message names the parameter,
+            its value and what was expected.
+    """
+    if str(args.get("model_instance_kind", "CPU")).upper() != "GPU":
+        return configured_device if configured_device is not None else "cpu"
+    raw_id = str(args.get("model_instance_device_id", ""))
+    if not raw_id.isdigit():
+        raise ConfigError(f"Triton's model_instance_device_id = {raw_id!r} for a KIND_GPU instance: expected a GPU ordinal (0, 1, ...)")
+    assigned = f"cuda:{int(raw_id)}"
+    instance = args.get("model_instance_name") or args.get("model_name") or "this instance"
+    if runtime not in gpu_runtimes:
+        expected = (f"runtime one of {', '.join(gpu_runtimes)} with KIND_GPU, or instance_group kind KIND_CPU" if gpu_runtimes
+                    else "instance_group kind KIND_CPU (this model has no GPU engine)")
+        raise ConfigError(f"config.pbtxt parameter 'runtime' = {runtime!r}: instance_group kind KIND_GPU placed {instance} "
+                          f"on {assigned}, and this model runs no GPU engine with that runtime; expected {expected}")
+    if configured_device not in (None, "cuda", assigned):
+        raise ConfigError(f"config.pbtxt parameter 'device' = {configured_device!r} contradicts instance_group kind KIND_GPU, "
+                          f"which placed {instance} on {assigned}: expected the parameter unset, 'cuda' or {assigned!r} "
+                          "(choose the GPU with the instance group's gpus: [N]), or instance_group kind KIND_CPU to run "
+                          f"on {configured_device!r}")
+    return assigned

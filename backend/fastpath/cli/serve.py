@@ -1,7 +1,10 @@
 """``fastpath serve``: tritonserver on the model repository, with stub supervision and the admin key.
 
 By default it loads every model of the model repository (each directory holding a ``config.pbtxt``),
-as Triton does; ``--model NAME`` (repeatable) loads exactly the models named.
+as Triton does; ``--model NAME`` (repeatable) loads exactly the models named. ``--device cuda``
+serves ``text_embedding`` from its GPU configuration, ``configs/gpu.pbtxt`` (Triton's
+``--model-config-name=gpu``; :mod:`fastpath.server.devices`), and refuses at once on a machine
+where torch sees no CUDA device; ``--device auto`` picks ``cuda`` when torch sees one.
 """
 
 from __future__ import annotations
@@ -11,13 +14,15 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fastpath.cli.common import DEFAULT_REPOSITORY, admin_key_file, env_int
 
 if TYPE_CHECKING:
-    from fastpath.server.process import TritonServer
+    from fastpath.server.devices import CudaReport
+    from fastpath.server.process import ServerOptions, TritonServer
     from fastpath.server.stubs import StubSupervisor
 
 LOG = logging.getLogger("fastpath")
@@ -71,21 +76,46 @@ def _withdraw_admin_key(key: str, ports: tuple[int, ...]) -> None:
             continue
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from fastpath.errors import ServerError
-    from fastpath.server.process import ServerOptions, TritonServer
+def serve_options(args: argparse.Namespace, admin_key: str, probe: Callable[[], CudaReport] | None = None) -> ServerOptions:
+    """The tritonserver options of ``fastpath serve args``: models, ports, admin key, and for
+    ``--device cuda`` (or ``auto`` finding CUDA) ``--model-config-name=gpu``; logs the device chosen
+    and the configuration file each model loads.
 
-    admin_key, generated = _admin_key()
-    options = ServerOptions(
+    Raises:
+        ServerError: ``--device cuda`` where torch sees no CUDA device (the message names what is
+            missing), or none of the models has a GPU configuration.
+    """
+    from fastpath.server.devices import describe_configs, probe_torch_cuda, select_configuration
+    from fastpath.server.process import ServerOptions
+
+    models = tuple(args.model or repository_models(args.model_repository))
+    device, config_name, why = select_configuration(args.device, args.model_repository, models, probe or probe_torch_cuda)
+    LOG.info("device %s (--device %s: %s)", device, args.device, why)
+    for line in describe_configs(args.model_repository, models, config_name):
+        LOG.info("  %s", line)
+    return ServerOptions(
         model_repository=args.model_repository,
-        models=tuple(args.model or repository_models(args.model_repository)),
+        models=models,
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
         host=args.host,
         log_verbose=args.log_verbose,
         admin_key=admin_key,
+        model_config_name=config_name,
     )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from fastpath.errors import ServerError
+    from fastpath.server.process import TritonServer
+
+    admin_key, generated = _admin_key()
+    try:
+        options = serve_options(args, admin_key)
+    except ServerError as exc:
+        LOG.error("%s", exc)
+        return 1
     server = TritonServer(options)
     stop_requested = threading.Event()
 
@@ -159,6 +189,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--host", default="0.0.0.0",
                        help="address HTTP, gRPC and metrics bind to (default 0.0.0.0, Triton's: every interface; "
                             "--host 127.0.0.1 keeps it on this machine)")
+    serve.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
+                       help="cpu (default): every model's config.pbtxt; cuda: text_embedding from its GPU configuration "
+                            "(model_repository/text_embedding/configs/gpu.pbtxt: torch fp16, CUDA graphs, KIND_GPU "
+                            "instances), the other models from config.pbtxt; auto: cuda when torch sees a CUDA device")
     serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
     serve.add_argument("--ready-timeout-s", type=float, default=300.0)
     serve.set_defaults(func=cmd_serve)

@@ -46,6 +46,34 @@ Forward = Callable[..., torch.Tensor]
 SYNC_MODES = ("blocking", "spin")
 
 
+def cuda_device(device: torch.device | str) -> torch.device:
+    """``device`` as a torch device with its GPU index: ``cuda`` becomes ``cuda:<current device>``.
+
+    Every CUDA object of a runner (streams, events, the graph capture stream, pinned buffers) is
+    made on this one device, so a process whose engine runs on GPU 1 (a Triton ``KIND_GPU``
+    instance placed there) creates nothing on GPU 0, the current device of every thread until set.
+
+    Raises:
+        EngineError: a CUDA device was asked for and torch sees none, or fewer than its index.
+    """
+    target = torch.device(device)
+    if target.type != "cuda":
+        return target
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise EngineError(f"device {str(device)!r} was asked for but torch {torch.__version__} sees no CUDA device; use device='cpu'")
+    index = torch.cuda.current_device() if target.index is None else target.index
+    if index >= count:
+        raise EngineError(f"device {str(device)!r} was asked for but torch sees {count} CUDA device(s), 0..{count - 1}; "
+                          "check CUDA_VISIBLE_DEVICES and the instance group's gpus")
+    return torch.device("cuda", index)
+
+
+def device_scope(device: torch.device) -> contextlib.AbstractContextManager:
+    """Make ``device`` the calling thread's current CUDA device inside the block (nothing on the CPU)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 class GraphRunner:
     """Runs ``forward`` on padded batches through per-bucket CUDA graphs.
 
@@ -93,7 +121,7 @@ class GraphRunner:
     ) -> None:
         if sync not in SYNC_MODES:
             raise EngineError(f"sync={sync!r}: expected one of {', '.join(SYNC_MODES)}")
-        self.device = torch.device(device)
+        self.device = cuda_device(device)
         if use_graphs and self.device.type != "cuda":
             raise EngineError(f"CUDA graphs need a CUDA device; got {self.device}. Pass use_graphs=False to run eagerly")
         longest_filler = max(len(spec.filler) for spec in inputs)
@@ -134,8 +162,15 @@ class GraphRunner:
             raise EngineError("the graph runner is closed")
         return self.buffers
 
-    def _stream_context(self) -> contextlib.AbstractContextManager:
-        return torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
+    @contextlib.contextmanager
+    def _stream_context(self) -> Iterator[None]:
+        """The runner's device as the thread's current device and its stream as the current stream
+        (scheduler threads start on device 0: events and kernels would otherwise go there)."""
+        if self._stream is None:
+            yield
+            return
+        with torch.cuda.device(self.device), torch.cuda.stream(self._stream):
+            yield
 
     def _synchronize(self) -> None:
         if self._stream is not None:
@@ -165,26 +200,29 @@ class GraphRunner:
         if not self.use_graphs or self._graphs:
             return
         order = self.grid.capture_order()
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side), torch.inference_mode():
-            for bucket in order:
-                self._stage_filler(bucket)
-                for _ in range(self.warmup_iters):
-                    self._forward_into_output(bucket)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        torch.cuda.synchronize(self.device)
-        self._pool = torch.cuda.graph_pool_handle()
-        for bucket in progress(iter(order)) if progress else order:
-            graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(graph, pool=self._pool), torch.inference_mode():
-                    self._forward_into_output(bucket)
-            except RuntimeError as exc:
-                raise EngineError(f"CUDA graph capture failed for bucket batch={bucket.batch} length={bucket.length}: {exc}") from exc
-            self._graphs[bucket] = graph
-            self._addresses[bucket] = self._live_buffers().addresses(bucket)
-        torch.cuda.synchronize(self.device)
+        with torch.cuda.device(self.device):
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side), torch.inference_mode():
+                for bucket in order:
+                    self._stage_filler(bucket)
+                    for _ in range(self.warmup_iters):
+                        self._forward_into_output(bucket)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            torch.cuda.synchronize(self.device)
+            self._pool = torch.cuda.graph_pool_handle()
+            for bucket in progress(iter(order)) if progress else order:
+                graph = torch.cuda.CUDAGraph()
+                try:
+                    # capture on the runner's device: torch.cuda.graph's own default stream is made on
+                    # whatever device is current when it is first used
+                    with torch.cuda.graph(graph, pool=self._pool, stream=side), torch.inference_mode():
+                        self._forward_into_output(bucket)
+                except RuntimeError as exc:
+                    raise EngineError(f"CUDA graph capture failed for bucket batch={bucket.batch} length={bucket.length}: {exc}") from exc
+                self._graphs[bucket] = graph
+                self._addresses[bucket] = self._live_buffers().addresses(bucket)
+            torch.cuda.synchronize(self.device)
         LOG.info("captured %d CUDA graphs (%s)", len(self._graphs), self.grid)
 
     def verify_addresses(self, bucket: Bucket) -> None:
@@ -259,7 +297,7 @@ class GraphRunner:
         """
         batch_shape(feeds, self.inputs)
         tensors = [torch.from_numpy(np.ascontiguousarray(feeds[spec.name], dtype=np.int64)).to(self.device) for spec in self.inputs]
-        with self._lock, torch.inference_mode():
+        with self._lock, device_scope(self.device), torch.inference_mode():
             self._live_buffers()
             result = self.forward(*tensors).float().cpu().numpy()
             self.eager_runs += 1
@@ -306,6 +344,7 @@ class GraphRunner:
             self._pool = None
             self.buffers = None
         gc.collect()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
+        if self.device.type == "cuda" and torch.cuda.is_initialized():
+            with torch.cuda.device(self.device):
+                torch.cuda.synchronize(self.device)
+                torch.cuda.empty_cache()

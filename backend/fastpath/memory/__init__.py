@@ -27,7 +27,23 @@ from fastpath.memory.staging import ParallelCopier, StagedTensor, stage
 from fastpath.memory.stats import LeakedLease, LeakReport, PoolConfig, PoolStats
 
 
-def create_host_pool(config: PoolConfig | None = None, *, allocator: str = "auto", name: str = "host") -> BlockPool:
+def cuda_ordinal(device: str | None) -> int | None:
+    """The CUDA device ordinal of a torch-style device string: ``"cuda:1"`` -> 1; None for
+    ``"cuda"`` (the current device), ``"cpu"`` and None.
+
+    Raises:
+        ValueError: ``cuda:`` followed by something other than a non-negative integer.
+    """
+    if not device or not device.startswith("cuda:"):
+        return None
+    index = device.partition(":")[2]
+    if not index.isdigit():
+        raise ValueError(f"device {device!r}: expected cpu, cuda or cuda:N with N a GPU ordinal")
+    return int(index)
+
+
+def create_host_pool(config: PoolConfig | None = None, *, allocator: str = "auto", name: str = "host",
+                     device: str | None = None) -> BlockPool:
     """The host staging pool with an automatically chosen allocator.
 
     Args:
@@ -36,11 +52,15 @@ def create_host_pool(config: PoolConfig | None = None, *, allocator: str = "auto
         allocator: ``"auto"`` (CUDA page-locked if a device is present, else page-aligned),
             ``"cuda-pinned"`` or ``"page-aligned"``.
         name: pool name in stats, metrics and errors.
+        device: the engine's device (``cpu``, ``cuda``, ``cuda:N``); page-locked blocks of a
+            ``cuda:N`` engine are allocated from device N's context (the memory itself is usable
+            from every device).
 
     Raises:
         RuntimeError: ``allocator="cuda-pinned"`` without a usable CUDA device.
+        ValueError: ``device`` is not ``cpu``, ``cuda`` or ``cuda:N``.
     """
-    chosen, _reason = select_host_allocator(allocator)
+    chosen, _reason = select_host_allocator(allocator, cuda_ordinal(device))
     return BlockPool(chosen, config, name=name)
 
 
@@ -62,6 +82,7 @@ __all__ = [
     "PoolStats",
     "StagedTensor",
     "create_host_pool",
+    "cuda_ordinal",
     "cuda_call",
     "probe_cuda",
     "select_host_allocator",

@@ -154,18 +154,34 @@ class CudaPinnedAllocator(Allocator):
     """Page-locked host memory: ``cudaHostAlloc(nbytes, cudaHostAllocPortable)`` / ``cudaFreeHost``.
 
     Portable so that every CUDA context of the process sees the memory as pinned.
+
+    Args:
+        device: the CUDA device whose context allocates and frees the blocks (``cudaSetDevice`` first,
+            in the calling thread): the device the model instance's engine runs on, so that a
+            process serving from GPU 1 creates no context on GPU 0 (a thread's current device is
+            0 until set). None: the calling thread's current device.
     """
 
     name = "cuda-pinned"
     pinned = True
 
+    def __init__(self, device: int | None = None) -> None:
+        super().__init__()
+        self.device = device
+
+    def _select_device(self) -> None:
+        if self.device is not None:
+            cuda_call(runtime().cudaSetDevice(self.device), f"cudaSetDevice({self.device})")
+
     def _allocate(self, nbytes: int) -> Block:
         cudart = runtime()
+        self._select_device()
         address = int(cuda_call(cudart.cudaHostAlloc(nbytes, cudart.cudaHostAllocPortable), f"cudaHostAlloc({nbytes} bytes)"))
         return Block(address=address, nbytes=nbytes, array=_host_array(address, nbytes), pinned=True)
 
     def _free(self, block: Block) -> None:
         block.array = None
+        self._select_device()
         cuda_call(runtime().cudaFreeHost(block.address), f"cudaFreeHost({block.nbytes} bytes)")
 
 
@@ -195,11 +211,12 @@ class CudaDeviceAllocator(Allocator):
         cuda_call(cudart.cudaFree(block.address), f"cudaFree({block.nbytes} bytes)")
 
 
-def select_host_allocator(preference: str = "auto") -> tuple[Allocator, str]:
+def select_host_allocator(preference: str = "auto", device: int | None = None) -> tuple[Allocator, str]:
     """Choose the host allocator: CUDA page-locked when a device is present, else page-aligned.
 
     Args:
         preference: ``"auto"``, ``"cuda-pinned"`` (required: error without CUDA) or ``"page-aligned"``.
+        device: the CUDA device ordinal page-locked blocks are allocated from (:class:`CudaPinnedAllocator`).
 
     Returns:
         ``(allocator, reason)``; the reason is also logged at INFO on logger ``fastpath.memory``.
@@ -212,8 +229,9 @@ def select_host_allocator(preference: str = "auto") -> tuple[Allocator, str]:
         raise ValueError(f"host allocator {preference!r} is unknown; choose one of {', '.join(HOST_ALLOCATORS)}")
     probe = probe_cuda() if preference != "page-aligned" else None
     if probe is not None and probe.available:
-        allocator: Allocator = CudaPinnedAllocator()
-        reason = f"cudaHostAlloc page-locked memory ({probe.reason})"
+        allocator: Allocator = CudaPinnedAllocator(device)
+        where = "" if device is None else f", allocated from device {device}"
+        reason = f"cudaHostAlloc page-locked memory ({probe.reason}{where})"
     elif preference == "cuda-pinned":
         raise RuntimeError(f"host allocator 'cuda-pinned' was required but CUDA is unusable: {probe.reason if probe else ''}")
     else:

@@ -125,6 +125,9 @@ class ServerOptions:
             directory in the model repository.
         exit_timeout_s: Triton's ``--exit-timeout-secs``: how long shutdown waits for in-flight
             requests and open HTTP connections (clients holding keep-alive connections delay it).
+        model_config_name: Triton's ``--model-config-name``: load ``<model>/configs/<name>.pbtxt``
+            where a model has one, else its ``config.pbtxt``; "" loads ``config.pbtxt`` everywhere
+            (``gpu`` for ``fastpath serve --device cuda``: :mod:`fastpath.server.devices`).
     """
 
     model_repository: Path
@@ -139,6 +142,7 @@ class ServerOptions:
     state_dir: Path | None = None
     version_state_dir: Path | None = None
     exit_timeout_s: int = 30
+    model_config_name: str = ""
 
 
 def server_command(options: ServerOptions, backends: Path, dist: Path) -> list[str]:
@@ -160,6 +164,8 @@ def server_command(options: ServerOptions, backends: Path, dist: Path) -> list[s
         "--strict-readiness=true",
         f"--exit-timeout-secs={options.exit_timeout_s}",
     ]
+    if options.model_config_name:
+        command.append(f"--model-config-name={options.model_config_name}")
     command += [f"--load-model={name}" for name in options.models]
     if options.admin_key:
         restriction = f"{','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}={options.admin_key}"

@@ -133,3 +133,21 @@ def test_packed_inputs_only_accepts_one_exact_block_in_input_order():
 def test_an_unknown_sync_mode_is_refused_naming_the_choices():
     with pytest.raises(EngineError, match="sync='poll'.*blocking, spin"):
         GraphRunner(masked_sum, BERT_INPUTS, BucketGrid((1,), (8,)), output_shape=(2,), device="cpu", use_graphs=False, sync="poll")
+
+
+def test_cuda_device_names_the_gpu_and_refuses_what_torch_does_not_see():
+    from unittest import mock
+
+    from fastpath.graphs.runner import cuda_device
+
+    assert cuda_device("cpu") == torch.device("cpu")
+    with mock.patch.object(torch.cuda, "is_available", return_value=False):
+        with pytest.raises(EngineError, match="device 'cuda:1' was asked for but torch .* sees no CUDA device"):
+            cuda_device("cuda:1")
+    with mock.patch.object(torch.cuda, "is_available", return_value=True), \
+            mock.patch.object(torch.cuda, "device_count", return_value=2), \
+            mock.patch.object(torch.cuda, "current_device", return_value=1):
+        assert cuda_device("cuda") == torch.device("cuda", 1)
+        assert cuda_device("cuda:0") == torch.device("cuda", 0)
+        with pytest.raises(EngineError, match=r"device 'cuda:2' was asked for but torch sees 2 CUDA device\(s\), 0..1"):
+            cuda_device("cuda:2")

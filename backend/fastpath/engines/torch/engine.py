@@ -23,7 +23,7 @@ from fastpath.engines.torch.bert import BertEmbedder
 from fastpath.engines.torch.weights import load_weights
 from fastpath.errors import ConfigError, EngineError, InvalidInputError
 from fastpath.graphs import BERT_INPUTS, Bucket, BucketGrid, batch_shape
-from fastpath.graphs.runner import GraphRunner
+from fastpath.graphs.runner import GraphRunner, cuda_device, device_scope
 
 LOG = logging.getLogger("fastpath.engines.torch")
 
@@ -110,9 +110,7 @@ class TorchEngine(Engine):
     ) -> None:
         if precision not in PRECISIONS:
             raise ConfigError(f"torch runtime precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-        target = torch.device(device)
-        if target.type == "cuda" and not torch.cuda.is_available():
-            raise EngineError(f"device {device!r} was asked for but torch {torch.__version__} sees no CUDA device; use device='cpu'")
+        target = cuda_device(device)
         if intra_op_threads > 0:
             torch.set_num_threads(intra_op_threads)
         config, weights = load_weights(path)
@@ -127,18 +125,20 @@ class TorchEngine(Engine):
             raise ConfigError(f"length bucket {self.grid.max_length} exceeds the model's {config.max_position_embeddings} positions")
         self.precision = precision
         self.config = config
-        self.model = BertEmbedder(config, weights, dtype=PRECISIONS[precision], device=target, fp8=precision == "fp8")
-        del weights
-        self.runner: GraphRunner | None = GraphRunner(
-            self.model,
-            BERT_INPUTS,
-            self.grid,
-            output_shape=(config.hidden_size,),
-            device=target,
-            use_graphs=use_graphs and target.type == "cuda",
-            check_addresses=check_addresses,
-            sync=sync,
-        )
+        self.device = target
+        with device_scope(target):  # cuBLAS handles, allocator pools and pinned buffers on this engine's GPU
+            self.model = BertEmbedder(config, weights, dtype=PRECISIONS[precision], device=target, fp8=precision == "fp8")
+            del weights
+            self.runner: GraphRunner | None = GraphRunner(
+                self.model,
+                BERT_INPUTS,
+                self.grid,
+                output_shape=(config.hidden_size,),
+                device=target,
+                use_graphs=use_graphs and target.type == "cuda",
+                check_addresses=check_addresses,
+                sync=sync,
+            )
         self._inputs = tuple(TensorSpec(spec.name, np.dtype(np.int64), (-1, -1)) for spec in BERT_INPUTS)
         self._outputs = (TensorSpec("embedding", np.dtype(np.float32), (-1, config.hidden_size)),)
         if capture:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from fastpath.config import parse_sections, triton_parameters
+from fastpath.config import instance_device, parse_sections, triton_parameters
 from fastpath.errors import ConfigError, InvalidInputError
 from fastpath.memory import PoolConfig, create_host_pool
 from fastpath.models.text_detection.batches import DetectionBatchHandler, check_staging_fits, warm_up
@@ -93,6 +93,7 @@ class TextDetectionModel:
                               f"max_images_per_request={self.config.max_images_per_request}: the largest request could never be "
                               "queued; raise max_queue_texts")
         self.model_version = args["model_version"]
+        self.device = instance_device(args, None, runtime=self.config.runtime, gpu_runtimes=())  # KIND_GPU: refused, CPU engine only
         self.detector = TextDetector.from_directory(Path(args["model_repository"]) / self.model_version, self.config)
         self.pool = create_host_pool(staging_pool_config(self.config), name="staging")
         check_staging_fits(self.pool, sched.batch_buckets[-1], self.config.limit_side_len_px)

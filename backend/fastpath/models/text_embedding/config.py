@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
-from fastpath.config import PRECISIONS, RUNTIMES, check_parameter
+from fastpath.config import PRECISIONS, RUNTIMES, check_parameter, instance_device, triton_parameters
+
+# runtimes text_embedding runs on a GPU (the torch engine with CUDA graphs); onnxruntime here is the CPU engine
+GPU_RUNTIMES = ("torch",)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -15,7 +19,9 @@ class TextEmbeddingConfig:
         runtime: engine runtime, one of ``RUNTIMES``; ``onnxruntime`` (CPU execution provider) is
             the default that runs everywhere.
         precision: ``fp32`` | ``fp16`` | ``int8`` | ``fp8``; selects the artifact of that precision.
-        device: ``cpu`` or ``cuda`` / ``cuda:N`` (torch runtime; onnxruntime runs on the CPU).
+        device: ``cpu`` or ``cuda`` / ``cuda:N`` (torch runtime; onnxruntime runs on the CPU). A
+            ``KIND_GPU`` instance runs on the GPU Triton assigned it whatever this says
+            (:func:`placed_config`); leave it unset there.
         artifact: ONNX file name inside the model version directory.
         tokenizer: tokenizer file name inside the model version directory (HF ``tokenizer.json``).
         intra_op_threads: ONNX Runtime intra-op threads; 0: one per CPU the process may use (ONNX Runtime's
@@ -92,3 +98,15 @@ class TextEmbeddingConfig:
             buckets,
             "a non-empty, strictly increasing list of positive token counts",
         )
+
+
+def placed_config(config: TextEmbeddingConfig, args: Mapping[str, str]) -> TextEmbeddingConfig:
+    """``config`` with ``device`` set to where this Triton instance runs (:func:`fastpath.config.instance_device`):
+    ``cuda:<model_instance_device_id>`` for a ``KIND_GPU`` instance, else the ``device`` parameter.
+
+    Raises:
+        ConfigError: a ``KIND_GPU`` instance with a runtime other than :data:`GPU_RUNTIMES`, or a
+            ``device`` parameter naming another device than Triton assigned.
+    """
+    written = triton_parameters(args.get("model_config") or "{}").get("device")
+    return dataclasses.replace(config, device=instance_device(args, written, runtime=config.runtime, gpu_runtimes=GPU_RUNTIMES))

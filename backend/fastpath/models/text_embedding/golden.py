@@ -64,13 +64,31 @@ def check_engine_io(embedder: TextEmbedder) -> None:
         raise ArtifactError("incompatible with the model config (EMBEDDING FP32 [384], batching on): " + "; ".join(problems))
 
 
-def _version_config(manifest: dict[str, Any], base: TextEmbeddingConfig) -> TextEmbeddingConfig:
-    """``base`` with the manifest's artifact and precision; for ONNX Runtime the artifact's current
-    external-data copy when listed (the same tensors, mapped from a file: 3x faster to load)."""
-    artifact = manifest.get("artifact", base.artifact)
+def _version_config(manifest: dict[str, Any], base: TextEmbeddingConfig, version_dir: Path) -> TextEmbeddingConfig:
+    """``base`` with the version's artifact for ``base.runtime``.
+
+    ONNX Runtime: the manifest's artifact and precision, and the artifact's current external-data
+    copy when listed (the same tensors, mapped from a file: 3x faster to load). Other runtimes (the
+    torch runtime of the GPU configuration): the file the manifest lists for that runtime under
+    ``artifacts`` (version 1's ``model.fp16.safetensors``) at the config's precision, or the config's
+    artifact when the manifest has no ``artifacts`` table.
+
+    Raises:
+        ArtifactError: the manifest's ``artifacts`` table has no entry for ``base.runtime`` (a version
+            built for another runtime, e.g. the INT8 ONNX version under the torch runtime).
+    """
     if base.runtime == "onnxruntime":
+        artifact = manifest.get("artifact", base.artifact)
         artifact = external_data_artifact(manifest, artifact) or artifact
-    return dataclasses.replace(base, artifact=artifact, precision=manifest.get("precision", base.precision))
+        return dataclasses.replace(base, artifact=artifact, precision=manifest.get("precision", base.precision))
+    listed = manifest.get("artifacts") or {}
+    if not listed:
+        return base
+    if base.runtime not in listed:
+        raise ArtifactError(f"{version_dir / 'manifest.json'} lists no artifact for runtime {base.runtime!r} (it lists "
+                            f"{', '.join(sorted(listed))}); the serving configuration runs {base.runtime!r}: expected a "
+                            "version built for it")
+    return dataclasses.replace(base, artifact=listed[base.runtime]["file"])
 
 
 def _check_same_tokenizer(version_dir: Path, manifest: dict[str, Any], config: TextEmbeddingConfig, sha256: str) -> None:
@@ -111,7 +129,7 @@ def load_text_version(model_dir: Path, version: int, base: TextEmbeddingConfig, 
         raise ArtifactError(f"{version_dir} does not exist")
     started = time.perf_counter()
     manifest = verify_manifest(version_dir, checksums=checksums)
-    config = _version_config(manifest, base)
+    config = _version_config(manifest, base, version_dir)
     verified = time.perf_counter()
     if serving_tokenizer is None:
         embedder = TextEmbedder.from_directory(version_dir, config)

@@ -57,7 +57,7 @@ from fastpath.models.text_embedding.batches import (
     warm_up,
 )
 from fastpath.models.text_embedding.call_plan import PlannedBatch, plan_call
-from fastpath.models.text_embedding.config import TextEmbeddingConfig
+from fastpath.models.text_embedding.config import TextEmbeddingConfig, placed_config
 from fastpath.models.text_embedding.versions import VersionedEmbedder
 from fastpath.profiling import PROFILE
 from fastpath.scheduling import BatchQueue, BatchRunner, Ticket, WorkItem
@@ -138,6 +138,7 @@ class TextEmbeddingModel:
         self.config, self.scheduler_config = parse_sections(
             triton_parameters(model_config), TextEmbeddingConfig, SchedulerConfig
         )
+        self.config = placed_config(self.config, args)  # a KIND_GPU instance runs on the GPU Triton assigned
         sched = self.scheduler_config
         # inline_when_idle tells a lone request from a backlog by the call's request count, which only
         # Triton's batcher makes meaningful; and it can only put requests of up to half of
@@ -163,7 +164,8 @@ class TextEmbeddingModel:
         self.lanes = max(1, self.embedder.engine.lanes)
         self.model_version = args["model_version"]
         self.profile_name = args.get("model_instance_name", "text_embedding")
-        self.pool = create_host_pool(staging_pool_config(sched.batch_buckets[-1], self.config.max_seq_length), name="staging")
+        self.pool = create_host_pool(staging_pool_config(sched.batch_buckets[-1], self.config.max_seq_length), name="staging",
+                                     device=self.config.device)
         self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, "text_embedding")
         self.metrics = scheduler_metrics(self._pb, args, sched, "text_embedding")
         self.metrics_flusher, on_batch = metrics_flusher(sched, self.metrics, self.pool_metrics, self.profile_name)

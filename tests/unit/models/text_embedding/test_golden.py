@@ -56,3 +56,24 @@ def test_swaps_load_the_external_data_copy_and_share_the_serving_tokenizer():
             load_text_version(MODEL_DIR, 2, TextEmbeddingConfig(), serving_tokenizer=(serving.tokenizer, "0" * 64))
     finally:
         serving.close()
+
+
+TORCH = TextEmbeddingConfig(runtime="torch", precision="fp16", device="cpu", artifact="model.fp16.safetensors", max_batch_texts=4,
+                            length_buckets_tokens=(16, 32))
+
+
+def test_a_torch_runtime_swap_loads_the_file_the_manifest_lists_for_torch_at_the_configs_precision():
+    """The GPU configuration's runtime (here on the CPU): version 1's manifest names model.onnx at fp32 for
+    ONNX Runtime and model.fp16.safetensors for torch; the swap takes the torch file and keeps fp16."""
+    embedder = load_text_version(MODEL_DIR, 1, TORCH)
+    try:
+        assert (embedder.config.artifact, embedder.config.precision) == ("model.fp16.safetensors", "fp16")
+        assert embedder.engine.name == "torch"
+    finally:
+        embedder.close()
+
+
+def test_a_version_without_an_artifact_for_the_serving_runtime_is_refused_naming_what_it_has():
+    with pytest.raises(ArtifactError, match=r"2/manifest.json lists no artifact for runtime 'torch' \(it lists onnxruntime, tensorrt\); "
+                                            r"the serving configuration runs 'torch': expected a version built for it"):
+        load_text_version(MODEL_DIR, 2, TORCH)

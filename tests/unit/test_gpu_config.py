@@ -1,0 +1,77 @@
+"""The shipped GPU configuration of text_embedding, ``configs/gpu.pbtxt`` (what ``fastpath serve --device
+cuda`` loads): Triton's schema parses it, FastPath's parameter parsing accepts it, its tensors and
+version policy are config.pbtxt's, and it sets the GPU serving path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+from fastpath.cli.common import DEFAULT_REPOSITORY
+from fastpath.config import parse_sections, triton_parameters
+from fastpath.models.text_embedding.config import TextEmbeddingConfig, placed_config
+from fastpath.models.text_embedding.pipeline import engine_options
+from fastpath.scheduling.config import SchedulerConfig
+
+MODEL = DEFAULT_REPOSITORY / "text_embedding"
+
+
+def load(path) -> model_config_pb2.ModelConfig:
+    return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return load(MODEL / "configs" / "gpu.pbtxt")
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return load(MODEL / "config.pbtxt")
+
+
+def as_triton_json(config: model_config_pb2.ModelConfig) -> str:
+    """The model config as Triton hands it to ``initialize`` (``args["model_config"]``)."""
+    return json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
+
+
+def test_tensors_and_versions_are_those_of_config_pbtxt(gpu, cpu):
+    for field in ("name", "backend", "max_batch_size", "input", "output", "version_policy"):
+        assert getattr(gpu, field) == getattr(cpu, field), f"configs/gpu.pbtxt {field} differs from config.pbtxt"
+
+
+def test_it_serves_from_gpu_instances_without_delay_in_tritons_batcher(gpu):
+    assert [(model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind), g.count, list(g.gpus)) for g in gpu.instance_group] == [
+        ("KIND_GPU", 6, [])]
+    assert gpu.HasField("dynamic_batching") and gpu.dynamic_batching.max_queue_delay_microseconds == 0
+
+
+def test_fastpath_accepts_its_parameters_and_places_each_instance_on_its_gpu(gpu):
+    parameters = triton_parameters(as_triton_json(gpu))
+    config, sched = parse_sections(parameters, TextEmbeddingConfig, SchedulerConfig)
+    assert (config.runtime, config.precision, config.artifact) == ("torch", "fp16", "model.fp16.safetensors")
+    assert config.length_buckets_tokens == (16, 32, 64, 128, 256) and config.max_seq_length == 256
+    assert sched.batch_buckets == (1, 2, 4, 8, 16, 32, 64) and sched.batch_buckets[-1] <= config.max_batch_texts
+    assert sched.response_mode == "return"
+    assert "device" not in parameters  # a KIND_GPU instance runs where Triton placed it
+    for device_id in (0, 1):
+        args = {"model_config": as_triton_json(gpu), "model_instance_kind": "GPU", "model_instance_device_id": str(device_id),
+                "model_instance_name": f"text_embedding_0_{device_id}"}
+        placed = placed_config(config, args)
+        options = engine_options(placed)
+        assert options["device"] == f"cuda:{device_id}"
+        assert options["batch_sizes"] == (1, 2, 4, 8, 16, 32, 64) and options["lengths"] == (16, 32, 64, 128, 256)
+
+
+def test_the_cpu_config_stays_on_the_cpu(cpu):
+    assert {model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind) for g in cpu.instance_group} == {"KIND_CPU"}
+    config, _ = parse_sections(triton_parameters(as_triton_json(cpu)), TextEmbeddingConfig, SchedulerConfig)
+    assert config.runtime == "onnxruntime"
+
+
+def test_no_other_model_ships_a_gpu_configuration():
+    """text_detection's GPU path is separate work: under --device cuda it loads its config.pbtxt."""
+    assert sorted(p.parent.parent.name for p in DEFAULT_REPOSITORY.glob("*/configs/*.pbtxt")) == ["text_embedding"]
