@@ -134,3 +134,18 @@ def test_tokenizer_parallelism_is_set_for_the_process_and_gives_the_same_ids(tok
     set_tokenizer_parallelism(False)
     assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
     assert [e.ids for e in tokenizer.encode(texts)] == parallel
+
+
+def test_a_call_can_choose_its_own_parallelism_with_the_same_ids(tokenizer, monkeypatch):
+    """encode(parallel=...) sets TOKENIZERS_PARALLELISM for that call (tokenizers reads it per batch
+    call); the ids do not depend on it."""
+    import os
+
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    texts = ["a first sentence", "and a second, somewhat longer sentence", "x" * 3000] * 12
+    sequential = [e.ids for e in tokenizer.encode(texts, parallel=False)]
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
+    assert [e.ids for e in tokenizer.encode(texts, parallel=True)] == sequential
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
+    tokenizer.encode(texts[:1])  # None leaves the setting alone
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "true"

@@ -135,8 +135,12 @@ class TextTokenizer:
         self.max_seq_length = max_seq_length
         self.pad_id = 0
 
-    def encode(self, texts: Sequence[str]) -> list[Encoding]:
-        """Tokenize texts (in parallel, without the GIL, inside ``tokenizers``).
+    def encode(self, texts: Sequence[str], *, parallel: bool | None = None) -> list[Encoding]:
+        """Tokenize texts (without the GIL, inside ``tokenizers``).
+
+        ``parallel``: True spreads this call over the Rayon pool, False runs it on the calling
+        thread, None leaves the process's setting (:func:`set_tokenizer_parallelism`); the result
+        is the same either way.
 
         A text longer than ``max_seq_length * PREFIX_CHARS_PER_TOKEN`` characters is first
         tokenized only up to the last ASCII whitespace before that point. BERT's normalizer works
@@ -151,6 +155,8 @@ class TextTokenizer:
             ``e.overflowing`` is non-empty when the text was truncated.
         """
         texts = list(texts)
+        if parallel is not None:  # tokenizers reads it on every batch call
+            os.environ[PARALLELISM_ENV] = "true" if parallel else "false"
         limit = self.max_seq_length * PREFIX_CHARS_PER_TOKEN
         prefixes = [_word_prefix(text, limit) for text in texts]
         encodings = self._tokenizer.encode_batch(

@@ -59,6 +59,12 @@ class TextEmbeddingConfig:
             32 texts at c=32, with cores to spare, ran 35k texts/s off against 44k on.
         tokenizer_threads: with ``tokenizer_parallelism``, the size of each instance's Rayon pool
             (0: one thread per core, Rayon's default; the environment's ``RAYON_NUM_THREADS`` wins).
+        tokenizer_parallel_min_texts: with ``tokenizer_parallelism``, an ``execute()`` call of
+            fewer texts tokenizes on its own thread: handing a few texts to the pool costs more than
+            it saves. The GPU configuration uses 32 with 4 threads: on the H200 host (6 instances,
+            perf_analyzer) the pool served 32-text requests 1.77x faster and one-text requests at
+            c=256 (calls of ~40 texts) 1.10x, but calls of ~10 texts at c=64 0.95x and c=1 0.12 ms
+            slower (docs/benchmarks/served_gpu_h200.md).
     """
 
     runtime: str = "onnxruntime"
@@ -75,6 +81,7 @@ class TextEmbeddingConfig:
     cuda_sync: str = "spin"
     tokenizer_parallelism: bool = False
     tokenizer_threads: int = 0
+    tokenizer_parallel_min_texts: int = 1
     concurrent_batches: int = 0
 
     def __post_init__(self) -> None:
@@ -83,6 +90,7 @@ class TextEmbeddingConfig:
         check_parameter(self.device == "cpu" or self.device.startswith("cuda"), "device", self.device, "cpu, cuda or cuda:N")
         check_parameter(self.intra_op_threads >= 0, "intra_op_threads", self.intra_op_threads, ">= 0")
         check_parameter(self.cuda_sync in ("blocking", "spin"), "cuda_sync", self.cuda_sync, "blocking or spin")
+        check_parameter(self.tokenizer_parallel_min_texts >= 1, "tokenizer_parallel_min_texts", self.tokenizer_parallel_min_texts, ">= 1")
         check_parameter(self.tokenizer_threads >= 0, "tokenizer_threads", self.tokenizer_threads, ">= 0 (0 = one per core)")
         check_parameter(self.concurrent_batches >= 0, "concurrent_batches", self.concurrent_batches, ">= 0 (0 = auto)")
         check_parameter(self.concurrent_batches <= 1 or (self.runtime == "onnxruntime" and self.device == "cpu"),

@@ -249,7 +249,7 @@ class TextEmbeddingModel:
         mark = PROFILE.lap("execute.decode", mark, len(requests))
         if spans:
             try:
-                encodings = self.embedder.tokenizer.encode(texts)
+                encodings = self.embedder.tokenizer.encode(texts, parallel=self._parallel(len(texts)))
                 mark = PROFILE.lap("execute.tokenize", mark, len(texts))
                 lengths = [len(e.ids) for e in encodings]
                 plan = plan_call(lengths, length_buckets=self.length_buckets, batch_buckets=self.scheduler_config.batch_buckets,
@@ -274,6 +274,11 @@ class TextEmbeddingModel:
             PROFILE.lap("execute.total", started, len(requests))
             PROFILE.dump(self.profile_name, force=False)
         return responses
+
+    def _parallel(self, texts: int) -> bool | None:
+        """Whether a call of ``texts`` texts tokenizes on the Rayon pool (None: parallelism is off)."""
+        config = self.config
+        return texts >= config.tokenizer_parallel_min_texts if config.tokenizer_parallelism else None
 
     def _shape_cost(self, batch_size: int, length: int) -> float:
         """Uncontended predicted seconds of a [batch_size, length] engine call (the cost model's floor)."""
@@ -310,7 +315,8 @@ class TextEmbeddingModel:
                 replies.answer(index, error_response(pb, exc))
         mark = PROFILE.lap("execute.decode", mark, len(requests))
         try:
-            encodings = self.embedder.tokenizer.encode([text for entry in accepted for text in entry[2]]) if accepted else []
+            texts = [text for entry in accepted for text in entry[2]]
+            encodings = self.embedder.tokenizer.encode(texts, parallel=self._parallel(len(texts))) if texts else []
         except Exception as exc:
             for index, *_ in accepted:
                 replies.answer(index, error_response(pb, exc))

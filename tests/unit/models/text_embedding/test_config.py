@@ -38,6 +38,8 @@ def test_unknown_key_is_named():
         ("precision", "int4", "one of fp32"),
         ("cuda_sync", "poll", "blocking or spin"),
         ("tokenizer_parallelism", "maybe", "bool"),
+        ("tokenizer_threads", "-2", ">= 0"),
+        ("tokenizer_parallel_min_texts", "0", ">= 1"),
         ("concurrent_batches", "-1", ">= 0"),
     ],
 )
