@@ -1,4 +1,8 @@
-"""text_embedding served by Triton 2.51 on the GPU with FastPath (torch runtime, CUDA graphs, scheduler).
+"""Design A/Bs of text_embedding served by Triton 2.51 on the GPU, with a Python gRPC load generator.
+
+Served throughput figures come from ``benchmarks/gpu/served_gpu.py`` (perf_analyzer), which also uses this
+module's model-repository layout (:func:`make_repository`, :func:`add_variants`), CPU accounting
+(:class:`CpuAccount`) and py-spy helpers.
 
 Runs on the device machine (see docs/benchmarks/triton_gpu_h200.md for the exact commands); also on a
 CPU machine as a smoke test (``--device cpu``). Steps:
@@ -18,9 +22,9 @@ CPU machine as a smoke test (``--device cpu``). Steps:
        text_embedding_noinline
                           text_embedding with ``inline_when_idle=false``: the scheduler threads answer
                           every request, also a lone one (A/B of the inline execute);
-       text_embedding_rt_blocking / _tokpar / _old
+       text_embedding_rt_blocking / _tokpar / _tp<N> / _d<N> / _old
                           text_embedding_rt with ``cuda_sync=blocking`` / ``tokenizer_parallelism=true``
-                          / the latter, for A/B runs;
+                          / the same on a pool of N threads / Triton's batcher waiting up to N us / the latter, for A/B runs;
        naive_embedding    the "one CUDA graph replay per request" baseline (benchmarks/models);
        echo_embedding / echo_batched_embedding
                           no engine: decode, tokenize and answer zeros, one request per execute() /
@@ -95,8 +99,13 @@ def add_variants(repository: Path, version_dir: Path, names: list[str], *, devic
                 config += 'parameters { key: "cuda_sync" value: { string_value: "blocking" } }\n'
             if name.endswith("_tokpar") or name.endswith("_old"):  # tokenizer Rayon parallelism on
                 config += 'parameters { key: "tokenizer_parallelism" value: { string_value: "true" } }\n'
+            threads = re.search(r"_tp(\d+)$", name)
+            if threads:  # tokenizer Rayon parallelism on a pool of that many threads
+                config += 'parameters { key: "tokenizer_parallelism" value: { string_value: "true" } }\n'
+                config += f'parameters {{ key: "tokenizer_threads" value: {{ string_value: "{threads.group(1)}" }} }}\n'
             if name != "text_embedding_noinline":  # the base text_embedding here runs without Triton's batcher
-                config += "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
+                delay = re.search(r"_d(\d+)$", name)  # _d<N>: Triton's batcher waits up to N us, not 0
+                config += f"dynamic_batching {{ max_queue_delay_microseconds: {delay.group(1) if delay else 0} }}\n"
             (target / "config.pbtxt").write_text(config)
             continue
         batched_echo = name == "echo_batched_embedding"  # echo_embedding behind Triton's dynamic batcher

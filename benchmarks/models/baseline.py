@@ -4,6 +4,9 @@
     stack_pad_embedding  Triton's dynamic batcher; a blocking ``execute`` stacks every request's
                          texts and pads them to the longest, one engine call per ``execute``.
     echo_embedding       no engine: zero embeddings, to measure Triton's own per-request overhead.
+    floor_embedding      no engine, behind Triton's dynamic batcher: reads every request's TEXT,
+                         tokenizes all texts of an ``execute()`` in one tokenizer call and answers
+                         zeros: the python backend's ceiling for a model that must read and tokenize.
     raw_engine_bench     not a serving model: one request carries a sample of texts and a ``mode``
                          parameter; the stub runs the raw engine loop on them (:func:`measure_raw`)
                          and returns the timings, so raw and served variants run in the same kind
@@ -115,6 +118,8 @@ class BaselineEmbeddingModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         if self.mode == "raw":
             return [self._raw(request) for request in requests]
+        if self.mode == "floor":
+            return self._floor(requests)
         started = mark = PROFILE.start()
         responses: list[Any] = [None] * len(requests)
         batches: list[tuple[int, list[Any]]] = []
@@ -144,6 +149,24 @@ class BaselineEmbeddingModel:
         if PROFILE.enabled:
             PROFILE.lap("execute.total", started, len(requests))
             PROFILE.dump(self.profile_name, force=False)
+        return responses
+
+    def _floor(self, requests: list[Any]) -> list[Any]:
+        """Read and decode each request, tokenize every text of the call in one call, answer zeros."""
+        responses: list[Any] = [None] * len(requests)
+        spans, texts = [], []
+        for index, request in enumerate(requests):
+            try:
+                decoded = decode_texts(read_input(self.pb, request, "TEXT"), tensor="TEXT", max_text_bytes=self.config.max_text_bytes)
+            except Exception as exc:
+                responses[index] = error_response(self.pb, exc)
+                continue
+            spans.append((index, len(texts), len(texts) + len(decoded)))
+            texts.extend(decoded)
+        encodings = self.embedder.tokenizer.encode(texts) if texts else []
+        zeros = np.zeros((len(texts), EMBEDDING_DIM), dtype=np.float32)
+        for index, first, end in spans:
+            responses[index] = self._response(zeros[first:end], encodings[first:end])
         return responses
 
     def _raw(self, request: Any) -> Any:

@@ -36,6 +36,8 @@ def test_serving_profile_attributes_samples_to_processes():
     assert shares and all(0 < share <= 100 for share in shares), out
 
 
-def test_gpu_setup_script_is_valid_bash():
-    """gpu_setup.sh parses (bash -n); it runs only on the GPU machine."""
-    assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu_setup.sh")]).returncode == 0
+def test_gpu_scripts_are_valid_bash():
+    """gpu_setup.sh and benchmarks/gpu/served_gpu.sh parse (bash -n): they run only on the GPU machine;
+    gpu_bundle.sh too (it downloads wheels, so it is not run here)."""
+    for script in (ROOT / "scripts" / "gpu_setup.sh", ROOT / "scripts" / "gpu_bundle.sh", ROOT / "benchmarks" / "gpu" / "served_gpu.sh"):
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, script

@@ -3,8 +3,9 @@
 ``inline_when_idle`` (docs/design/scheduler.md, "Inline when idle"): a lone request at low load is
 cheaper run by Triton's ``execute()`` thread itself than handed to the scheduler threads and back.
 :meth:`InlineClaims.claim_idle` takes an idle runner for one such call, :meth:`~InlineClaims.drain_inline`
-runs the call's batches on it, :meth:`~InlineClaims.release_inline` gives the queue back to the
-threads. ``response_mode=return`` uses ``drain_inline`` on a runner whose threads never started.
+runs queued batches on it, :meth:`~InlineClaims.release_inline` gives the queue back to the
+threads. text_embedding runs a claimed call's texts itself, outside the queue
+(:mod:`fastpath.models.text_embedding.call_plan`); the claim keeps the threads off the engine meanwhile.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class InlineClaims:
                 self._cond.notify_all()
 
     def drain_inline(self) -> None:
-        """Run every queued text to completion on the calling thread (``response_mode=return``).
+        """Run every queued text to completion on the calling thread (threads never started, or under a claim).
 
         The queue's rules form the batches, flushed (no company can come); staging, engine and
         delivery run here in turn, with no thread hand-offs (on a GPU they cost more than the

@@ -1,0 +1,386 @@
+"""text_embedding served by Triton 2.51 on one GPU, measured with perf_analyzer: FastPath side by side with
+the models a user would write, in one server per run.
+
+Runs on the device machine (docs/benchmarks/served_gpu_h200.md has the exact commands). Steps:
+  1. a private model repository (``benchmarks/gpu/triton_gpu.py``'s layout: fp16 weights, one CUDA
+     graph per (batch, length) bucket, N instances of each model):
+       text_embedding_rt   FastPath with its GPU configuration: ``response_mode=return``, Triton's
+                           dynamic batcher at 0 us hands each ``execute()`` what queued meanwhile,
+                           and the call's texts run in the batches the cost model picks;
+       text_embedding_prev the same configuration on another copy of FastPath's backend
+                           (``--prev-backend``), for an A/B of two versions of the code in one run;
+       stack_pad_embedding Triton's dynamic batcher (200 us) + stack every text of the call, pad to
+                           the longest, one graph-bucket call (``benchmarks/models``);
+       naive_embedding     one graph replay per request, no dynamic batching;
+       floor_embedding     no engine: reads TEXT, tokenizes every text of a call in one tokenizer
+                           call and answers zeros, behind the same 0 us dynamic batcher;
+  2. numerics through the server: the golden texts against their fp32 embeddings (cosine), and a
+     text alone against the same text inside a batch;
+  3. load from perf_analyzer (gRPC, real texts from ``--input-data`` JSON, one text or ``-b 32``
+     texts per request) for each workload, model and concurrency; perf_analyzer's columns, plus the
+     CPU each process group used (tritonserver, each model's stubs, perf_analyzer);
+  4. optionally py-spy on one FastPath stub at the highest concurrency, and the raw in-process
+     engine (tokenize + pad + graph) on the 32-text batches of the passages workload.
+
+Workloads: ``short`` (pydoc sentences, ~12-72 tokens, one per request) and ``passages`` (pydoc
+topic text cut into 64-256-token chunks of mixed length; one per request, and ``passages32``: 32
+per request). Writes JSON to ``--out`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "backend"))
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import triton_gpu  # noqa: E402  (benchmarks/gpu: repository layout, CPU accounting, py-spy)
+
+WORKLOADS = {"short": 1, "passages": 1, "passages32": 32}  # texts per request
+
+
+def passages(tokenizer_path: Path, *, min_tokens: int = 64, max_tokens: int = 256, seed: int = 0) -> list[str]:
+    """pydoc topic text cut into chunks of ``min_tokens``..``max_tokens`` tokens ([CLS]/[SEP] included),
+    at word boundaries, each length drawn uniformly (seeded): real prose and code of mixed length."""
+    from pydoc_data.topics import topics
+
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    rng = random.Random(seed)
+    chunks = []
+    for key in sorted(topics):
+        text = " ".join(topics[key].split())
+        encoding = tokenizer.encode(text, add_special_tokens=False)
+        words = encoding.word_ids
+        starts = [i for i in range(len(words)) if i == 0 or words[i] != words[i - 1]]  # token index of each word's start
+        position = 0
+        while True:
+            target = position + rng.randint(min_tokens, max_tokens) - 2  # room for [CLS] and [SEP]
+            if target >= len(words):
+                break
+            stop = starts[bisect.bisect_right(starts, target) - 1]  # the last word start at or before the target
+            if stop <= position:
+                break
+            chunks.append(text[encoding.offsets[position][0]:encoding.offsets[stop - 1][1]])
+            position = stop
+    return chunks
+
+
+def build_repository(root: Path, version_dir: Path, models: list[str], *, instances: int, prev_backend: Path | None,
+                     device: str = "cuda", precision: str = "fp16") -> Path:
+    """The run's model repository: ``models`` (see the module docstring) with ``instances`` each."""
+    repository = triton_gpu.make_repository(root, version_dir, device=device, precision=precision, instances=instances, delay_us=500)
+    names = [m for m in models if m != "floor_embedding"]
+    triton_gpu.add_variants(repository, version_dir, [m for m in names if m != "text_embedding_prev"],
+                            device=device, precision=precision, instances=instances)
+    if "text_embedding_prev" in models:
+        if prev_backend is None:
+            raise SystemExit("text_embedding_prev needs --prev-backend (a copy of another version's backend/)")
+        target = repository / "text_embedding_prev"
+        shutil.copytree(repository / "text_embedding", target, symlinks=True)
+        (target / "1" / "model.py").unlink()
+        code = (ROOT / "model_repository" / "text_embedding" / "1" / "model.py").read_text()
+        (target / "1" / "model.py").write_text(f"import sys\nsys.path.insert(0, {str(prev_backend.resolve())!r})\n" + code)
+        config = (target / "config.pbtxt").read_text().replace('name: "text_embedding"', 'name: "text_embedding_prev"')
+        config += 'parameters { key: "response_mode" value: { string_value: "return" } }\n'
+        config += "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
+        (target / "config.pbtxt").write_text(config)
+    if "floor_embedding" in models:
+        triton_gpu.add_variants(repository, version_dir, ["floor_embedding"], device=device, precision=precision, instances=instances)
+        config = repository / "floor_embedding" / "config.pbtxt"
+        config.write_text(config.read_text() + "dynamic_batching { max_queue_delay_microseconds: 0 }\n")
+    return repository
+
+
+def write_input_data(path: Path, texts: list[str]) -> Path:
+    """perf_analyzer ``--input-data`` JSON, one text per entry (``TEXT`` dims [1]); with ``-b N`` each
+    request carries N consecutive entries, N distinct texts (checked on Triton 2.51)."""
+    path.write_text(json.dumps({"data": [{"TEXT": {"content": [text], "shape": [1]}} for text in texts]}))
+    return path
+
+
+CSV_COLUMNS = {"Inferences/Second": "infer_per_s", "Client Send": "client_send_us", "Network+Server Send/Recv": "network_server_us",
+               "Server Queue": "server_queue_us", "Server Compute Input": "server_compute_input_us",
+               "Server Compute Infer": "server_compute_infer_us", "Server Compute Output": "server_compute_output_us",
+               "Client Recv": "client_recv_us", "p50 latency": "p50_us", "p90 latency": "p90_us", "p95 latency": "p95_us",
+               "p99 latency": "p99_us", "Avg latency": "avg_us"}
+
+
+def perf_analyzer_cell(binary: Path, url: str, model: str, data: Path, *, batch: int, concurrency: int, measurement_ms: int,
+                       csv_path: Path, env: dict[str, str]) -> dict:
+    """One perf_analyzer run at one concurrency; its CSV row (microseconds), req/s and the argv."""
+    argv = [str(binary), "-m", model, "-u", url, "-i", "grpc", "--input-data", str(data), "-b", str(batch),
+            "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "time_windows",
+            "-p", str(measurement_ms), "-s", "25", "--max-trials", "6", "-f", str(csv_path), "--verbose-csv"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    unstable = "Failed to obtain stable measurement" in done.stdout + done.stderr
+    if unstable:  # a noisy machine: one more try with windows twice as long and a looser threshold
+        argv[argv.index("-p") + 1], argv[argv.index("-s") + 1] = str(2 * measurement_ms), "50"
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"perf_analyzer exited {done.returncode}: {(done.stdout + done.stderr)[-1500:]}")
+    header, row = csv_path.read_text().splitlines()[:2]
+    values = dict(zip(header.split(","), row.split(",")))
+    cell = {key: float(values[name]) for name, key in CSV_COLUMNS.items() if name in values}
+    cell["req_per_s"] = cell.pop("infer_per_s") / batch  # perf_analyzer counts inferences = batch x requests
+    cell["texts_per_s"] = cell["req_per_s"] * batch
+    cell["command"] = " ".join(argv)
+    cell["unstable_first_try"] = unstable
+    return cell
+
+
+def run_cell(binary: Path, env: dict[str, str], server, model: str, workload: str, data: Path, concurrency: int,
+             measurement_ms: int, out_dir: Path) -> dict:
+    """A cell with the CPU its process groups used (cores, and microseconds per request)."""
+    account = triton_gpu.CpuAccount(server.pid)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    cell = perf_analyzer_cell(binary, server.grpc_url, model, data, batch=WORKLOADS[workload], concurrency=concurrency,
+                              measurement_ms=measurement_ms, csv_path=out_dir / f"{model}_{workload}_c{concurrency}.csv", env=env)
+    wall_s = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_s = (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime)
+    # perf_analyzer's rate holds over its whole run (warm-up and trials), so CPU per request = cores / rate
+    cpu = account.finish(max(1, int(cell["req_per_s"] * wall_s)), client_s, wall_s)
+    cell.update(model=model, workload=workload, concurrency=concurrency, cpu=cpu, wall_s=round(wall_s, 1))
+    return cell
+
+
+def raw_engine(version_dir: Path, texts: list[str], bulk: int, device: str = "cuda") -> dict:
+    """The raw in-process engine on the passages32 requests' batches: tokenize + pad to the length
+    bucket + ``TorchEngine.infer`` (H2D, graph replay, D2H), one batch after another, >= 3 s."""
+    from fastpath.engines.torch import TorchEngine
+    from fastpath.models.text_embedding.config import TextEmbeddingConfig
+    from fastpath.models.text_embedding.pipeline import engine_options, padded_length
+    from fastpath.text import TextTokenizer
+
+    config = TextEmbeddingConfig(runtime="torch", precision="fp16", device=device, max_seq_length=256,
+                                 length_buckets_tokens=(16, 32, 64, 128, 256))
+    tokenizer = TextTokenizer(version_dir / "tokenizer.json", max_seq_length=256)
+    options = engine_options(config)
+    engine = TorchEngine(str(version_dir / "model.fp16.safetensors"), device=device, precision="fp16",
+                         batch_sizes=options["batch_sizes"], lengths=options["lengths"])
+    batches = [texts[k : k + bulk] for k in range(0, len(texts) - bulk + 1, bulk)]
+
+    def one(batch: list[str]) -> None:
+        encodings = tokenizer.encode(batch)
+        length = padded_length(max(len(e.ids) for e in encodings), config.length_buckets_tokens, 256)
+        engine.infer(tokenizer.pad(encodings, length).feeds())
+
+    for batch in batches[:8]:
+        one(batch)
+    done, started = 0, time.perf_counter()
+    while time.perf_counter() - started < 3.0:
+        for batch in batches:
+            one(batch)
+            done += len(batch)
+    elapsed = time.perf_counter() - started
+    engine.close()
+    return {"texts_per_s": round(done / elapsed, 1), "batch": bulk, "batches": len(batches), "seconds": round(elapsed, 2)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version-dir", type=Path, default=ROOT / "model_repository" / "text_embedding" / "1")
+    parser.add_argument("--instances", type=int, default=6)
+    parser.add_argument("--device", default="cuda", help="cuda; cpu runs the same steps slowly, as a smoke test")
+    parser.add_argument("--precision", default="fp16", help="fp16 (the GPU configuration); fp32 for a CPU smoke test")
+    parser.add_argument("--models", default="text_embedding_rt,stack_pad_embedding,naive_embedding,floor_embedding")
+    parser.add_argument("--prev-backend", type=Path, default=None)
+    parser.add_argument("--cells", default="short:1,64,256;passages:64;passages32:32",
+                        help="workload:concurrencies;... (workloads: short, passages, passages32)")
+    parser.add_argument("--skip", default="naive_embedding@short:256,512;naive_embedding@passages32",
+                        help="cells not to run: model@workload[:concurrencies];...")
+    parser.add_argument("--measurement-ms", type=int, default=3000)
+    parser.add_argument("--py-spy", type=float, default=0.0, dest="py_spy", help="seconds of py-spy on one FastPath stub")
+    parser.add_argument("--raw", action="store_true", help="the raw in-process engine on the passages32 batches")
+    parser.add_argument("--out", type=Path, default=Path("served_gpu.json"))
+    parser.add_argument("--csv-dir", type=Path, default=None, help="where perf_analyzer's CSV files go (default: beside --out)")
+    args = parser.parse_args()
+    from fastpath.server.process import ServerOptions, TritonServer
+    from fastpath.text.corpus import pydoc_sentences
+    from tests.conftest import free_ports
+
+    binary = Path(os.environ.get("PERF_ANALYZER", shutil.which("perf_analyzer") or "perf_analyzer"))
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in (os.environ.get("FASTPATH_PA_LIBS", ""), env.get("LD_LIBRARY_PATH", "")) if p)
+    models = args.models.split(",")
+    root = Path(tempfile.mkdtemp(prefix="served-gpu-"))
+    out_dir = args.csv_dir or args.out.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sentences = pydoc_sentences()
+    random.Random(0).shuffle(sentences)
+    chunks = passages(args.version_dir / "tokenizer.json")
+    random.Random(1).shuffle(chunks)
+    data = {"short": write_input_data(root / "short.json", sentences), "passages": write_input_data(root / "passages.json", chunks)}
+    data["passages32"] = data["passages"]
+    repository = build_repository(root, args.version_dir, models, instances=args.instances, prev_backend=args.prev_backend,
+                                  device=args.device, precision=args.precision)
+    http_port, grpc_port, metrics_port = free_ports(3)
+    server = TritonServer(ServerOptions(model_repository=repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
+                                        host="127.0.0.1", exit_timeout_s=60, models=tuple(dict.fromkeys(["fastpath_admin", *models]))),
+                          log_path=root / "tritonserver.log")
+    report: dict = {"command": " ".join(sys.argv), "instances": args.instances, "models": models,
+                    "corpus": {"short_texts": len(sentences), "passages": len(chunks)}}
+    skip = set()
+    for item in filter(None, args.skip.split(";")):
+        model, _, rest = item.partition("@")
+        workload, _, levels = rest.partition(":")
+        skip |= {(model, workload, c) for c in (levels.split(",") if levels else ["*"])}
+    started = time.monotonic()
+    server.start()
+    try:
+        server.wait_ready(timeout_s=500)
+        report["load_s"] = round(time.monotonic() - started, 1)
+        report["numerics"] = {m: numerics(server.grpc_url, args.version_dir, m) for m in models if m.startswith("text_embedding")}
+        print("load_s", report["load_s"], "numerics", report["numerics"], flush=True)
+        rows = []
+        for spec in args.cells.split(";"):
+            workload, levels = spec.split(":")
+            for concurrency in (int(c) for c in levels.split(",")):
+                for model in models:
+                    if {(model, workload, "*"), (model, workload, str(concurrency))} & skip:
+                        continue
+                    try:
+                        rows.append(run_cell(binary, env, server, model, workload, data[workload], concurrency, args.measurement_ms, out_dir))
+                    except (RuntimeError, subprocess.TimeoutExpired) as exc:  # reported; the other cells still run
+                        report.setdefault("failed_cells", []).append({"model": model, "workload": workload,
+                                                                      "concurrency": concurrency, "error": str(exc)[-800:]})
+                        print("FAILED", report["failed_cells"][-1], flush=True)
+                        continue
+                    print(_line(rows[-1]), flush=True)
+                    report["load"] = rows
+                    args.out.write_text(json.dumps(report, indent=2) + "\n")  # what ran so far survives a time limit
+        report["load"] = rows
+        if args.py_spy:
+            report["py_spy"] = spy_cell(binary, env, server, models[0], data["short"], max(int(c) for c in args.cells.split(";")[0].split(":")[1].split(",")),
+                                        args.py_spy, root)
+        report["triton_statistics"] = statistics(server.grpc_url, models)
+        report["fastpath_metrics"] = fastpath_metrics(metrics_port, models)
+    finally:
+        server.stop()
+        log = (root / "tritonserver.log").read_text()
+        report["stub_crashes_in_log"] = sum(log.count(marker) for marker in ("Segmentation fault", "Fatal Python error"))
+        report["log_tail"] = log[-2000:]
+    if args.raw:
+        report["raw_engine"] = raw_engine(args.version_dir, chunks, 32, args.device)
+        for row in report["load"]:
+            if row["workload"] == "passages32":
+                row["vs_raw_engine"] = round(row["texts_per_s"] / report["raw_engine"]["texts_per_s"], 3)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    summary(report)
+    return 0
+
+
+def numerics(url: str, version_dir: Path, model: str) -> dict:
+    """Golden texts vs their fp32 embeddings (min cosine), and "hello world" alone vs inside a batch (max abs)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+
+    def embed(texts: list[str]) -> np.ndarray:
+        tensor = grpcclient.InferInput("TEXT", [len(texts), 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=np.object_))
+        return client.infer(model, [tensor]).as_numpy("EMBEDDING")
+
+    with np.load(version_dir / "golden.npz") as golden:
+        texts, expected = [str(t) for t in golden["texts"]], golden["embeddings"]
+    got = embed(texts)
+    cosine = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
+    batch = embed(texts + ["hello world", "word " * 400])
+    return {"golden_min_cosine_to_fp32": round(float(cosine.min()), 6), "golden_texts": len(texts),
+            "alone_vs_in_batch_max_abs": float(np.abs(embed(["hello world"])[0] - batch[len(texts)]).max())}
+
+
+def fastpath_metrics(port: int, models: list[str]) -> dict:
+    """Per FastPath model, over the whole run: engine calls per ``execute()`` and padded over real tokens."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+
+    def total(name: str, model: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{") and f'model="{model}"' in line)
+
+    result = {}
+    for model in models:
+        calls = total("fastpath_batch_size_count", model)
+        if calls:
+            result[model] = {"engine_calls_per_execute": round(calls / max(1.0, total("nv_inference_exec_count", model)), 3),
+                             "padded_over_real_tokens": round(total("fastpath_padded_tokens_total", model)
+                                                              / max(1.0, total("fastpath_real_tokens_total", model)), 3)}
+    return result
+
+
+def statistics(url: str, models: list[str]) -> dict:
+    """Triton's per-model statistics over the whole run: requests per execute() and the server-side split."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    result = {}
+    for model in models:
+        stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        result[model] = {"executions": int(stats.get("execution_count", 0)), "inferences": int(stats.get("inference_count", 0)),
+                         "requests": int(stats["inference_stats"]["success"].get("count", 0))}
+    return result
+
+
+def spy_cell(binary: Path, env: dict[str, str], server, model: str, data: Path, concurrency: int, seconds: float, root: Path) -> dict:
+    """py-spy on one stub of ``model`` while perf_analyzer loads it (a cell of its own, not measured)."""
+    spying = triton_gpu.start_py_spy(model, seconds, root / "py_spy.txt")
+    if spying is None:
+        return {}
+    try:
+        perf_analyzer_cell(binary, server.grpc_url, model, data, batch=1, concurrency=concurrency,
+                           measurement_ms=int(seconds * 1000 / 3), csv_path=root / "spy.csv", env=env)
+    finally:
+        spying.wait(timeout=120)
+    return triton_gpu.summarize_py_spy(root / "py_spy.txt", top=30)
+
+
+def _line(r: dict) -> str:
+    cpu = r["cpu"]["cpu_us_per_request"]
+    stubs = sum(v for k, v in cpu.items() if k.startswith("stubs:"))
+    return (f"{r['model']:<22}{r['workload']:<11}c={r['concurrency']:<4}{r['req_per_s']:>9.0f} req/s {r['texts_per_s']:>9.0f} texts/s "
+            f"p50 {r['p50_us'] / 1e3:6.2f} p99 {r['p99_us'] / 1e3:6.2f} ms  queue {r['server_queue_us']:6.0f} infer "
+            f"{r['server_compute_infer_us']:6.0f} us  cpu us/req: stubs {stubs:5.0f} server {cpu['tritonserver']:4.0f} "
+            f"pa {cpu['client']:4.0f}  busy {r['cpu']['machine_busy_pct']}%{' (2nd try)' if r['unstable_first_try'] else ''}")
+
+
+def summary(report: dict) -> None:
+    print(f"\nload {report.get('load_s')} s; numerics {report.get('numerics')}; stub crashes {report['stub_crashes_in_log']}; "
+          f"failed cells {len(report.get('failed_cells', []))}")
+    for row in report.get("load", []):
+        print(_line(row) + (f"  vs raw {row['vs_raw_engine']}" if "vs_raw_engine" in row else ""))
+    if "raw_engine" in report:
+        print("raw engine (tokenize + graph), passages32 batches:", report["raw_engine"])
+    spied = report.get("py_spy") or {}
+    if spied:
+        print(f"py-spy: {spied['samples']} samples")
+        print("  self %:", "; ".join(f"{n} {p}" for n, p in spied["self_pct"][:22]))
+        print("  inclusive %:", "; ".join(f"{n} {p}" for n, p in spied["inclusive_pct"][:22]))
+    for model, stats in report.get("triton_statistics", {}).items():
+        print(f"  {model:<22} requests per execute {stats['requests'] / max(1, stats['executions']):.2f}",
+              report.get("fastpath_metrics", {}).get(model, ""))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
