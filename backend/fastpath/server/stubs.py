@@ -1,6 +1,6 @@
 """Reload a model whose python-backend stub died while tritonserver runs on.
 
-Found 2026-11-30 (sixth session): after ``kill -9`` of ``text_embedding``'s stub, Triton 2.51 kept
+After ``kill -9`` of ``text_embedding``'s stub, Triton 2.51 kept
 reporting the model ready (``/v2/models/text_embedding/ready`` and ``/v2/health/ready`` both 200)
 while every request failed with "Stub process 'text_embedding_0_0' is not healthy." for as long as
 the server ran. Older python backends restarted a dead stub on the next request (python_be.cc,
@@ -21,16 +21,16 @@ the same instance name, runs before the old one stops. A model that needs more t
 so, as when a reload fails; ``fastpath serve`` then stops the server and exits 1, so that an
 orchestrator restarts it. Not covered (Triton 2.51): requests that were inside the dead stub are
 never answered, its instance never finishes unloading, tritonserver itself sometimes aborts on a
-stub death under load (boost ``lock_exception``; 2 of ~27 kills in a trial), and a stopped
+stub death under load (boost ``lock_exception``; 2 of ~27 kills), and a stopped
 (``SIGSTOP``) stub is not seen.
 A reloaded model starts on its default version: a live swap does not survive it (as with any
 reload, docs/swaps.md).
 
-In the container image tritonserver is not a child of ``fastpath serve`` (docker/entrypoint.py
-replaces itself with it), so nothing reloads there; instead the Kubernetes liveness probe and the
-image's HEALTHCHECK run ``python -m fastpath.server.stubs --check`` (:func:`check`), which fails when a
-ready python-backend model version has fewer live stubs than its config's instances, and the
-orchestrator restarts the container.
+The container images run ``fastpath serve`` too (docker/entrypoint.py), so this supervisor reloads
+there as well. The Kubernetes liveness probe runs ``python -m fastpath.server.stubs --check``
+(:func:`check`), which fails while a ready python-backend model version has fewer live stubs than its
+config's instances (between a death and the supervisor's reload) or a model failed to load, and the
+orchestrator restarts a container that stays that way.
 """
 
 from __future__ import annotations
