@@ -46,7 +46,7 @@ test: lint artifacts artifacts-int8
 # Builds the debootstrap base and the CPU image, then runs it: requests, live swap, SIGTERM, read-only, probes,
 # Prometheus on every dashboard and adapter query (tests/container; needs root for apt-get, dockerd, debootstrap)
 test-container: artifacts artifacts-int8
-	$(BIN)/python -m pytest tests/container -p no:cacheprovider -rs $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/container -p no:cacheprovider -rs --timeout=1800 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) model_repository/*/*/*.onnx model_repository/*/*/*.onnx.data model_repository/*/*/tokenizer.json model_repository/*/*/manifest.json model_repository/*/*/*.safetensors

@@ -1,4 +1,4 @@
-"""Offline checks of the deployment files in docker/ (Docker and Kubernetes cannot run on these machines).
+"""Offline checks of the deployment files in docker/ (`make test-container` builds and runs the CPU image; these need no engine).
 
 What runs here: YAML parsing and yamllint; Kubernetes objects against the Kubernetes JSON schemas
 (kubernetes-validate, strict) plus the fields FastPath depends on (probes, /dev/shm, admin key, ports,
