@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from fastpath.cli.common import DEFAULT_REPOSITORY, admin_key_file, env_int
 
 if TYPE_CHECKING:
-    from fastpath.server.process import TritonServer
+    from fastpath.server.process import ServerOptions, TritonServer
     from fastpath.server.stubs import StubSupervisor
 
 LOG = logging.getLogger("fastpath")
@@ -71,12 +71,11 @@ def _withdraw_admin_key(key: str, ports: tuple[int, ...]) -> None:
             continue
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from fastpath.errors import ServerError
-    from fastpath.server.process import ServerOptions, TritonServer
+def server_options(args: argparse.Namespace, admin_key: str) -> ServerOptions:
+    """The :class:`~fastpath.server.process.ServerOptions` of parsed ``fastpath serve`` arguments."""
+    from fastpath.server.process import ServerOptions
 
-    admin_key, generated = _admin_key()
-    options = ServerOptions(
+    return ServerOptions(
         model_repository=args.model_repository,
         models=tuple(args.model or repository_models(args.model_repository)),
         http_port=args.http_port,
@@ -85,7 +84,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host=args.host,
         log_verbose=args.log_verbose,
         admin_key=admin_key,
+        extra_args=tuple(args.triton_arg or ()),
+        state_dir=args.state_dir,
     )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from fastpath.errors import ServerError
+    from fastpath.server.process import TritonServer
+
+    admin_key, generated = _admin_key()
+    options = server_options(args, admin_key)
     server = TritonServer(options)
     stop_requested = threading.Event()
 
@@ -161,4 +170,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "--host 127.0.0.1 keeps it on this machine)")
     serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
     serve.add_argument("--ready-timeout-s", type=float, default=300.0)
+    serve.add_argument("--triton-arg", action="append", default=None, metavar="FLAG",
+                       help="one more tritonserver flag, passed as given after FastPath's (repeatable), "
+                            "e.g. --triton-arg=--metrics-config=summary_latencies=true")
+    state_dir = os.environ.get("FASTPATH_STATE_DIR")
+    serve.add_argument("--state-dir", type=Path, default=Path(state_dir) if state_dir else None,
+                       help="control-plane directory of live swaps (default: $FASTPATH_STATE_DIR, else a fresh "
+                            "temporary directory per start)")
     serve.set_defaults(func=cmd_serve)

@@ -26,11 +26,11 @@ stub death under load (boost ``lock_exception``; 2 of ~27 kills), and a stopped
 A reloaded model starts on its default version: a live swap does not survive it (as with any
 reload, docs/design/hot-swap.md).
 
-In the container image tritonserver is not a child of ``fastpath serve`` (docker/entrypoint.py
-replaces itself with it), so nothing reloads there; instead the Kubernetes liveness probe and the
-image's HEALTHCHECK run ``python -m fastpath.server.stubs --check`` (:func:`check`), which fails when a
-ready python-backend model version has fewer live stubs than its config's instances, and the
-orchestrator restarts the container.
+The container images run ``fastpath serve`` too (docker/entrypoint.py), so this supervisor reloads
+there as well. The Kubernetes liveness probe runs ``python -m fastpath.server.stubs --check``
+(:func:`check`), which fails while a ready python-backend model version has fewer live stubs than its
+config's instances (between a death and the supervisor's reload) or a model failed to load, and the
+orchestrator restarts a container that stays that way.
 """
 
 from __future__ import annotations
