@@ -14,7 +14,6 @@ import signal
 import subprocess
 import tempfile
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -110,15 +109,11 @@ class Container:
         run(["docker", "rm", "-f", self.name], check=False)
 
 
-def http_status(url: str, timeout_s: float = 2.0, data: bytes | None = None, headers: dict | None = None) -> int:
-    request = urllib.request.Request(url, data=data, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-            return reply.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return 0
+def http_status(url: str, timeout_s: float = 2.0) -> int:
+    """The status of a GET of ``url``, 0 when nothing answers (:func:`fastpath.server.triton_api.http_status`)."""
+    from fastpath.server.triton_api import http_status as status
+
+    return status(url, timeout_s)
 
 
 def wait_ready(container: Container, http_port: int, timeout_s: float = 300) -> float:
