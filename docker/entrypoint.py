@@ -21,6 +21,8 @@ Environment (all optional except the key):
     FASTPATH_MODELS            comma-separated models to load, default every model of the repository
                                (as ``fastpath serve``)
     FASTPATH_STATE_DIR         swap control-plane directory, default /var/run/fastpath/state
+    FASTPATH_VERSION_STATE_DIR serving-version records of live swaps (fastpath.swaps.record), default
+                               /var/run/fastpath/versions; empty: beside each model's config.pbtxt
     FASTPATH_TRITON_DIR        the Triton installation (above)
     FASTPATH_TRITON_ARGS       more tritonserver flags (shell syntax), appended last
     FASTPATH_LOG_VERBOSE       tritonserver --log-verbose level, default 0
@@ -41,6 +43,9 @@ NGC_TRITON_DIR = Path("/opt/tritonserver")
 # exit-timeout-secs: how long Triton drains in-flight requests when stopped (Triton's default, made explicit
 # because the Kubernetes terminationGracePeriodSeconds is sized from it).
 DEFAULT_TRITON_ARGS = ("--metrics-config=summary_latencies=true", "--exit-timeout-secs=30")
+# The directories the server writes, with the images' defaults: the live-swap control plane, and the record
+# of each model's serving version, which a reload or a restart comes back on.
+STATE_DIRS = {"FASTPATH_STATE_DIR": "/var/run/fastpath/state", "FASTPATH_VERSION_STATE_DIR": "/var/run/fastpath/versions"}
 
 
 class EntrypointError(SystemExit):
@@ -75,32 +80,40 @@ def admin_key(env: Mapping[str, str]) -> str:
 
 
 def serve_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with the defaults of the image: the state directory, and ``FASTPATH_TRITON_DIR`` pointing at
+    """``env`` with the defaults of the image: the state directories, and ``FASTPATH_TRITON_DIR`` pointing at
     ``/opt/tritonserver`` where that exists (else ``fastpath serve`` finds the wheel's Triton)."""
     child = dict(env)
-    child.setdefault("FASTPATH_STATE_DIR", "/var/run/fastpath/state")
+    for name, default in STATE_DIRS.items():
+        child.setdefault(name, default)
     if not child.get("FASTPATH_TRITON_DIR") and (NGC_TRITON_DIR / "bin" / "tritonserver").is_file():
         child["FASTPATH_TRITON_DIR"] = str(NGC_TRITON_DIR)
     return child
 
 
-def check_state_dir(env: Mapping[str, str]) -> Path:
-    """Create ``FASTPATH_STATE_DIR`` if needed and refuse to start when this user cannot write it (with
-    ``docker run --read-only`` it must be on a tmpfs or volume this user owns).
+def check_state_dirs(env: Mapping[str, str]) -> list[Path]:
+    """Create the :data:`STATE_DIRS` of ``env`` (an empty ``FASTPATH_VERSION_STATE_DIR`` is none) if needed
+    and refuse to start when this user cannot write one (with ``docker run --read-only`` they must be on a
+    tmpfs or volume this user owns). Without a writable record directory every swap would be refused.
 
     Raises:
-        EntrypointError: the directory cannot be created or written.
+        EntrypointError: a directory cannot be created or written.
     """
-    state = Path(env.get("FASTPATH_STATE_DIR", "/var/run/fastpath/state"))
-    try:
-        state.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise EntrypointError(f"FASTPATH_STATE_DIR {state} cannot be created ({exc.strerror}); on a read-only root file "
-                              f"system mount a tmpfs the server's user owns, e.g. --tmpfs {state.parent}:uid={os.getuid()},"
-                              f"gid={os.getgid()}") from None
-    if not os.access(state, os.W_OK):
-        raise EntrypointError(f"FASTPATH_STATE_DIR {state} is not writable by uid {os.getuid()}")
-    return state
+    checked = []
+    for name, default in STATE_DIRS.items():
+        value = env.get(name, default)
+        if not value:
+            continue
+        state = Path(value)
+        try:
+            state.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EntrypointError(f"{name} {state} cannot be created ({exc.strerror}); on a read-only root file system "
+                                  f"mount a tmpfs or volume the server's user owns, e.g. --tmpfs {state.parent}:"
+                                  f"uid={os.getuid()},gid={os.getgid()}") from None
+        if not os.access(state, os.W_OK):
+            raise EntrypointError(f"{name} {state} is not writable by uid {os.getuid()}")
+        checked.append(state)
+    return checked
 
 
 def serve_arguments(env: Mapping[str, str]) -> list[str]:
@@ -136,7 +149,7 @@ def triton_command(env: Mapping[str, str]) -> list[str]:
 def main() -> int:
     env = serve_environment(os.environ)
     arguments = serve_arguments(env)
-    check_state_dir(env)
+    check_state_dirs(env)
     os.environ.update(env)
     key = env["FASTPATH_ADMIN_KEY"]
     print("fastpath entrypoint: fastpath", shlex.join(a.replace(key, "<admin key>") for a in arguments), file=sys.stderr, flush=True)

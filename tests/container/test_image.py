@@ -1,6 +1,7 @@
 """The CPU image, run as docs/deployment.md says: read-only root file system, tmpfs for /tmp and the swap
-control plane, ``--network host`` on free ports. Requests, a live swap, Prometheus on the dashboard's and
-the prometheus-adapter's queries, and a SIGTERM while requests are in flight (last)."""
+control plane, a host directory for the serving-version records, ``--network host`` on free ports.
+Requests, a live swap that survives a reload and a new container, Prometheus on the dashboard's and the
+prometheus-adapter's queries, and a SIGTERM while requests are in flight."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from tests.unit.test_deploy_files import adapter_rules, dashboard_queries
 
 # docs/deployment.md, "Read-only root file system": the flags the docs give, verbatim.
 READ_ONLY = ("--read-only", "--tmpfs", "/tmp", "--tmpfs", "/var/run/fastpath:uid=10001,gid=10001")
+RECORDS = "/var/run/fastpath/versions"  # FASTPATH_VERSION_STATE_DIR of the images
 FASTPATH = str(Path(sys.executable).parent / "fastpath")
 GPU_ONLY = ("nv_gpu_",)  # Triton exports these only where it sees a GPU
 
@@ -36,8 +38,16 @@ def ports() -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def container(docker_image, admin_key, ports):
-    container = start_container("fastpath-test-serve", admin_key, ports, READ_ONLY)
+def versions(tmp_path_factory) -> Path:
+    """The host directory mounted at RECORDS, owned by the image's uid (a volume does the same in production)."""
+    directory = tmp_path_factory.mktemp("versions")
+    os.chown(directory, 10001, 10001)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def container(docker_image, admin_key, ports, versions):
+    container = start_container("fastpath-test-serve", admin_key, ports, (*READ_ONLY, "-v", f"{versions}:{RECORDS}"))
     try:
         yield container
     finally:
@@ -115,6 +125,33 @@ def test_live_swap_needs_the_admin_key(container, ports, admin_key, tmp_path, re
     assert outputs(reply)["MODEL_VERSION"]["data"] == [2, 2]
     got = np.asarray(outputs(reply)["EMBEDDING"]["data"], dtype=np.float32).reshape(2, 384)
     assert cosines(got, reference(["Served by the INT8 version.", "After a live swap."])).min() > 0.99  # INT8 accuracy gate
+    record = json.loads(container.exec("cat", f"{RECORDS}/text_embedding.json").stdout)
+    assert (record["version"], record["previous_version"], record["reason"]) == (2, 1, "swap"), record
+
+
+def status(port: int) -> dict:
+    return json.loads(run([FASTPATH, "status", "text_embedding", "--url", f"127.0.0.1:{port}"]).stdout)
+
+
+def test_the_swap_survives_a_reload_with_a_config_override(container, ports, admin_key):
+    """An operator's reload through Triton's repository API (needs the key) comes back on version 2, from
+    the record on the mounted directory: the read-only model repository could not hold it."""
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{ports[0]}")
+    config = client.get_model_config("text_embedding")
+    config["parameters"]["max_queue_delay_us"] = {"string_value": "2001"}
+    client.load_model("text_embedding", headers={"fastpath-admin-key": admin_key}, config=json.dumps(config))
+    client.close()
+    deadline = time.monotonic() + 60
+    while len(status(ports[0])["instances"]) != 1:  # the replaced instance has left the control plane
+        assert time.monotonic() < deadline, status(ports[0])
+        time.sleep(0.5)
+    reloaded = status(ports[0])
+    instance = next(iter(reloaded["instances"].values()))
+    assert reloaded["active_version"] == 2 and instance["restore"] == {"version": 2, "ok": True, "error": None}, reloaded
+    code, reply = infer_http(ports[0], ["After a reload."])
+    assert code == 200 and outputs(reply)["MODEL_VERSION"]["data"] == [2], reply
 
 
 # --- Prometheus ----------------------------------------------------------------------------------
@@ -209,7 +246,7 @@ def test_load_shows_in_the_throughput_and_batch_size_queries(prometheus_after_lo
     assert float(invalid[0]["value"][1]) >= 1, invalid
 
 
-# --- SIGTERM (last: it stops the container) --------------------------------------------------------
+# --- SIGTERM (it stops the container), then a new container on the same records -----------------
 
 def test_sigterm_drains_in_flight_requests_and_exits_0(container, ports, prometheus_after_load):
     texts = [f"text number {i}: " + "a sentence of some length to keep the engine busy for a while. " * 6 for i in range(64)]
@@ -241,3 +278,15 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(container, ports, prometh
         assert outputs(reply)["EMBEDDING"]["shape"] == [64, 384]
     assert max(at for _, _, at in answers) > stop_at, "every answer came before the stop: nothing was in flight"
     print(f"docker stop took {stop_s:.1f} s; answers {[round(at - stop_at, 2) for _, _, at in answers]} s after it began")
+
+
+def test_a_new_container_on_the_same_records_serves_the_swapped_version(container, admin_key, versions):
+    """After the stop above: a fresh container (fresh tmpfs, same mounted record directory) starts on version 2."""
+    ports = free_ports(3)
+    again = start_container("fastpath-test-again", admin_key, ports, (*READ_ONLY, "-v", f"{versions}:{RECORDS}"))
+    try:
+        assert status(ports[0])["active_version"] == 2
+        code, reply = infer_http(ports[0], ["A new container.", "Same record."])
+        assert code == 200 and outputs(reply)["MODEL_VERSION"]["data"] == [2, 2], reply
+    finally:
+        again.remove()

@@ -361,6 +361,7 @@ def test_both_images_share_layout_user_and_entrypoint():
     for line in ('ENTRYPOINT ["tini", "--", "python", "/opt/fastpath/entrypoint.py"]', "USER 10001:10001",
                  "COPY docker/entrypoint.py /opt/fastpath/entrypoint.py", "VIRTUAL_ENV=/opt/fastpath/venv",
                  "FASTPATH_MODEL_REPOSITORY=/opt/fastpath/model_repository", "FASTPATH_STATE_DIR=/var/run/fastpath/state",
+                 "FASTPATH_VERSION_STATE_DIR=/var/run/fastpath/versions", "mkdir -p /var/run/fastpath/state /var/run/fastpath/versions",
                  "useradd --system --uid 10001 --gid 10001"):
         for name, text in texts.items():
             assert line in text, f"{name} lacks {line!r}"
@@ -384,6 +385,7 @@ def test_entrypoint_runs_fastpath_serve_with_the_image_tritonserver_and_every_mo
             f"--grpc-restricted-protocol=model-repository,logging,trace:fastpath-admin-key={TEST_KEY}"} <= set(command)
     assert command[-2:] == ["--log-info=false", "--backend-config=python,shm-growth-byte-size=67108864"]
     assert entrypoint.serve_environment(env)["FASTPATH_STATE_DIR"] == "/var/run/fastpath/state"
+    assert entrypoint.serve_environment(env)["FASTPATH_VERSION_STATE_DIR"] == "/var/run/fastpath/versions"
 
 
 def test_entrypoint_without_opt_tritonserver_runs_the_wheel_tritonserver():
@@ -396,11 +398,20 @@ def test_entrypoint_without_opt_tritonserver_runs_the_wheel_tritonserver():
     assert [a for a in command if a.startswith("--load-model")] == ["--load-model=text_embedding"]
 
 
-def test_entrypoint_refuses_a_state_dir_it_cannot_write(tmp_path):
+@pytest.mark.parametrize("name", ["FASTPATH_STATE_DIR", "FASTPATH_VERSION_STATE_DIR"])
+def test_entrypoint_refuses_a_state_dir_it_cannot_write(tmp_path, name):
     blocked = tmp_path / "file"
     blocked.write_text("")
-    with pytest.raises(SystemExit, match="cannot be created"):
-        _entrypoint().check_state_dir({"FASTPATH_STATE_DIR": str(blocked / "state")})
+    env = {"FASTPATH_STATE_DIR": str(tmp_path / "state"), "FASTPATH_VERSION_STATE_DIR": str(tmp_path / "versions")}
+    with pytest.raises(SystemExit, match=f"{name} {blocked / 'state'} cannot be created"):
+        _entrypoint().check_state_dirs(env | {name: str(blocked / "state")})
+
+
+def test_entrypoint_creates_both_state_dirs_and_an_empty_version_dir_means_the_model_repository(tmp_path):
+    env = {"FASTPATH_STATE_DIR": str(tmp_path / "state"), "FASTPATH_VERSION_STATE_DIR": str(tmp_path / "versions")}
+    assert _entrypoint().check_state_dirs(env) == [tmp_path / "state", tmp_path / "versions"]
+    assert (tmp_path / "versions").is_dir()
+    assert _entrypoint().check_state_dirs(env | {"FASTPATH_VERSION_STATE_DIR": ""}) == [tmp_path / "state"]
 
 
 @pytest.mark.parametrize("key, message", [("", "not set"), ("short", "5 characters")])
