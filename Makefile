@@ -2,6 +2,7 @@
 #   make serve   set up .venv, build artifacts if missing (fp32 v1, INT8 v2), run tritonserver with every model
 #                (DEVICE=cuda: text_embedding from its GPU configuration, model_repository/text_embedding/configs/gpu.pbtxt)
 #   make test    the same set-up, then ruff and the test suite
+#   make test-container   build the CPU image (docker/Dockerfile.cpu) and test it running (root; installs docker.io)
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -17,7 +18,7 @@ ARTIFACT := model_repository/text_embedding/1/model.onnx model_repository/text_e
 INT8_ARTIFACT := model_repository/text_embedding/2/model.onnx
 PYTEST_ARGS ?=
 
-.PHONY: setup artifacts artifacts-int8 lint serve test clean
+.PHONY: setup artifacts artifacts-int8 lint serve test test-container clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,11 @@ lint: $(BIN)/.installed
 
 test: lint artifacts artifacts-int8
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Builds the debootstrap base and the CPU image, then runs it: requests, live swap, SIGTERM, read-only, probes,
+# Prometheus on every dashboard and adapter query (tests/container; needs root for apt-get, dockerd, debootstrap)
+test-container: artifacts artifacts-int8
+	$(BIN)/python -m pytest tests/container -p no:cacheprovider -rs --timeout=1800 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) model_repository/*/*/*.onnx model_repository/*/*/*.onnx.data model_repository/*/*/tokenizer.json model_repository/*/*/manifest.json model_repository/*/*/*.safetensors

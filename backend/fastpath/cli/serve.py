@@ -103,6 +103,8 @@ def serve_options(args: argparse.Namespace, admin_key: str, probe: Callable[[], 
         log_verbose=args.log_verbose,
         admin_key=admin_key,
         model_config_name=config_name,
+        extra_args=tuple(args.triton_arg or ()),
+        state_dir=args.state_dir,
     )
 
 
@@ -195,4 +197,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "instances), the other models from config.pbtxt; auto: cuda when torch sees a CUDA device")
     serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
     serve.add_argument("--ready-timeout-s", type=float, default=300.0)
+    serve.add_argument("--triton-arg", action="append", default=None, metavar="FLAG",
+                       help="one more tritonserver flag, passed as given after FastPath's (repeatable), "
+                            "e.g. --triton-arg=--metrics-config=summary_latencies=true")
+    state_dir = os.environ.get("FASTPATH_STATE_DIR")
+    serve.add_argument("--state-dir", type=Path, default=Path(state_dir) if state_dir else None,
+                       help="control-plane directory of live swaps (default: $FASTPATH_STATE_DIR, else a fresh "
+                            "temporary directory per start)")
     serve.set_defaults(func=cmd_serve)

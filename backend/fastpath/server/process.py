@@ -7,6 +7,10 @@ SIGINT (Triton's graceful shutdown) and kills after a timeout.
 
 The stub embeds the system ``libpython3.X.so`` and finds packages through the first ``python3`` on
 ``PATH``, so this interpreter's ``bin/`` goes first on the child's PATH.
+
+``FASTPATH_TRITON_DIR`` may instead name an installation with Triton's own layout (``bin/``,
+``backends/python/`` with the stub for this Python already in place), e.g. ``/opt/tritonserver`` of
+NVIDIA's NGC image, whose stub the image's Dockerfile replaces with the wheel's 3.11 stub.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fastpath.errors import ServerError
@@ -39,13 +43,14 @@ GRACEFUL_STOP_S = 30.0
 IDLE_EXIT_S = 5.0  # after every model is unloaded: how long tritonserver may wait for idle HTTP connections
 
 
-def triton_dist_dir() -> Path:
-    """``pytriton/tritonserver`` inside the installed nvidia-pytriton wheel, or ``$FASTPATH_TRITON_DIR``
-    (a directory with the same layout: ``bin/``, ``backends/``, ``caches/``, ``python_backend_stubs/``,
-    and ``nvidia_pytriton.libs`` two levels up), e.g. an unpacked copy on a GPU machine."""
+def triton_dist_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``pytriton/tritonserver`` inside the installed nvidia-pytriton wheel, or ``FASTPATH_TRITON_DIR`` of
+    ``env`` (default: this process's environment): a directory with the same layout (``bin/``,
+    ``backends/``, ``caches/``, ``python_backend_stubs/``, and ``nvidia_pytriton.libs`` two levels up),
+    e.g. an unpacked copy on a GPU machine, or Triton's own (module docstring)."""
     import importlib.util
 
-    explicit = os.environ.get("FASTPATH_TRITON_DIR")
+    explicit = (os.environ if env is None else env).get("FASTPATH_TRITON_DIR")
     if explicit:
         return Path(explicit)
     spec = importlib.util.find_spec("pytriton")
@@ -57,15 +62,21 @@ def triton_dist_dir() -> Path:
 def prepare_backends(dist: Path) -> Path:
     """Put the stub for this Python into ``backends/python``; return the backend directory.
 
+    The copy happens only when the stub there differs, so a read-only installation whose stub was put in
+    place beforehand (the CPU container image, at build time) works. An installation without the wheel's
+    ``python_backend_stubs/`` (NGC's ``/opt/tritonserver``) must already have its stub in ``backends/python``.
+
     Raises:
         ServerError: no stub for this Python minor version, or the system libpython is missing.
     """
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
-    if not stub.is_file():
-        raise ServerError(f"no python-backend stub for Python {version} in {dist}; use Python 3.8-3.13")
     target = dist / "backends" / "python" / "triton_python_backend_stub"
-    if not target.exists() or not filecmp.cmp(stub, target, shallow=False):
+    if not (dist / "python_backend_stubs").is_dir() and target.is_file():
+        pass  # Triton's own layout: the installation's stub is used as it is
+    elif not stub.is_file():
+        raise ServerError(f"no python-backend stub for Python {version} in {dist}; use Python 3.8-3.13")
+    elif not target.exists() or not filecmp.cmp(stub, target, shallow=False):
         shutil.copy2(stub, target)
     if ctypes.util.find_library(f"python{version}") is None:
         raise ServerError(
@@ -184,8 +195,9 @@ def server_environment(dist: Path, *, admin_key: str = "", state_dir: Path | Non
     if version_state_dir is not None:
         env["FASTPATH_VERSION_STATE_DIR"] = str(version_state_dir)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    libs = dist.parent.parent / "nvidia_pytriton.libs"
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs), env.get("LD_LIBRARY_PATH", "")) if p)
+    libs = dist.parent.parent / "nvidia_pytriton.libs"  # the wheel's layout; absent in Triton's own
+    if libs.is_dir():
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs), env.get("LD_LIBRARY_PATH", "")) if p)
     return env
 
 
@@ -230,6 +242,8 @@ class TritonServer:
         self.state_dir = self.options.state_dir
         if self.state_dir is None:
             self.state_dir, self._own_state_dir = Path(tempfile.mkdtemp(prefix="fastpath-state-")), True
+        else:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.log_path is not None:
             self._log_file = open(self.log_path, "ab")
         stale = remove_stale_shm()

@@ -23,14 +23,14 @@ orchestrator restarts it. Not covered (Triton 2.51): requests that were inside t
 never answered, its instance never finishes unloading, tritonserver itself sometimes aborts on a
 stub death under load (boost ``lock_exception``; 2 of ~27 kills), and a stopped
 (``SIGSTOP``) stub is not seen.
-A reloaded model starts on its default version: a live swap does not survive it (as with any
-reload, docs/design/hot-swap.md).
+A reloaded model comes back on its recorded serving version (else Triton's), as after any reload
+(fastpath.swaps.record, docs/design/hot-swap.md).
 
-In the container image tritonserver is not a child of ``fastpath serve`` (docker/entrypoint.py
-replaces itself with it), so nothing reloads there; instead the Kubernetes liveness probe and the
-image's HEALTHCHECK run ``python -m fastpath.server.stubs --check`` (:func:`check`), which fails when a
-ready python-backend model version has fewer live stubs than its config's instances, and the
-orchestrator restarts the container.
+The container images run ``fastpath serve`` too (docker/entrypoint.py), so this supervisor reloads
+there as well. The Kubernetes liveness probe runs ``python -m fastpath.server.stubs --check``
+(:func:`check`), which fails while a ready python-backend model version has fewer live stubs than its
+config's instances (between a death and the supervisor's reload) or a model failed to load, and the
+orchestrator restarts a container that stays that way.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ class StubSupervisor(threading.Thread):
             self._missing_since.pop(other, None)
         if self._api.reload(stub.model):
             self.reloaded.append(stub.model)
-            LOG.warning("reloaded model '%s' after its stub died; it serves its default version", stub.model)
+            LOG.warning("reloaded model '%s' after its stub died; it serves its recorded version, else Triton's", stub.model)
         else:  # the server would stay up without the model for good: stop it, so that it is restarted
             self.failure = f"reloading model '{stub.model}' after its python-backend stub died failed; see tritonserver's log"
             LOG.error("%s", self.failure)

@@ -14,6 +14,19 @@ import urllib.request
 
 ADMIN_HEADER = "fastpath-admin-key"  # the header `fastpath serve` restricts Triton's model-repository API to
 
+
+def http_status(request: urllib.request.Request | str, timeout_s: float) -> int:
+    """The HTTP status ``request`` (or a GET of a URL) gets: the server's code, error codes included, or 0
+    when nothing answered in ``timeout_s``."""
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+            return reply.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0
+
+
 class RepositoryApi:
     """The few calls of Triton's HTTP API FastPath's process management needs (the stub supervisor,
     the liveness check, the unload before a stop), with the admin key header when set.
@@ -37,13 +50,7 @@ class RepositoryApi:
 
     def _call(self, method: str, path: str, timeout_s: float) -> int:
         request = urllib.request.Request(self.base + path, method=method, headers=self.headers, data=b"" if method == "POST" else None)
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-                return reply.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return 0
+        return http_status(request, timeout_s)
 
     def _json(self, method: str, path: str, timeout_s: float = 5.0) -> object:
         request = urllib.request.Request(self.base + path, method=method, headers=self.headers, data=b"{}" if method == "POST" else None)
