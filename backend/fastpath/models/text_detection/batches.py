@@ -56,19 +56,25 @@ def feed_bytes(batch_size: int, shape_hw: tuple[int, int]) -> int:
     return batch_size * 3 * shape_hw[0] * shape_hw[1] * FLOAT32_BYTES
 
 
-def check_staging_fits(pool: BlockPool, largest_batch: int, limit_side_len_px: int) -> None:
+def check_staging_fits(pool: BlockPool, largest_batch: int, largest_resized_pixels: int) -> None:
     """Refuse a configuration whose largest batch can never be staged.
 
+    Args:
+        largest_batch: most images per engine call.
+        largest_resized_pixels: most height * width of one resized image
+            (``TextDetectionConfig.largest_resized_pixels``).
+
     Raises:
-        ConfigError: ``largest_batch`` images of ``limit_side_len_px`` x ``limit_side_len_px`` exceed
-            the pool's largest block; names both and the knobs to change.
+        ConfigError: ``largest_batch`` images of ``largest_resized_pixels`` exceed the pool's
+            largest block; names both and the knobs to change.
     """
-    needed = feed_bytes(largest_batch, (limit_side_len_px, limit_side_len_px))
+    needed = feed_bytes(largest_batch, (largest_resized_pixels, 1))
     if needed > pool.config.max_block_bytes:
         raise ConfigError(
             f"config.pbtxt parameter 'staging_capacity_bytes' = {pool.config.capacity_bytes}: a batch of {largest_batch} "
-            f"images of {limit_side_len_px}x{limit_side_len_px} needs {needed} bytes of float32 input, above the pool's "
-            f"largest block ({pool.config.max_block_bytes} bytes); raise staging_capacity_bytes or lower batch_buckets"
+            f"images of {largest_resized_pixels} resized pixels needs {needed} bytes of float32 input, above the pool's "
+            f"largest block ({pool.config.max_block_bytes} bytes); raise staging_capacity_bytes or lower batch_buckets, "
+            "limit_side_len_px or max_resized_pixels"
         )
 
 

@@ -12,6 +12,8 @@ from fastpath.config import PRECISIONS, RUNTIMES, check_parameter
 from fastpath.scheduling.config import SchedulerConfig
 
 NETWORK_STRIDE_PX = 32  # DB's backbone downsamples by 32: each resized side is a multiple of this
+LIMIT_TYPES = ("max", "min")  # PaddleOCR DetResizeForTest limit_type: cap the longer side / raise the shorter side
+DEFAULT_MAX_RESIZED_PIXELS = 2048 * 1024  # resized h * w cap: 24 MiB of float32 input per image
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -27,7 +29,15 @@ class TextDetectionConfig:
         artifact: ONNX file name inside the model version directory.
         intra_op_threads: ONNX Runtime intra-op threads; 0: one per CPU the process may use
             (:func:`fastpath.engines.cpus.ort_intra_op_threads`).
-        limit_side_len_px: the longer resized side is at most this many pixels (a multiple of 32).
+        limit_type: resize policy, ``max`` (the longer side shrinks to at most ``limit_side_len_px``)
+            or ``min`` (the shorter side grows to at least ``limit_side_len_px``); PaddleOCR
+            ``DetResizeForTest`` semantics (:mod:`fastpath.models.text_detection.preprocess`).
+        limit_side_len_px: the policy's side length in pixels (a multiple of 32, >= 32).
+        max_resized_pixels: cap on the resized height * width, >= 1024 (32 x 32), under both policies: a
+            larger resize is clamped (scaled down, sides rounded down to multiples of 32), never an error.
+            It bounds the staging block and the queue memory of ``min`` (whose enlargement is
+            otherwise unbounded for long, thin images, and which leaves images larger than the limit
+            at full size).
         max_image_pixels: largest accepted height * width of one image; larger images get a 400
             before any decode or resize buffer is allocated. The default
             is 8192 * 8192 (192 MiB as uint8 RGB).
@@ -43,8 +53,8 @@ class TextDetectionConfig:
             pixels are dropped (rapidocr ``filter_tag_det_res``).
         staging_capacity_bytes: bytes of the host staging pool (``fastpath.memory``; page-locked
             when CUDA is present) that batch inputs are written into. The largest batch,
-            ``batch_buckets[-1]`` images of ``limit_side_len_px``^2 as float32 (8 x 11 MB = 88 MB,
-            a 128 MiB block), must fit; two such blocks let batch N+1 be staged while N runs.
+            ``batch_buckets[-1]`` images of :attr:`largest_resized_pixels` as float32 (8 x 24 MiB =
+            192 MiB, a 256 MiB block, for the ``min`` default), must fit; two such blocks let batch N+1 be staged while N runs.
         staging_wait_timeout_s: how long staging waits for a free block before the batch fails
             with UNAVAILABLE (503, retryable).
     """
@@ -53,7 +63,9 @@ class TextDetectionConfig:
     precision: str = "fp32"
     artifact: str = "model.onnx"
     intra_op_threads: int = 0
+    limit_type: str = "max"
     limit_side_len_px: int = 960
+    max_resized_pixels: int = DEFAULT_MAX_RESIZED_PIXELS
     max_image_pixels: int = 8192 * 8192
     max_request_pixels: int = 8192 * 8192
     max_images_per_request: int = 16
@@ -77,6 +89,9 @@ class TextDetectionConfig:
             self.limit_side_len_px,
             f"a multiple of {NETWORK_STRIDE_PX}, at least {NETWORK_STRIDE_PX}",
         )
+        check_parameter(self.limit_type in LIMIT_TYPES, "limit_type", self.limit_type, f"one of {', '.join(LIMIT_TYPES)}")
+        check_parameter(self.max_resized_pixels >= NETWORK_STRIDE_PX**2, "max_resized_pixels", self.max_resized_pixels,
+                        f">= {NETWORK_STRIDE_PX**2} (one 32x32 input); the default is {DEFAULT_MAX_RESIZED_PIXELS}")
         check_parameter(self.max_image_pixels > 0, "max_image_pixels", self.max_image_pixels, "> 0")
         check_parameter(self.max_request_pixels > 0, "max_request_pixels", self.max_request_pixels, "> 0")
         check_parameter(self.max_images_per_request > 0, "max_images_per_request", self.max_images_per_request, "> 0")
@@ -89,6 +104,14 @@ class TextDetectionConfig:
         check_parameter(self.staging_capacity_bytes >= 4096, "staging_capacity_bytes", self.staging_capacity_bytes,
                         ">= 4096 (one page); the default is 536870912 (512 MiB)")
         check_parameter(self.staging_wait_timeout_s >= 0, "staging_wait_timeout_s", self.staging_wait_timeout_s, ">= 0 seconds")
+
+    @property
+    def largest_resized_pixels(self) -> int:
+        """Most height * width a resized image can have: ``limit_side_len_px``^2 under ``max``, capped
+        by ``max_resized_pixels``; ``max_resized_pixels`` under ``min``."""
+        if self.limit_type == "max":
+            return min(self.limit_side_len_px**2, self.max_resized_pixels)
+        return self.max_resized_pixels
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -96,7 +96,7 @@ class TextDetectionModel:
         self.device = instance_device(args, None, runtime=self.config.runtime, gpu_runtimes=())  # KIND_GPU: refused, CPU engine only
         self.detector = TextDetector.from_directory(Path(args["model_repository"]) / self.model_version, self.config)
         self.pool = create_host_pool(staging_pool_config(self.config), name="staging")
-        check_staging_fits(self.pool, sched.batch_buckets[-1], self.config.limit_side_len_px)
+        check_staging_fits(self.pool, sched.batch_buckets[-1], self.config.largest_resized_pixels)
         self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, MODEL_NAME)
         self.metrics = scheduler_metrics(pb_utils, args, sched, MODEL_NAME)
         self.metrics_flusher, on_batch = metrics_flusher(sched, self.metrics, self.pool_metrics,

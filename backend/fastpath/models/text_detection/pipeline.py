@@ -166,7 +166,8 @@ class TextDetector:
     def prepare(self, image: np.ndarray) -> PreparedImage:
         """Resize uint8 RGB [H, W, 3] for the network (see :mod:`fastpath.models.text_detection.preprocess`)."""
         height, width = image.shape[:2]
-        shape = resized_shape(height, width, self.config.limit_side_len_px)
+        config = self.config
+        shape = resized_shape(height, width, config.limit_side_len_px, config.limit_type, config.max_resized_pixels)
         return PreparedImage(resize_image(image, shape), (height, width))
 
     def run_batch(self, batch: Sequence[PreparedImage]) -> np.ndarray:

@@ -125,3 +125,47 @@ def blank_png(height: int, width: int, value: int = 255) -> bytes:
     body = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit, grayscale
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+
+
+LABELS_PATH = Path(__file__).resolve().parents[3] / "data" / "text_detection_boxes.json"
+RECALL_IOU = 0.5  # a reference box counts as found when a detected box overlaps it at IoU >= this
+
+
+def labelled_boxes() -> dict[str, np.ndarray]:
+    """Hand-labelled reference rectangles per photo (tests/data/text_detection_boxes.json, its "note"
+    says how): ``{name: int [R, 4]}``, rows ``[x0, y0, x1, y1]`` in source pixels."""
+    import json
+
+    images = json.loads(LABELS_PATH.read_text())["images"]
+    return {name: np.asarray(boxes, dtype=np.int64).reshape(-1, 4) for name, boxes in images.items()}
+
+
+def rect_iou(a: np.ndarray, b: np.ndarray) -> float:
+    """IoU of two axis-aligned rectangles ``[x0, y0, x1, y1]`` (float pixel coordinates)."""
+    width = min(a[2], b[2]) - max(a[0], b[0])
+    height = min(a[3], b[3]) - max(a[1], b[1])
+    inter = max(0.0, float(width)) * max(0.0, float(height))
+    union = float((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1])) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def recall(detected: np.ndarray, reference: np.ndarray, min_iou: float = RECALL_IOU) -> float:
+    """Fraction of reference rectangles matched one-to-one (greedy, best IoU first) by a detected box.
+
+    Args:
+        detected: float32 [K, 4, 2] quadrilaterals; each is compared through its axis-aligned
+            bounding rectangle (min/max of its corners), not its polygon.
+        reference: [R, 4] rectangles ``[x0, y0, x1, y1]``.
+        min_iou: a pair counts at IoU >= this.
+
+    Returns:
+        matched / R in [0, 1] (1.0 when R is 0).
+    """
+    rects = [np.concatenate([quad.min(axis=0), quad.max(axis=0)]) for quad in np.asarray(detected, np.float64)]
+    pairs = sorted(((rect_iou(d, r), i, j) for i, d in enumerate(rects) for j, r in enumerate(reference)), reverse=True)
+    used_detected, matched = set(), set()
+    for iou, i, j in pairs:
+        if iou >= min_iou and i not in used_detected and j not in matched:
+            used_detected.add(i)
+            matched.add(j)
+    return len(matched) / len(reference) if len(reference) else 1.0

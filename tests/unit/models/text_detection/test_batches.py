@@ -153,6 +153,6 @@ def test_warm_up_seeds_the_cost_model_per_batch_size_and_shape(detector):
 
 
 def test_staging_pool_too_small_for_the_largest_batch_refuses_to_load():
-    with pytest.raises(ConfigError, match="batch of 8 images of 960x960 needs 88473600 bytes"):
-        check_staging_fits(make_pool(capacity_bytes=64 * MIB), 8, 960)
-    check_staging_fits(make_pool(capacity_bytes=128 * MIB), 8, 960)
+    with pytest.raises(ConfigError, match="batch of 8 images of 921600 resized pixels needs 88473600 bytes"):
+        check_staging_fits(make_pool(capacity_bytes=64 * MIB), 8, 960 * 960)
+    check_staging_fits(make_pool(capacity_bytes=128 * MIB), 8, 960 * 960)

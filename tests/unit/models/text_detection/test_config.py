@@ -21,6 +21,13 @@ def test_values_are_converted_by_type():
     assert (config.limit_side_len_px, config.use_dilation, config.box_threshold) == (640, False, 0.6)
 
 
+def test_limit_type_and_largest_resized_pixels():
+    assert parse_parameters(TextDetectionConfig, {}).limit_type == "max"
+    assert parse_parameters(TextDetectionConfig, {}).largest_resized_pixels == 960 * 960
+    config = parse_parameters(TextDetectionConfig, {"limit_type": "min", "limit_side_len_px": "736"})
+    assert (config.limit_type, config.limit_side_len_px, config.largest_resized_pixels) == ("min", 736, 2048 * 1024)
+
+
 def test_unknown_key_is_named():
     with pytest.raises(ConfigError, match="'limit_side_len'.*known parameters:.*limit_side_len_px"):
         parse_parameters(TextDetectionConfig, {"limit_side_len": "960"})
@@ -35,6 +42,10 @@ def test_unknown_key_is_named():
         ("max_batch_images", "-1", "> 0"),
         ("binary_threshold", "1.5", r"in \(0, 1\)"),
         ("runtime", "tvm", "one of onnxruntime"),
+        ("limit_type", "resize_long", "one of max, min"),
+        ("limit_type", "MIN", "one of max, min"),
+        ("limit_side_len_px", "-32", "a multiple of 32"),
+        ("max_resized_pixels", "1023", ">= 1024"),
     ],
 )
 def test_invalid_values_name_key_value_and_expectation(key, value, match):

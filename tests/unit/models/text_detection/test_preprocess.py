@@ -49,3 +49,46 @@ def test_normalized_planes_equal_rapidocr_detpreprocess():
 def test_resize_keeps_an_image_of_the_right_size():
     rgb = np.zeros((192, 384, 3), np.uint8)
     assert resize_image(rgb, (192, 384)) is rgb
+
+
+@pytest.mark.parametrize(
+    ("source_hw", "expected_hw"),
+    [
+        ((172, 448), (736, 1920)),  # text.png: 736/172 -> int(1917.02) = 1917 -> round(59.9) * 32
+        ((191, 384), (736, 1472)),  # page.png: int(1479.7) = 1479 -> round(46.2) * 32
+        ((1, 1), (736, 736)),
+        ((48, 80), (736, 1216)),  # int(80 * 15.33) = 1226 -> round(38.3) * 32
+        ((736, 1000), (736, 992)),  # shorter side already at the limit: ratio 1, sides only rounded
+        ((1000, 2000), (992, 1984)),  # not shrunk (enlarge only); 2000 / 32 = 62.5 rounds to even 62
+    ],
+)
+def test_min_policy_raises_the_shorter_side_to_the_limit_as_paddleocr(source_hw, expected_hw):
+    """limit_type "min": ratio = 736 / min(h, w) when min(h, w) < 736, else 1; then PaddleOCR's rounding."""
+    assert resized_shape(*source_hw, 736, "min") == expected_hw
+
+
+@pytest.mark.parametrize(
+    ("source_hw", "expected_hw"),
+    [
+        ((8000, 8000), (1440, 1440)),  # unclamped 8000x8000; sqrt(2097152 / 64e6) = 0.181 -> floor to 32
+        ((100, 3000), (256, 7904)),  # unclamped 736x22080 (16 Mpx)
+        ((1, 100000), (32, 65536)),  # the 32 px floor: the longer side is held to cap / 32
+    ],
+)
+def test_min_policy_is_clamped_to_max_resized_pixels(source_hw, expected_hw):
+    h, w = resized_shape(*source_hw, 736, "min", 2048 * 1024)
+    assert (h, w) == expected_hw and h * w <= 2048 * 1024
+
+
+def test_cap_applies_to_max_policy_too_and_every_shape_stays_on_the_grid():
+    assert resized_shape(3000, 3000, 2048, "max", 1024 * 1024) == (1024, 1024)  # unclamped 2048x2048
+    for limit_type, limit in (("max", 960), ("min", 736), ("min", 32)):
+        for height in (1, 17, 48, 500, 736, 961, 5000):
+            for width in (1, 33, 700, 1919, 20000):
+                h, w = resized_shape(height, width, limit, limit_type, 2048 * 1024)
+                assert h % 32 == 0 and w % 32 == 0 and min(h, w) >= 32 and h * w <= 2048 * 1024, (limit_type, height, width)
+
+
+def test_unknown_limit_type_is_refused():
+    with pytest.raises(ValueError, match="limit_type 'mid': expected one of max, min"):
+        resized_shape(10, 10, 736, "mid")
