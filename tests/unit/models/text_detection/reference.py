@@ -1,7 +1,8 @@
 """Test helpers for text detection: real photos from scikit-image's wheel, the rapidocr reference, IoU matching.
 
 The reference is the rapidocr-onnxruntime package's own ``TextDetector`` run in-process, configured
-with FastPath's resize policy (long side <= 960, ``limit_type="max"``) and DB parameters.
+with the shipped resize policy (model_repository/text_detection/config.pbtxt: ``limit_type="min"``,
+shorter side raised to 736) and DB parameters.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import cv2
 import numpy as np
 from PIL import Image
 
-LIMIT_SIDE_LEN_PX = 960
+LIMIT_TYPE = "min"  # the shipped config.pbtxt policy
+LIMIT_SIDE_LEN_PX = 736
 MIN_IOU = 0.9  # served and reference boxes are matched one-to-one at IoU >= this
 
 
@@ -49,9 +51,9 @@ def jpeg_bytes(image_rgb: np.ndarray, quality: int = 95) -> bytes:
     return buffer.getvalue()
 
 
-@functools.lru_cache(maxsize=1)
-def rapidocr_detector():
-    """rapidocr-onnxruntime's ``TextDetector`` with FastPath's resize limit and DB parameters."""
+@functools.lru_cache(maxsize=2)
+def rapidocr_detector(limit_type: str = LIMIT_TYPE, limit_side_len_px: int = LIMIT_SIDE_LEN_PX):
+    """rapidocr-onnxruntime's ``TextDetector`` with a resize policy (default: the shipped one) and FastPath's DB parameters."""
     import rapidocr_onnxruntime
     from rapidocr_onnxruntime.ch_ppocr_det import TextDetector
     from rapidocr_onnxruntime.ch_ppocr_det.utils import DetPreProcess
@@ -59,19 +61,19 @@ def rapidocr_detector():
     root = Path(rapidocr_onnxruntime.__file__).parent
     config = {
         "model_path": str(root / "models" / "ch_PP-OCRv4_det_infer.onnx"),
-        "limit_side_len": LIMIT_SIDE_LEN_PX, "limit_type": "max", "mean": [0.5] * 3, "std": [0.5] * 3,
+        "limit_side_len": limit_side_len_px, "limit_type": limit_type, "mean": [0.5] * 3, "std": [0.5] * 3,
         "thresh": 0.3, "box_thresh": 0.5, "max_candidates": 1000, "unclip_ratio": 1.6, "use_dilation": True,
         "score_mode": "fast", "use_cuda": False, "use_dml": False, "intra_op_num_threads": -1, "inter_op_num_threads": -1,
     }
     detector = TextDetector(config)
-    # rapidocr raises its "max" limit to 1500/2000 for large images; pin it to FastPath's 960
-    detector.get_preprocess = lambda _max_wh: DetPreProcess(LIMIT_SIDE_LEN_PX, "max", [0.5] * 3, [0.5] * 3)
+    # rapidocr raises its "max" limit to 1500/2000 for large images; pin it to the shipped policy
+    detector.get_preprocess = lambda _max_wh: DetPreProcess(limit_side_len_px, limit_type, [0.5] * 3, [0.5] * 3)
     return detector
 
 
-def reference_boxes(image_rgb: np.ndarray) -> np.ndarray:
+def reference_boxes(image_rgb: np.ndarray, limit_type: str = LIMIT_TYPE, limit_side_len_px: int = LIMIT_SIDE_LEN_PX) -> np.ndarray:
     """float32 [K, 4, 2] boxes rapidocr finds in uint8 RGB [H, W, 3] (it takes BGR, as OpenCV decodes)."""
-    boxes, _elapsed = rapidocr_detector()(np.ascontiguousarray(image_rgb[..., ::-1]))
+    boxes, _elapsed = rapidocr_detector(limit_type, limit_side_len_px)(np.ascontiguousarray(image_rgb[..., ::-1]))
     if boxes is None or len(boxes) == 0:
         return np.zeros((0, 4, 2), dtype=np.float32)
     return np.asarray(boxes, dtype=np.float32)
