@@ -59,6 +59,7 @@ def test_shipped_config_pbtxt_parses():
     assert params, "no parameters found in config.pbtxt"
     config, sched = parse_sections(params, TextDetectionConfig, DetectionSchedulerConfig)
     assert config.max_images_per_request == 16
+    assert (config.limit_type, config.limit_side_len_px, config.max_resized_pixels) == ("min", 736, 2048 * 1024)
     assert config.staging_capacity_bytes == 512 << 20
     assert (sched.batch_buckets, sched.max_queue_texts, sched.max_queue_delay_us) == ((1, 2, 4, 8), 64, 2000)
 

@@ -45,7 +45,7 @@ def test_build_copies_the_wheel_model_with_a_manifest(repository):
 def test_boxes_equal_rapidocr_in_process(detector, name, scale, expected_boxes):
     image = skimage_rgb(name, scale)
     (detection,) = detector.detect([image])
-    reference = reference_boxes(image)
+    reference = reference_boxes(image, CONFIG.limit_type, CONFIG.limit_side_len_px)  # max/960, the code default
     assert len(reference) == expected_boxes
     assert_matches_reference(detection.boxes, reference)
     for box in reference:  # same pixels in, so the very same integer corners out
