@@ -163,7 +163,7 @@ class EmbeddingBatchHandler:
             UnavailableError: the staging pool stayed exhausted (retryable).
             EngineError: the engine failed or returned a wrong shape; the call's requests fail.
         """
-        embeddings = np.empty((len(encodings), EMBEDDING_DIM), dtype=np.float32)
+        embeddings = None
         with self.versions.lease() as (embedder, version):
             engine = embedder.engine
             name = engine.outputs[0].name
@@ -182,8 +182,10 @@ class EmbeddingBatchHandler:
                 if output.shape != (planned.batch_size, EMBEDDING_DIM):
                     raise EngineError(f"engine returned {name} of shape {output.shape}; expected ({planned.batch_size}, {EMBEDDING_DIM})")
                 if len(plan) == 1 and planned.indices == tuple(range(len(encodings))):
-                    embeddings = output[: planned.texts]  # already in order: no scatter
+                    embeddings = output[: planned.texts]  # already in order: no scatter, no second array
                 else:
+                    if embeddings is None:
+                        embeddings = np.empty((len(encodings), EMBEDDING_DIM), dtype=np.float32)
                     embeddings[list(planned.indices)] = output[: planned.texts]
                 ran(planned, seconds)
         return embeddings, version

@@ -110,7 +110,8 @@ def plan_call(lengths: Sequence[int], *, length_buckets: Sequence[int], batch_bu
                 memo[key] = best
         return memo[key]
 
-    def run_length(lo: int, hi: int) -> int:
+    def run_length(hi: int) -> int:
+        """Padded length of a merged run ending at group ``hi - 1`` (its longest text, or that group's bucket)."""
         if pad_to_longest:
             return lengths[members[hi - 1][-1]]
         return length_buckets[present[hi - 1]]
@@ -122,7 +123,7 @@ def plan_call(lengths: Sequence[int], *, length_buckets: Sequence[int], batch_bu
         count = 0
         for lo in range(hi - 1, -1, -1):
             count += len(members[lo])
-            seconds = best[lo] + sizes(count, run_length(lo, hi))[0]
+            seconds = best[lo] + sizes(count, run_length(hi))[0]
             if seconds < best[hi]:
                 best[hi], cut[hi] = seconds, lo
     runs = []
@@ -133,7 +134,7 @@ def plan_call(lengths: Sequence[int], *, length_buckets: Sequence[int], batch_bu
     plan = []
     for lo, hi in reversed(runs):
         texts = [index for group in members[lo:hi] for index in group]
-        length = run_length(lo, hi)
+        length = run_length(hi)
         start = 0
         for size in sizes(len(texts), length)[1]:
             chunk = tuple(texts[start : start + size])
