@@ -123,7 +123,9 @@ class BatchQueue(CandidateRanking):
         return self.group_of(item.tokens)
 
     def submit(self, items: Sequence[WorkItem], now: float, *, engine_busy: bool = False) -> None:
-        """Accept all ``items`` (one request's texts) or none.
+        """Accept all ``items`` (one request's texts) or none: every check (room, each item's bucket)
+        runs before the queue changes, so a refused request leaves no item behind and the count
+        always equals the items held.
 
         Args:
             items: the request's texts.
@@ -138,12 +140,12 @@ class BatchQueue(CandidateRanking):
                 (Triton's wording: "Exceeds maximum queue size"); retryable.
         """
         self.check_room(len(items))
+        groups = [self.bucket_of(item) for item in items]  # everything that can raise runs before the first change
         pending = engine_busy or self._count > 0
         per_group: dict[int, int] = {}
-        for item in items:
+        for item, group in zip(items, groups):
             item.seq = self._seq
             self._seq += 1
-            group = self.bucket_of(item)
             bisect.insort(self._groups[group], item, key=rank_key)
             if item.deadline_s is not None:
                 heapq.heappush(self._deadlines, (item.deadline_s, item.seq, item))

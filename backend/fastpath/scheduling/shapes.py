@@ -6,7 +6,8 @@ DB post-processing depends on the exact resized size), a batch may only hold ite
 delay, idle; cut down to a batch bucket or pad up with filler rows, decided by the cost model) but
 
 * an item's bucket is its ``WorkItem.shape`` (e.g. an image's resized (height, width)); buckets are
-  created as shapes arrive, and idle ones are forgotten once more than ``max_idle_shapes`` exist;
+  created as shapes arrive, and idle ones are forgotten once more than ``max_idle_shapes`` exist
+  (never one that the arriving request uses);
 * buckets are never merged: a batch holds one shape, so no padding across shapes;
 * the bucket's cost length is the item's ``tokens`` (its size in the cost model's units, e.g. the
   number of 32x32 pixel cells), the same for every item of one shape.
@@ -79,6 +80,10 @@ class ShapeBatchQueue(BatchQueue):
     def submit(self, items: Sequence[WorkItem], now: float, *, engine_busy: bool = False) -> None:
         """Accept all ``items`` or none (see :meth:`BatchQueue.submit`); each needs a ``shape``.
 
+        Every check runs before the first change. Idle buckets are forgotten only when a new shape
+        arrives with ``max_idle_shapes`` buckets in place, and never the bucket of a shape this
+        request uses (its items are about to join it).
+
         Raises:
             ValueError: an item has no shape, ``tokens`` < 1, or other ``tokens`` than earlier items
                 of its shape (a programming error, not bad input).
@@ -88,14 +93,17 @@ class ShapeBatchQueue(BatchQueue):
         for item in items:
             if item.shape is None or item.tokens < 1:
                 raise ValueError(f"ShapeBatchQueue items need a shape and tokens >= 1, got shape={item.shape} tokens={item.tokens}")
-            item.shape = tuple(item.shape)
-            index = self._index.get(item.shape)
-            known = self.length_buckets[index] if index is not None else new.setdefault(item.shape, item.tokens)
+            shape = tuple(item.shape)
+            index = self._index.get(shape)
+            known = self.length_buckets[index] if index is not None else new.setdefault(shape, item.tokens)
             if known != item.tokens:
-                raise ValueError(f"shape {item.shape} has cost length {known}, got an item with tokens={item.tokens}; "
+                raise ValueError(f"shape {shape} has cost length {known}, got an item with tokens={item.tokens}; "
                                  "every item of one shape must have the same tokens")
+        self.check_room(len(items))
+        for item in items:
+            item.shape = tuple(item.shape)
         if new and len(self._shapes) + len(new) > self.max_idle_shapes:
-            self._forget_idle_shapes()
+            self._forget_idle_shapes(keep={item.shape for item in items})
         for shape, tokens in new.items():
             self._index[shape] = len(self._shapes)
             self._shapes.append(shape)
@@ -104,13 +112,14 @@ class ShapeBatchQueue(BatchQueue):
             self.length_buckets.append(tokens)
         super().submit(items, now, engine_busy=engine_busy)
 
-    def _forget_idle_shapes(self) -> None:
-        """Drop every empty bucket (and its arrival rate); bucket indices are renumbered."""
-        keep = [index for index, group in enumerate(self._groups) if group]
-        self._groups = [self._groups[i] for i in keep]
-        self._rates = [self._rates[i] for i in keep]
-        self.length_buckets = [self.length_buckets[i] for i in keep]
-        self._shapes = [self._shapes[i] for i in keep]
+    def _forget_idle_shapes(self, keep: set[Shape]) -> None:
+        """Drop every empty bucket (and its arrival rate) except those of the shapes in ``keep``;
+        bucket indices are renumbered. Nothing queued is touched: only empty buckets go."""
+        kept = [index for index, (group, shape) in enumerate(zip(self._groups, self._shapes)) if group or shape in keep]
+        self._groups = [self._groups[i] for i in kept]
+        self._rates = [self._rates[i] for i in kept]
+        self.length_buckets = [self.length_buckets[i] for i in kept]
+        self._shapes = [self._shapes[i] for i in kept]
         self._index = {shape: i for i, shape in enumerate(self._shapes)}
 
     def _best(self, anchor: WorkItem) -> Candidate:

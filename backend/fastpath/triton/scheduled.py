@@ -148,16 +148,19 @@ class Replies:
         self._done = threading.Condition()
 
     def answer(self, index: int, response: Any) -> None:
-        """Request ``index``'s only response (``sender``: sent now; a send failure is logged)."""
+        """Request ``index``'s only response (``sender``: sent now; a send failure is logged). A second
+        answer for one request is dropped and logged: Triton refuses a second final response of a
+        non-decoupled request, and its request may already be released."""
+        with self._done:
+            if self._responses[index] is not None:
+                LOG.error("request %d of an execute() call was answered twice; the later answer is dropped", index)
+                return
+            self._responses[index] = response if self._mode == "return" else True
+            self._missing -= 1
+            if not self._missing:
+                self._done.notify_all()
         if self._mode == "sender":
             send_final(self._pb, self._senders[index], response)
-            return
-        with self._done:
-            if self._responses[index] is None:
-                self._responses[index] = response
-                self._missing -= 1
-                if not self._missing:
-                    self._done.notify_all()
 
     def result(self) -> list[Any] | None:
         """What ``execute()`` returns: None (``sender``) or every response in request order (``return``)."""

@@ -156,7 +156,7 @@ class TextDetectionModel:
             try:
                 self.runner.submit(items, timeout_s=timeout_s, arrival_s=arrival_s)
             except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
-                send_final(pb, sender, error_response(pb, exc))
+                ticket.fail(exc)  # through the ticket: the request is answered once, whatever the queue kept
         return None
 
     def _image_count(self, request: Any) -> int:

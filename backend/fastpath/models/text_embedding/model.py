@@ -333,7 +333,7 @@ class TextEmbeddingModel:
             try:
                 self.runner.submit(items, timeout_s=timeout_s)
             except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
-                replies.answer(index, error_response(pb, exc))
+                ticket.fail(exc)  # through the ticket: the request is answered once, whatever the queue kept
         PROFILE.lap("execute.submit", mark, len(accepted))
         if PROFILE.enabled:
             PROFILE.lap("execute.total", started, len(requests))
