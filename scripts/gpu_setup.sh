@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
-# Device machine, start of call 2 (scripts/gpu_bundle.sh made .device/a and .device/b here): unpack tritonserver (from the
-# nvidia-pytriton wheel) and make a Python environment for the python-backend stub: numpy 1.26 first,
-# then the image's torch environment, then FastPath's backend/ (Triton 2.51's python-backend stub breaks
-# with numpy 2: docs/known-issues.md). perf_analyzer goes to /tmp/pa with its two libraries in /tmp/pa/lib.
+# Device machine, first step of the last call of a run (scripts/gpu_bundle.sh made the parts; the earlier calls
+# copied theirs to /tmp/parts): join the parts into /tmp/bundle, unpack tritonserver (from the nvidia-pytriton wheel),
+# and make a Python environment for the python-backend stub in /tmp/venv: the bundle's wheels first (numpy 1.26,
+# onnxruntime-gpu, OpenCV 4.11, pyclipper, tritonclient), then the image's torch environment, then FastPath's
+# backend/ (Triton 2.51's python-backend stub breaks with numpy 2: docs/known-issues.md). The artifacts go into
+# model_repository/, so `fastpath serve --device cuda` serves every model. perf_analyzer goes to /tmp/pa with its
+# two libraries in /tmp/pa/lib.
 set -euo pipefail
-mkdir -p /tmp/g && tar xJf .device/a/triton.txz -C /tmp/g
+B=/tmp/bundle
+mkdir -p /tmp/parts "$B"
+cp .device/parts/part-* /tmp/parts/ 2>/dev/null || true
+cat /tmp/parts/part-* | tar -x -C "$B"
+mkdir -p /tmp/g && tar xJf "$B/triton.txz" -C /tmp/g
 python3 -m venv --without-pip /tmp/venv
 SITE=$(/tmp/venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-python3 -m pip install -q --no-index --no-deps --target "$SITE" .device/a/*.whl .device/b/*.whl
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$B"/wheels/*.whl
 python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$SITE/zz_image_torch.pth"
 echo "$PWD/backend" > "$SITE/fastpath_backend.pth"
 echo "$PWD" > "$SITE/fastpath_repo.pth"
+cp "$B"/artifacts/text_embedding/* model_repository/text_embedding/1/
+cp "$B"/artifacts/text_detection/* model_repository/text_detection/1/
 mkdir -p /tmp/pa/lib /tmp/pa/deb
-python3 - "$SITE" <<'PY'
+python3 - "$SITE" "$B" <<'PY'
 import pathlib, sys, zipfile
-site = pathlib.Path(sys.argv[1])
-for wheel in pathlib.Path(".device/a/pa").glob("nvidia_cuda_runtime_cu12-*.whl"):
+site, bundle = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+for wheel in (bundle / "pa").glob("nvidia_cuda_runtime_cu12-*.whl"):
     pathlib.Path("/tmp/pa/lib/libcudart.so.12").write_bytes(zipfile.ZipFile(wheel).read("nvidia/cuda_runtime/lib/libcudart.so.12"))
 binary = next(site.rglob("perf_analyzer"), None) or next(pathlib.Path(site.parent).rglob("bin/perf_analyzer"))
 pathlib.Path("/tmp/pa/perf_analyzer").write_bytes(binary.read_bytes())
 PY
 chmod +x /tmp/pa/perf_analyzer
-dpkg -x .device/a/pa/libb64-0d_*.deb /tmp/pa/deb && cp -a /tmp/pa/deb/usr/lib/x86_64-linux-gnu/libb64.so.0d* /tmp/pa/lib/
+dpkg -x "$B"/pa/libb64-0d_*.deb /tmp/pa/deb && cp -a /tmp/pa/deb/usr/lib/x86_64-linux-gnu/libb64.so.0d* /tmp/pa/lib/
 LD_LIBRARY_PATH=/tmp/pa/lib /tmp/pa/perf_analyzer --version 2>&1 | head -2 || true
-/tmp/venv/bin/python -c "import numpy, torch, tokenizers, tritonclient.grpc, fastpath; print('numpy', numpy.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+/tmp/venv/bin/python -c "import numpy, torch, cv2, onnxruntime, pyclipper, tokenizers, tritonclient.grpc, fastpath; print('numpy', numpy.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'cv2', cv2.__version__, 'onnxruntime', onnxruntime.__version__, onnxruntime.get_available_providers())"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Device machine, call 2 (call 1 carried .device/a, this one carries .device/b; scripts/gpu_bundle.sh made
-# both): set up, then one benchmarks/gpu/served_gpu.py run per argument, one server each. An argument is
+# Device machine, the last call of a run (scripts/gpu_bundle.sh made the parts; the earlier calls copied theirs
+# to /tmp/parts, this one carries the last): set up, then one benchmarks/gpu/served_gpu.py run per argument, one
+# server each. An argument is
 # NAME=FLAGS ("6=--instances 6 --models ..."). Each run leaves $OUT/NAME.json, $OUT/NAME.log and
 # $OUT/NAME_csv.tgz (perf_analyzer's CSV files); the last lines of each log are printed.
 set -uo pipefail
@@ -9,7 +10,7 @@ export FASTPATH_TRITON_DIR=/tmp/g/pytriton/tritonserver PERF_ANALYZER=/tmp/pa/pe
 for spec in "$@"; do
     name=${spec%%=*}
     # shellcheck disable=SC2086  # the flags are meant to split
-    /tmp/venv/bin/python benchmarks/gpu/served_gpu.py --version-dir .device/b --prev-backend .device/b/prev/backend \
+    /tmp/venv/bin/python benchmarks/gpu/served_gpu.py --version-dir /tmp/bundle/artifacts/text_embedding --prev-backend /tmp/bundle/prev/backend \
         --out "$OUT/$name.json" --csv-dir "/tmp/csv_$name" ${spec#*=} > "$OUT/$name.log" 2>&1
     tar czf "$OUT/${name}_csv.tgz" -C "/tmp/csv_$name" .
     echo "== $name"; tail -n 28 "$OUT/$name.log"

@@ -72,6 +72,23 @@ def test_the_cpu_config_stays_on_the_cpu(cpu):
     assert config.runtime == "onnxruntime"
 
 
-def test_no_other_model_ships_a_gpu_configuration():
-    """text_detection's GPU path is separate work: under --device cuda it loads its config.pbtxt."""
-    assert sorted(p.parent.parent.name for p in DEFAULT_REPOSITORY.glob("*/configs/*.pbtxt")) == ["text_embedding"]
+def test_text_detection_gpu_config_keeps_its_tensors_and_places_the_cuda_engine_on_the_assigned_gpu():
+    """text_detection's configs/gpu.pbtxt: config.pbtxt's tensors and versions; KIND_GPU instances whose
+    device is Triton's model_instance_device_id; exact shapes (no bucket padding, which moves boxes); the
+    staging pool holds a largest batch's uint8 input and float32 maps; warm-up shapes parse."""
+    from fastpath.config import instance_device
+    from fastpath.models.text_detection.config import DetectionSchedulerConfig, TextDetectionConfig
+
+    model = DEFAULT_REPOSITORY / "text_detection"
+    gpu, cpu = load(model / "configs" / "gpu.pbtxt"), load(model / "config.pbtxt")
+    for field in ("name", "backend", "max_batch_size", "input", "output", "version_policy"):
+        assert getattr(gpu, field) == getattr(cpu, field), f"text_detection configs/gpu.pbtxt {field} differs from config.pbtxt"
+    assert [model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind) for g in gpu.instance_group] == ["KIND_GPU"]
+    config, sched = parse_sections(triton_parameters(as_triton_json(gpu)), TextDetectionConfig, DetectionSchedulerConfig)
+    assert config.bucket_sides_px == () and config.decode_threads > 0 and not config.cuda_tf32
+    assert (736, 1312) in config.capture_shapes_hw
+    assert sched.batch_buckets[-1] <= config.max_batch_images
+    largest_batch_bytes = sched.batch_buckets[-1] * config.largest_resized_pixels * (3 + 4)  # uint8 RGB in, float32 map out
+    assert 2 * largest_batch_bytes <= config.staging_capacity_bytes
+    args = {"model_instance_kind": "GPU", "model_instance_device_id": "1", "model_instance_name": "text_detection_0_1"}
+    assert instance_device(args, None, runtime=config.runtime, gpu_runtimes=("onnxruntime",)) == "cuda:1"

@@ -192,9 +192,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="address HTTP, gRPC and metrics bind to (default 0.0.0.0, Triton's: every interface; "
                             "--host 127.0.0.1 keeps it on this machine)")
     serve.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
-                       help="cpu (default): every model's config.pbtxt; cuda: text_embedding from its GPU configuration "
-                            "(model_repository/text_embedding/configs/gpu.pbtxt: torch fp16, CUDA graphs, KIND_GPU "
-                            "instances), the other models from config.pbtxt; auto: cuda when torch sees a CUDA device")
+                       help="cpu (default): every model's config.pbtxt; cuda: each model that has a GPU configuration "
+                            "from it (<model>/configs/gpu.pbtxt: text_embedding on torch fp16, text_detection on ONNX "
+                            "Runtime's CUDA EP; CUDA graphs, KIND_GPU instances), the others from config.pbtxt; auto: "
+                            "cuda when torch sees a CUDA device")
     serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
     serve.add_argument("--ready-timeout-s", type=float, default=300.0)
     serve.add_argument("--triton-arg", action="append", default=None, metavar="FLAG",

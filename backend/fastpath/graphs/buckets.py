@@ -104,3 +104,43 @@ class BucketGrid:
         if row == len(self.batch_sizes) or column == len(self.lengths):
             return None
         return Bucket(self.batch_sizes[row], self.lengths[column])
+
+
+class ImageSideBuckets:
+    """Image shape buckets: each side of a resized image rounds up to the next of a few sizes.
+
+    The image analogue of length buckets. Resized images (sides multiples of 32) are padded at
+    the bottom and right to (``snap(h)``, ``snap(w)``), so images of nearby sizes and aspect
+    ratios share one batch and one captured graph per batch size. A side above the largest
+    bucket keeps its own size (the image runs at its exact shape, without a graph).
+
+    Args:
+        sides_px: bucket sides in pixels, multiples of ``stride_px`` (any order; duplicates dropped);
+            empty: no buckets, every image keeps its exact shape.
+        stride_px: the network's stride (32 for DB).
+
+    Raises:
+        ConfigError: a side that is not a positive multiple of ``stride_px``.
+    """
+
+    def __init__(self, sides_px: Iterable[int], stride_px: int = 32) -> None:
+        self.sides_px = tuple(sorted(set(int(side) for side in sides_px)))
+        bad = [side for side in self.sides_px if side < stride_px or side % stride_px]
+        if bad:
+            raise ConfigError(f"bucket_sides_px = {self.sides_px}: {bad} are not positive multiples of {stride_px}")
+
+    def __repr__(self) -> str:
+        return f"ImageSideBuckets(sides_px={self.sides_px})"
+
+    def snap_side(self, side_px: int) -> int:
+        """The smallest bucket side >= ``side_px``, or ``side_px`` itself above the largest (or without buckets)."""
+        index = bisect.bisect_left(self.sides_px, side_px)
+        return self.sides_px[index] if index < len(self.sides_px) else side_px
+
+    def snap(self, shape_hw: tuple[int, int]) -> tuple[int, int]:
+        """The (height, width) bucket of a resized image of ``shape_hw``."""
+        return self.snap_side(shape_hw[0]), self.snap_side(shape_hw[1])
+
+    def has_graph(self, shape_hw: tuple[int, int]) -> bool:
+        """True when both sides of ``shape_hw`` are bucket sides (a graph can serve it)."""
+        return shape_hw[0] in self.sides_px and shape_hw[1] in self.sides_px

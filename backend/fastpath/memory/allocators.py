@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fastpath.memory.cuda import cuda_call, probe_cuda, runtime
+from fastpath.memory.cuda import CAPTURE_LOCK, cuda_call, probe_cuda, runtime
 
 logger = logging.getLogger("fastpath.memory")
 
@@ -175,14 +175,16 @@ class CudaPinnedAllocator(Allocator):
 
     def _allocate(self, nbytes: int) -> Block:
         cudart = runtime()
-        self._select_device()
-        address = int(cuda_call(cudart.cudaHostAlloc(nbytes, cudart.cudaHostAllocPortable), f"cudaHostAlloc({nbytes} bytes)"))
+        with CAPTURE_LOCK:  # never while a graph is being captured (memory/cuda.py)
+            self._select_device()
+            address = int(cuda_call(cudart.cudaHostAlloc(nbytes, cudart.cudaHostAllocPortable), f"cudaHostAlloc({nbytes} bytes)"))
         return Block(address=address, nbytes=nbytes, array=_host_array(address, nbytes), pinned=True)
 
     def _free(self, block: Block) -> None:
         block.array = None
-        self._select_device()
-        cuda_call(runtime().cudaFreeHost(block.address), f"cudaFreeHost({block.nbytes} bytes)")
+        with CAPTURE_LOCK:
+            self._select_device()
+            cuda_call(runtime().cudaFreeHost(block.address), f"cudaFreeHost({block.nbytes} bytes)")
 
 
 class CudaDeviceAllocator(Allocator):
@@ -201,14 +203,16 @@ class CudaDeviceAllocator(Allocator):
 
     def _allocate(self, nbytes: int) -> Block:
         cudart = runtime()
-        cuda_call(cudart.cudaSetDevice(self.device), f"cudaSetDevice({self.device})")
-        address = int(cuda_call(cudart.cudaMalloc(nbytes), f"cudaMalloc({nbytes} bytes) on device {self.device}"))
+        with CAPTURE_LOCK:  # never while a graph is being captured (memory/cuda.py)
+            cuda_call(cudart.cudaSetDevice(self.device), f"cudaSetDevice({self.device})")
+            address = int(cuda_call(cudart.cudaMalloc(nbytes), f"cudaMalloc({nbytes} bytes) on device {self.device}"))
         return Block(address=address, nbytes=nbytes, array=None, pinned=False)
 
     def _free(self, block: Block) -> None:
         cudart = runtime()
-        cuda_call(cudart.cudaSetDevice(self.device), f"cudaSetDevice({self.device})")
-        cuda_call(cudart.cudaFree(block.address), f"cudaFree({block.nbytes} bytes)")
+        with CAPTURE_LOCK:
+            cuda_call(cudart.cudaSetDevice(self.device), f"cudaSetDevice({self.device})")
+            cuda_call(cudart.cudaFree(block.address), f"cudaFree({block.nbytes} bytes)")
 
 
 def select_host_allocator(preference: str = "auto", device: int | None = None) -> tuple[Allocator, str]:

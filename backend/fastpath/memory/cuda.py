@@ -12,9 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 from typing import Any
 
 from fastpath.errors import CudaError
+
+# CUDA forbids "unsafe" API calls (cudaMalloc, cudaFree, cudaHostAlloc, cudaFreeHost, ...) from any thread of the
+# process while a stream captures a graph in cudaStreamCaptureModeGlobal, which ONNX Runtime's CUDA EP uses: such a
+# call invalidates the capture and the graph later faults (cudaErrorIllegalAddress, seen on the H200 when a staging
+# block was allocated while text_detection captured a new shape). FastPath's CUDA allocators and graph captures
+# hold this lock, so the two never overlap.
+CAPTURE_LOCK = threading.RLock()
 
 
 @functools.lru_cache(maxsize=1)

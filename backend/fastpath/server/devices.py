@@ -159,9 +159,7 @@ def describe_configs(model_repository: Path, models: Sequence[str], config_name:
             lines.append(f"{model}: {path} is missing")
             continue
         where = ", ".join(instance_groups(path)) or "Triton's default instances"
-        note = ""
-        if config_name and path.name == "config.pbtxt" and model == "text_detection":
-            note = " (text_detection has no GPU configuration: it stays on the CPU)"
+        note = " (no GPU configuration: it stays on the CPU)" if config_name and path.name == "config.pbtxt" else ""
         lines.append(f"{model}: {path.relative_to(model_repository)} ({where}){note}")
     return lines
 

@@ -41,7 +41,7 @@ def test_device_cuda_starts_tritonserver_with_the_gpu_model_configuration():
     command = command_for("--device", "cuda")
     assert command.count("--model-config-name=gpu") == 1
     assert command.index("--model-config-name=gpu") < command.index("--load-model=text_embedding")
-    assert "--load-model=text_detection" in command  # it keeps its config.pbtxt (no configs/gpu.pbtxt)
+    assert "--load-model=text_detection" in command  # from its configs/gpu.pbtxt too
 
 
 def test_device_cuda_logs_which_configuration_each_model_loads(caplog):
@@ -50,7 +50,7 @@ def test_device_cuda_logs_which_configuration_each_model_loads(caplog):
     text = caplog.text
     assert "device cuda (--device cuda: torch sees 1 CUDA device(s): NVIDIA H200)" in text
     assert "text_embedding: text_embedding/configs/gpu.pbtxt (KIND_GPU x6 on each visible GPU)" in text
-    assert "text_detection: text_detection/config.pbtxt (KIND_CPU x1) (text_detection has no GPU configuration: it stays on the CPU)" in text
+    assert "text_detection: text_detection/configs/gpu.pbtxt (KIND_GPU x1 on each visible GPU)" in text
     assert "fastpath_admin: fastpath_admin/config.pbtxt (KIND_CPU x1)" in text
 
 
@@ -79,8 +79,8 @@ def test_device_cuda_refuses_a_repository_without_a_gpu_configuration(tmp_path):
     with pytest.raises(ServerError, match=r"none of the models to load \(fastpath_admin\) has configs/gpu.pbtxt in .*every one "
                                           r"would load its CPU config.pbtxt; expected text_embedding/configs/gpu.pbtxt"):
         command_for("--device", "cuda", "--model-repository", str(tmp_path))
-    with pytest.raises(ServerError, match="none of the models to load \\(text_detection\\)"):
-        command_for("--device", "cuda", "--model", "text_detection")
+    with pytest.raises(ServerError, match="none of the models to load \\(fastpath_admin\\)"):
+        command_for("--device", "cuda", "--model", "fastpath_admin")
 
 
 def test_device_auto_without_a_gpu_configuration_serves_the_cpu_without_asking_torch(caplog):
@@ -88,7 +88,7 @@ def test_device_auto_without_a_gpu_configuration_serves_the_cpu_without_asking_t
         raise AssertionError("torch was asked for CUDA devices though no model to load has a GPU configuration")
 
     with caplog.at_level(logging.INFO, logger="fastpath"):
-        options = serve.serve_options(parse("--device", "auto", "--model", "text_detection"), "key", probe=probe)
+        options = serve.serve_options(parse("--device", "auto", "--model", "fastpath_admin"), "key", probe=probe)
     assert options.model_config_name == ""
     assert "device cpu (--device auto: none of the models to load has configs/gpu.pbtxt)" in caplog.text
 

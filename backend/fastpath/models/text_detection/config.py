@@ -14,6 +14,7 @@ from fastpath.scheduling.config import SchedulerConfig
 NETWORK_STRIDE_PX = 32  # DB's backbone downsamples by 32: each resized side is a multiple of this
 LIMIT_TYPES = ("max", "min")  # PaddleOCR DetResizeForTest limit_type: cap the longer side / raise the shorter side
 DEFAULT_MAX_RESIZED_PIXELS = 2048 * 1024  # resized h * w cap: 24 MiB of float32 input per image
+UINT8_ARTIFACT = "model.uint8.onnx"  # the GPU engine's artifact: uint8 RGB input, normalized in the graph
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -57,6 +58,28 @@ class TextDetectionConfig:
             192 MiB, a 256 MiB block, for the ``min`` default), must fit; two such blocks let batch N+1 be staged while N runs.
         staging_wait_timeout_s: how long staging waits for a free block before the batch fails
             with UNAVAILABLE (503, retryable).
+        bucket_sides_px: shape buckets, opt-in: each resized side rounds up to the next of these sizes
+            (multiples of 32) and the image is padded at the bottom and right with black (0), the
+            padding PP-OCR's own training crops use (PaddleOCR ``EastRandomCropData``), so images of
+            nearby shapes share one batch and one CUDA graph. The probability map is cropped back to
+            the image before DB post-processing, but boxes can still move: PP-OCRv4 det's
+            squeeze-and-excitation blocks pool over the whole input, padding included
+            (docs/design/text_detection.md). Empty (the default): every image keeps its exact resized
+            shape, and batches and graphs are per exact shape.
+        max_cuda_graphs: most CUDA graphs one instance captures (GPU); later shapes run without one.
+        cuda_graph_after_runs: a shape outside ``capture_shapes_px`` gets a graph while serving once it
+            has run this many times; 0 (the default): never, as graphs captured while serving mixed
+            sizes faulted on onnxruntime-gpu 1.31.1 (docs/known-issues.md).
+        cuda_tf32: let the GPU's matrix units run float32 convolutions in TF32 (ONNX Runtime's
+            ``use_tf32``); off: full float32, the arithmetic of the CPU path.
+        decode_threads: threads that decode, check and resize requests' images after ``execute``
+            hands them over (0: ``execute`` does it in Triton's thread, one request after another).
+            Decoding and resizing release the GIL (OpenCV, Pillow), so a few threads keep a GPU fed.
+        post_threads: threads for DB post-processing on a GPU instance (0: the scheduler's completion
+            thread, one image after another); OpenCV releases the GIL.
+        capture_shapes_px: resized (height, width) pairs whose graphs are captured at load for every
+            batch bucket, e.g. ``736x1312`` (a 1280x720 photo under min/736); other shapes run without a
+            graph (see ``cuda_graph_after_runs``). Written ``HxW,HxW``.
     """
 
     runtime: str = "onnxruntime"
@@ -78,6 +101,13 @@ class TextDetectionConfig:
     min_box_side_px: int = 3
     staging_capacity_bytes: int = 512 << 20
     staging_wait_timeout_s: float = 1.0
+    bucket_sides_px: tuple[int, ...] = ()
+    max_cuda_graphs: int = 64
+    cuda_graph_after_runs: int = 0
+    cuda_tf32: bool = False
+    decode_threads: int = 0
+    post_threads: int = 0
+    capture_shapes_px: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_parameter(self.runtime in RUNTIMES, "runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
@@ -104,6 +134,21 @@ class TextDetectionConfig:
         check_parameter(self.staging_capacity_bytes >= 4096, "staging_capacity_bytes", self.staging_capacity_bytes,
                         ">= 4096 (one page); the default is 536870912 (512 MiB)")
         check_parameter(self.staging_wait_timeout_s >= 0, "staging_wait_timeout_s", self.staging_wait_timeout_s, ">= 0 seconds")
+        check_parameter(all(side >= NETWORK_STRIDE_PX and side % NETWORK_STRIDE_PX == 0 for side in self.bucket_sides_px),
+                        "bucket_sides_px", ",".join(map(str, self.bucket_sides_px)), f"positive multiples of {NETWORK_STRIDE_PX}")
+        check_parameter(self.max_cuda_graphs >= 0, "max_cuda_graphs", self.max_cuda_graphs, ">= 0")
+        check_parameter(self.cuda_graph_after_runs >= 0, "cuda_graph_after_runs", self.cuda_graph_after_runs, ">= 0 (0: never)")
+        check_parameter(0 <= self.decode_threads <= 64, "decode_threads", self.decode_threads, "in 0..64")
+        check_parameter(0 <= self.post_threads <= 64, "post_threads", self.post_threads, "in 0..64")
+        for text in self.capture_shapes_px:
+            parts = text.lower().split("x")
+            check_parameter(len(parts) == 2 and all(p.isdigit() and int(p) % NETWORK_STRIDE_PX == 0 and int(p) > 0 for p in parts),
+                            "capture_shapes_px", text, f"HxW with H and W positive multiples of {NETWORK_STRIDE_PX}, e.g. 736x1312")
+
+    @property
+    def capture_shapes_hw(self) -> tuple[tuple[int, int], ...]:
+        """:attr:`capture_shapes_px` as (height, width) pairs."""
+        return tuple(tuple(int(p) for p in text.lower().split("x")) for text in self.capture_shapes_px)  # type: ignore[misc]
 
     @property
     def largest_resized_pixels(self) -> int:

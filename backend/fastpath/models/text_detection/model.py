@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,11 @@ import numpy as np
 
 from fastpath.config import instance_device, parse_sections, triton_parameters
 from fastpath.errors import ConfigError, InvalidInputError
+from fastpath.graphs import ImageSideBuckets
 from fastpath.memory import PoolConfig, create_host_pool
 from fastpath.models.text_detection.batches import DetectionBatchHandler, check_staging_fits, warm_up
-from fastpath.models.text_detection.config import DetectionSchedulerConfig, TextDetectionConfig
+from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, DetectionSchedulerConfig, TextDetectionConfig
+from fastpath.models.text_detection.device_batches import DeviceBatchHandler, warm_up_device
 from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
 from fastpath.scheduling import BatchRunner, ShapeBatchQueue, Ticket, WorkItem
@@ -93,34 +96,39 @@ class TextDetectionModel:
                               f"max_images_per_request={self.config.max_images_per_request}: the largest request could never be "
                               "queued; raise max_queue_texts")
         self.model_version = args["model_version"]
-        self.device = instance_device(args, None, runtime=self.config.runtime, gpu_runtimes=())  # KIND_GPU: refused, CPU engine only
-        self.detector = TextDetector.from_directory(Path(args["model_repository"]) / self.model_version, self.config)
-        self.pool = create_host_pool(staging_pool_config(self.config), name="staging")
+        # KIND_GPU: ONNX Runtime's CUDA EP on the GPU Triton assigned (model.uint8.onnx, device_batches.py)
+        self.device = instance_device(args, None, runtime=self.config.runtime, gpu_runtimes=("onnxruntime",))
+        gpu = self.device.startswith("cuda")
+        self.buckets = ImageSideBuckets(self.config.bucket_sides_px)
+        self.detector = TextDetector.from_directory(Path(args["model_repository"]) / self.model_version, self.config,
+                                                    device=self.device, batch_sizes=sched.batch_buckets)
+        self.pool = create_host_pool(staging_pool_config(self.config), name="staging", device=self.device if gpu else None)
         check_staging_fits(self.pool, sched.batch_buckets[-1], self.config.largest_resized_pixels)
         self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, MODEL_NAME)
         self.metrics = scheduler_metrics(pb_utils, args, sched, MODEL_NAME)
         self.metrics_flusher, on_batch = metrics_flusher(sched, self.metrics, self.pool_metrics,
                                                          args.get("model_instance_name", MODEL_NAME))
-        self.handler = DetectionBatchHandler(self.detector, self.pool, on_batch=on_batch)
+        if gpu:
+            self.handler = DeviceBatchHandler(self.detector, self.pool, on_batch=on_batch, post_threads=self.config.post_threads)
+        else:
+            self.handler = DetectionBatchHandler(self.detector, self.pool, on_batch=on_batch)
         queue = ShapeBatchQueue(**sched.queue_options(), max_items=sched.max_queue_texts)
         self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=args.get("model_name", MODEL_NAME),
                                   **sched.runner_options())
-        if sched.warmup:
+        if sched.warmup and gpu:
+            shapes = [self.bucket_of(shape) for shape in self.config.capture_shapes_hw] or [(736, 736)]
+            warm_up_device(self.handler, queue.costs, self.runner.clock, sched.batch_buckets, shapes)
+        elif sched.warmup:
             warm_up(self.handler, queue.costs, self.runner.clock, sched.batch_buckets)
+        threads = self.config.decode_threads
+        self.decoders = ThreadPoolExecutor(threads, thread_name_prefix=f"{MODEL_NAME}-decode") if threads else None
         self.runner.start()
 
-    def _read_images(self, request: Any) -> list[np.ndarray]:
-        present = [name for name in (ARRAY_INPUT, BYTES_INPUT) if self._pb.get_input_tensor_by_name(request, name) is not None]
-        if len(present) != 1:
-            raise InvalidInputError(f"send exactly one of the inputs {ARRAY_INPUT} (UINT8 [N, H, W, C]) or {BYTES_INPUT} "
-                                    f"(BYTES [N], PNG/JPEG files); the request has {present or 'neither'}")
-        config = self.config
-        limits = {"max_image_pixels": config.max_image_pixels, "max_request_pixels": config.max_request_pixels,
-                  "max_images": config.max_images_per_request}
-        values = read_input(self._pb, request, present[0])
-        if present[0] == ARRAY_INPUT:
-            return images_from_array(values, **limits)
-        return images_from_bytes(values, **limits)
+    def bucket_of(self, shape_hw: tuple[int, int]) -> tuple[int, int]:
+        """The queue key of a resized shape: its shape bucket, or the shape itself when the padded
+        bucket would exceed ``max_resized_pixels`` (the staging check's bound) or there are no buckets."""
+        bucket = self.buckets.snap(shape_hw)
+        return bucket if bucket[0] * bucket[1] <= self.config.max_resized_pixels else tuple(shape_hw)
 
     def _prepare(self, image: np.ndarray) -> PreparedImage:
         """Resize for the network; an image kept at its size is copied out of the request's tensor memory,
@@ -131,8 +139,8 @@ class TextDetectionModel:
         return prepared
 
     def execute(self, requests: list[Any]) -> None:
-        """Decode, validate and resize each request's images, queue them, return at once; answers follow."""
-        pb, sched = self._pb, self.scheduler_config
+        """Queue each request's images (decoded, checked and resized here or on the decode threads); answers follow."""
+        pb = self._pb
         arrival_s = self.runner.clock.now()  # the call's requests wait while earlier ones decode: timeouts count from here
         for request in requests:
             sender = request.get_response_sender()
@@ -142,22 +150,58 @@ class TextDetectionModel:
                 send_final(pb, sender, error_response(pb, exc))
                 continue
             try:
-                prepared = [self._prepare(image) for image in self._read_images(request)]
-                level, timeout_s = priority_level(request, sched), request_timeout_s(request, sched)
+                values, name = self._input_values(request)
+                options = (priority_level(request, self.scheduler_config), request_timeout_s(request, self.scheduler_config),
+                           requested_outputs(request), request.is_cancelled, request.request_id() or "request")
             except Exception as exc:  # a bad request fails alone
                 self.metrics.invalid_request()
                 send_final(pb, sender, error_response(pb, exc))
                 continue
-            answer = functools.partial(self._answer, sender, requested_outputs(request))
-            ticket = Ticket(len(prepared), answer, is_cancelled=request.is_cancelled,
-                            label=request.request_id() or "request")
-            items = [WorkItem(ticket, row, image.cells, image, level, shape=image.shape_hw)
-                     for row, image in enumerate(prepared)]
-            try:
-                self.runner.submit(items, timeout_s=timeout_s, arrival_s=arrival_s)
-            except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
-                ticket.fail(exc)  # through the ticket: the request is answered once, whatever the queue kept
+            if self.decoders is None:
+                self._accept(sender, values, name, options, arrival_s)
+            else:  # the request's tensors are copies by now: the decode thread may outlive execute()
+                self.decoders.submit(self._accept, sender, values, name, options, arrival_s)
         return None
+
+    def _input_values(self, request: Any) -> tuple[np.ndarray, str]:
+        """The request's one image input as a numpy array it owns (not a view of the request's memory), and its name."""
+        present = [name for name in (ARRAY_INPUT, BYTES_INPUT) if self._pb.get_input_tensor_by_name(request, name) is not None]
+        if len(present) != 1:
+            raise InvalidInputError(f"send exactly one of the inputs {ARRAY_INPUT} (UINT8 [N, H, W, C]) or {BYTES_INPUT} "
+                                    f"(BYTES [N], PNG/JPEG files); the request has {present or 'neither'}")
+        values = read_input(self._pb, request, present[0])
+        if present[0] == ARRAY_INPUT and self.decoders is not None:
+            values = np.array(values, copy=True)
+        return values, present[0]
+
+    def _accept(self, sender: Any, values: np.ndarray, name: str, options: tuple, arrival_s: float) -> None:
+        """Decode, check and resize one request's images and queue them; a failure is the request's answer."""
+        pb = self._pb
+        level, timeout_s, wanted, is_cancelled, label = options
+        try:
+            prepared = [self._prepare(image) for image in self._decode(values, name)]
+        except Exception as exc:  # a bad request fails alone
+            self.metrics.invalid_request()
+            send_final(pb, sender, error_response(pb, exc))
+            return
+        ticket = Ticket(len(prepared), functools.partial(self._answer, sender, wanted), is_cancelled=is_cancelled, label=label)
+        items = []
+        for row, image in enumerate(prepared):
+            bucket = self.bucket_of(image.shape_hw)
+            items.append(WorkItem(ticket, row, (bucket[0] // NETWORK_STRIDE_PX) * (bucket[1] // NETWORK_STRIDE_PX), image, level,
+                                  shape=bucket))
+        try:
+            self.runner.submit(items, timeout_s=timeout_s, arrival_s=arrival_s)
+        except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
+            ticket.fail(exc)  # through the ticket: the request is answered once, whatever the queue kept
+
+    def _decode(self, values: np.ndarray, name: str) -> list[np.ndarray]:
+        config = self.config
+        limits = {"max_image_pixels": config.max_image_pixels, "max_request_pixels": config.max_request_pixels,
+                  "max_images": config.max_images_per_request}
+        if name == ARRAY_INPUT:
+            return images_from_array(values, **limits)
+        return images_from_bytes(values, **limits)
 
     def _image_count(self, request: Any) -> int:
         """Images in the request by its input's batch dimension, without decoding (0 if malformed: _read_images says why)."""
@@ -177,7 +221,14 @@ class TextDetectionModel:
             pb.Tensor("BOXES", boxes), pb.Tensor("SCORES", scores), pb.Tensor("BOX_COUNTS", counts)], wanted))
 
     def finalize(self) -> None:
-        """Drain the scheduler (every accepted request gets its response), then release leases, pool and engine."""
+        """Finish decoding accepted requests, drain the scheduler (every accepted request gets its response),
+        then release leases, pool and engine."""
+        decoders = getattr(self, "decoders", None)
+        if decoders is not None:
+            decoders.shutdown(wait=True)
+        stats = getattr(getattr(getattr(self, "detector", None), "engine", None), "stats", None)
+        if stats is not None:
+            LOG.info("text_detection engine on %s: %s", self.device, stats())
         close_scheduled(self)
         detector = getattr(self, "detector", None)
         if detector is not None:

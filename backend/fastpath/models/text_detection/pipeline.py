@@ -22,7 +22,7 @@ import numpy as np
 
 from fastpath.engines import Engine, load_engine
 from fastpath.errors import ArtifactError, EngineError
-from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, TextDetectionConfig
+from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, UINT8_ARTIFACT, TextDetectionConfig
 from fastpath.models.text_detection.db_postprocess import boxes_from_probability_map
 from fastpath.models.text_detection.preprocess import normalize_into, resize_image, resized_shape
 
@@ -104,8 +104,10 @@ def concatenate(detections: Sequence[Detection]) -> tuple[np.ndarray, np.ndarray
 def check_engine_io(engine: Engine, config: TextDetectionConfig) -> None:
     """Refuse an artifact whose tensors cannot serve the config.
 
-    Needs one float32 input [batch, 3, height, width] with dynamic height and width (and a dynamic
-    batch unless ``max_batch_images`` is 1), and a first output [batch, 1, height, width].
+    Needs one input with dynamic height and width (and a dynamic batch unless ``max_batch_images``
+    is 1): float32 [batch, 3, height, width] (``model.onnx``, normalized BGR planes) or uint8
+    [batch, height, width, 3] (``model.uint8.onnx``, RGB as staged for a GPU); and a first output
+    [batch, 1, height, width].
 
     Raises:
         ArtifactError: listing the artifact's input and output shapes against the requirement.
@@ -113,10 +115,12 @@ def check_engine_io(engine: Engine, config: TextDetectionConfig) -> None:
     inputs, outputs = engine.inputs, engine.outputs
     listing = (f"artifact inputs {[(s.name, list(s.shape)) for s in inputs]}, outputs {[(s.name, list(s.shape)) for s in outputs]}")
     problems = []
-    if len(inputs) != 1 or len(inputs[0].shape) != 4 or inputs[0].shape[1] != 3:
-        problems.append("expected one input [batch, 3, height, width]")
+    uint8 = len(inputs) == 1 and inputs[0].dtype == np.uint8
+    if len(inputs) != 1 or len(inputs[0].shape) != 4 or (inputs[0].shape[3] if uint8 else inputs[0].shape[1]) != 3:
+        problems.append("expected one input [batch, 3, height, width] (float32) or [batch, height, width, 3] (uint8)")
     else:
-        batch, _, height, width = inputs[0].shape
+        batch, *spatial = inputs[0].shape
+        height, width = spatial[:2] if uint8 else spatial[1:]
         if height != -1 or width != -1:
             problems.append("height and width must be dynamic (-1): images are resized to any multiple of 32")
         if batch != -1 and not (batch == 1 and config.max_batch_images == 1):
@@ -131,7 +135,8 @@ class TextDetector:
     """Engine + pre- and post-processing for one model version.
 
     Args:
-        engine: maps float32 [B, 3, h, w] (normalized BGR) to probability maps float32 [B, 1, h, w].
+        engine: maps float32 [B, 3, h, w] (normalized BGR; the CPU) or uint8 [B, h, w, 3] (RGB; the
+            GPU engine, which normalizes on the device) to probability maps float32 [B, 1, h, w].
         config: the model's parameters.
 
     Raises:
@@ -144,19 +149,37 @@ class TextDetector:
         self.config = config
         self._input_name = engine.inputs[0].name
         self._output_name = engine.outputs[0].name
+        self.uint8_input = engine.inputs[0].dtype == np.uint8
 
     @classmethod
-    def from_directory(cls, directory: str | Path, config: TextDetectionConfig) -> TextDetector:
+    def from_directory(cls, directory: str | Path, config: TextDetectionConfig, *, device: str = "cpu",
+                       batch_sizes: Sequence[int] = (1, 2, 4, 8)) -> TextDetector:
         """Load the artifact of one model version directory.
+
+        Args:
+            directory: the version directory.
+            config: the model's parameters.
+            device: ``cpu`` (``config.artifact`` on ONNX Runtime's CPU EP) or ``cuda[:N]``
+                (``model.uint8.onnx`` on the CUDA EP, CUDA graphs for the ``capture_shapes_px`` of
+                ``batch_sizes`` images: :mod:`fastpath.engines.onnxruntime.image_cuda`).
+            batch_sizes: the scheduler's batch buckets (graphs are captured for these).
 
         Raises:
             ArtifactError: the artifact is missing (run ``fastpath build``) or does not fit the config.
-            EngineError: the artifact does not load.
+            EngineError: the artifact does not load (on a GPU: no onnxruntime-gpu, no device).
         """
-        path = Path(directory) / config.artifact
+        gpu = device.startswith("cuda")
+        path = Path(directory) / (UINT8_ARTIFACT if gpu else config.artifact)
         if not path.is_file():
             raise ArtifactError(f"{path} is missing; build the artifacts with 'fastpath build'")
-        engine = load_engine(config.runtime, str(path), intra_op_threads=config.intra_op_threads)
+        if gpu:
+            from fastpath.engines.onnxruntime.image_cuda import OnnxRuntimeCudaImageEngine
+
+            engine: Engine = OnnxRuntimeCudaImageEngine(str(path), device_id=int(device.partition(":")[2] or 0),
+                                                        batch_sizes=batch_sizes, max_graphs=config.max_cuda_graphs,
+                                                        graph_after_runs=config.cuda_graph_after_runs, tf32=config.cuda_tf32)
+        else:
+            engine = load_engine(config.runtime, str(path), intra_op_threads=config.intra_op_threads)
         try:
             return cls(engine, config)
         except ArtifactError:
@@ -180,6 +203,8 @@ class TextDetector:
             EngineError: the batch mixes shapes, or the engine failed or returned the wrong shape.
         """
         height, width = batch_shape(batch)
+        if self.uint8_input:
+            return self.infer(np.stack([item.resized for item in batch]))
         feed = self.fill(batch, np.empty((len(batch), 3, height, width), dtype=np.float32))
         return self.infer(feed)
 
@@ -207,12 +232,12 @@ class TextDetector:
         return out
 
     def infer(self, feed: np.ndarray) -> np.ndarray:
-        """The engine call: float32 [B, 3, h, w] -> probability maps float32 [B, h, w] (a new array).
+        """The engine call: float32 [B, 3, h, w] (or uint8 [B, h, w, 3]) -> probability maps float32 [B, h, w] (a new array).
 
         Raises:
             EngineError: the engine failed or returned another shape than [B, 1, h, w].
         """
-        count, _, height, width = feed.shape
+        count, height, width = (feed.shape[:3] if self.uint8_input else (feed.shape[0], *feed.shape[2:]))
         output = self.engine.infer({self._input_name: feed})[self._output_name]
         if output.shape != (count, 1, height, width):
             raise EngineError(f"engine returned {self._output_name} of shape {list(output.shape)}; expected {[count, 1, height, width]}")

@@ -21,10 +21,11 @@ MIN_IOU = 0.9  # served and reference boxes are matched one-to-one at IoU >= thi
 
 
 def skimage_path(name: str) -> Path:
-    """A photo that ships in scikit-image's wheel (``skimage/data/<name>``)."""
-    import skimage
+    """A photo that ships in scikit-image's wheel (``skimage/data/<name>``); found without importing
+    scikit-image, whose build may need another numpy than the one loaded."""
+    import importlib.util
 
-    return Path(skimage.__file__).parent / "data" / name
+    return Path(importlib.util.find_spec("skimage").origin).parent / "data" / name
 
 
 def skimage_rgb(name: str, scale: float = 1.0) -> np.ndarray:

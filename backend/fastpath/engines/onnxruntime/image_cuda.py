@@ -1,0 +1,266 @@
+"""An image model on ONNX Runtime's CUDA EP: uint8 batches in, one CUDA graph per (batch, height, width) bucket.
+
+For ``text_detection``'s ``model.uint8.onnx`` (:func:`fastpath.artifacts.detection.uint8_front`): input
+uint8 [B, H, W, 3] RGB, normalization inside the graph, output float32 [B, 1, H, W]. Per call
+(:meth:`OnnxRuntimeCudaImageEngine.run_into`), on the calling thread:
+
+1. one ``cudaMemcpyAsync`` host-to-device of the whole batch from the caller's host buffer (a
+   page-locked block of the staging pool, so the copy is a DMA) on the engine's copy stream,
+   timed with CUDA events;
+2. the session runs with ``IOBinding`` on device buffers. The shapes (batch, height, width) given to
+   :meth:`OnnxRuntimeCudaImageEngine.capture` get fixed device buffers and a CUDA graph (ONNX Runtime's
+   ``enable_cuda_graph`` with the run option ``gpu_graph_id``): their first runs capture it, later
+   ones replay it. With ``graph_after_runs`` > 0 a shape also gets one while serving, once it has run
+   that many times, up to ``max_graphs`` (ONNX Runtime cannot free one graph). Off by default: on the
+   H200 with onnxruntime-gpu 1.31.1, graphs captured while serving mixed image sizes were followed by
+   cudaErrorIllegalAddress in later replays (docs/known-issues.md). Other shapes run on a second,
+   graph-free session with device buffers of their own (the most recent ``max_eager_shapes`` kept);
+3. one ``cudaMemcpyAsync`` device-to-host of the maps into the caller's host buffer (page-locked).
+
+Every run goes through one worker thread the engine owns: ONNX Runtime's CUDA EP keeps its graphs and
+run counts per calling thread, so runs from several threads (the load-time warm-up, the scheduler's
+engine thread) would capture every graph once per thread. A capture, and the making of a shape's
+device buffers, hold :data:`fastpath.memory.cuda.CAPTURE_LOCK`, so no other thread allocates CUDA
+memory meanwhile (CUDA forbids it during a global-mode capture).
+
+Steady state on graph buckets allocates no device memory (their buffers are made once). Counters
+(:meth:`stats`) give copies, bytes, copy seconds and runs by kind, so a benchmark can report the
+H2D rate inside the served path. ONNX Runtime documents the limits this follows: graph capture
+needs every node on the CUDA EP and fixed input/output addresses per graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnxruntime as ort
+
+from fastpath.engines.base import Engine
+from fastpath.engines.onnxruntime.cuda_graphs import PROVIDER, require_cuda_provider
+from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
+from fastpath.errors import EngineError
+from fastpath.memory.cuda import CAPTURE_LOCK, cuda_call, runtime
+
+WARM_RUNS_BEFORE_CAPTURE = 3  # the CUDA EP runs a graph id regularly a few times, then captures it
+ImageShape = tuple[int, int, int]  # (batch, height, width)
+
+
+@dataclasses.dataclass
+class EngineStats:
+    """Cumulative counters of one engine (read with :meth:`OnnxRuntimeCudaImageEngine.stats`).
+
+    Attributes:
+        h2d_bytes, h2d_s: bytes copied host-to-device and the seconds the copies took (CUDA events).
+        d2h_bytes, d2h_s: the same device-to-host.
+        graph_runs: replays of a captured graph; capture_runs: runs that warmed or captured one;
+        eager_runs: runs on the graph-free session; graphs: graphs captured.
+    """
+
+    h2d_bytes: int = 0
+    h2d_s: float = 0.0
+    d2h_bytes: int = 0
+    d2h_s: float = 0.0
+    graph_runs: int = 0
+    capture_runs: int = 0
+    eager_runs: int = 0
+    graphs: int = 0
+
+
+class _Binding:
+    """Device input and output buffers of one shape, bound to one session."""
+
+    def __init__(self, session: ort.InferenceSession, shape: ImageShape, input_name: str, output_name: str,
+                 device_id: int, graph_id: int | None) -> None:
+        batch, height, width = shape
+        self.input = ort.OrtValue.ortvalue_from_shape_and_type([batch, height, width, 3], np.uint8, "cuda", device_id)
+        self.output = ort.OrtValue.ortvalue_from_shape_and_type([batch, 1, height, width], np.float32, "cuda", device_id)
+        self.binding = session.io_binding()
+        self.binding.bind_ortvalue_input(input_name, self.input)
+        self.binding.bind_ortvalue_output(output_name, self.output)
+        self.run_options = ort.RunOptions()
+        if graph_id is not None:
+            self.run_options.add_run_config_entry("gpu_graph_id", str(graph_id))
+        self.runs = 0
+
+
+class OnnxRuntimeCudaImageEngine(Engine):
+    """uint8 images -> float32 maps on one GPU, CUDA graphs per bucket.
+
+    Args:
+        path: the uint8-input ONNX (input uint8 [B, H, W, 3], first output float32 [B, 1, H, W]).
+        device_id: CUDA device ordinal (Triton's ``model_instance_device_id`` for KIND_GPU).
+        batch_sizes: batch sizes that get graphs (the scheduler's ``batch_buckets``).
+        max_graphs: most graphs captured (0: none); later shapes run on the graph-free session.
+        graph_after_runs: runs of a shape before it gets a graph while serving; 0: only the shapes
+            given to :meth:`capture` have graphs.
+        max_eager_shapes: graph-free shapes whose device buffers are kept (least recently used go).
+        tf32: let cuDNN and cuBLAS use TF32 on float32 (ONNX Runtime's ``use_tf32``); False keeps
+            full float32 arithmetic, what the CPU path computes.
+
+    Raises:
+        EngineError: no CUDA EP in this onnxruntime, or the model does not load or has other tensors.
+    """
+
+    name = "onnxruntime-cuda-image"
+
+    def __init__(self, path: str, *, device_id: int = 0, batch_sizes: Sequence[int] = (1, 2, 4, 8), max_graphs: int = 64,
+                 graph_after_runs: int = 0, max_eager_shapes: int = 16, tf32: bool = False) -> None:
+        require_cuda_provider()
+        self.device_id = device_id
+        self.batch_sizes = frozenset(batch_sizes)
+        self.max_graphs = max_graphs
+        self.graph_after_runs = graph_after_runs
+        self.max_eager_shapes = max_eager_shapes
+        provider_options = {"device_id": str(device_id), "use_tf32": "1" if tf32 else "0"}
+        self._eager = OnnxRuntimeEngine(path, providers=((PROVIDER, provider_options),))
+        self._inputs, self._outputs = self._eager.inputs, self._eager.outputs
+        spec = self._inputs[0]
+        if len(self._inputs) != 1 or spec.dtype != np.uint8 or len(spec.shape) != 4 or spec.shape[3] != 3:
+            raise EngineError(f"{path}: expected one uint8 input [batch, height, width, 3] (model.uint8.onnx); "
+                              f"got {[(s.name, s.dtype.name, list(s.shape)) for s in self._inputs]}")
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        provider = (PROVIDER, {**provider_options, "enable_cuda_graph": "1"})
+        try:
+            self._graph_session = ort.InferenceSession(path, options, providers=[provider]) if max_graphs else None
+        except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
+            raise EngineError(f"ONNX Runtime (CUDA EP, graphs) could not load {path}: {exc}") from exc
+        self._graphs: dict[ImageShape, _Binding] = {}
+        self._eager_bindings: dict[ImageShape, _Binding] = {}
+        self._seen: dict[ImageShape, int] = {}  # runs per shape without a graph (bounded: cleared past 4096 shapes)
+        self._lock = threading.Lock()
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="onnxruntime-cuda")  # the one thread that runs sessions
+        self._stats = EngineStats()
+        cudart = runtime()
+        cuda_call(cudart.cudaSetDevice(device_id), "cudaSetDevice")
+        self._stream = cuda_call(cudart.cudaStreamCreateWithFlags(cudart.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
+        self._events = [cuda_call(cudart.cudaEventCreate(), "cudaEventCreate") for _ in range(2)]
+
+    @property
+    def graph_shapes(self) -> tuple[ImageShape, ...]:
+        """(batch, height, width) of every bucket with a graph, captured or being captured."""
+        return tuple(self._graphs)
+
+    def stats(self) -> EngineStats:
+        """A copy of the counters."""
+        with self._lock:
+            return dataclasses.replace(self._stats)
+
+    def _binding(self, shape: ImageShape, force_graph: bool = False) -> tuple[_Binding, str]:
+        """The binding of ``shape`` and its kind (``graph`` | ``capture`` | ``eager``); makes it on first use."""
+        binding = self._graphs.get(shape)
+        if binding is None and self._graph_session is not None and len(self._graphs) < self.max_graphs \
+                and shape[0] in self.batch_sizes \
+                and (force_graph or 0 < self.graph_after_runs <= self._seen.get(shape, 0)):
+            binding = _Binding(self._graph_session, shape, self._inputs[0].name, self._outputs[0].name, self.device_id,
+                               graph_id=len(self._graphs) + 1)
+            self._graphs[shape] = binding
+            self._eager_bindings.pop(shape, None)
+        if binding is not None:
+            return binding, "graph" if binding.runs >= WARM_RUNS_BEFORE_CAPTURE else "capture"
+        if len(self._seen) >= 4096:
+            self._seen.clear()
+        self._seen[shape] = self._seen.get(shape, 0) + 1
+        binding = self._eager_bindings.pop(shape, None)
+        if binding is None:
+            binding = _Binding(self._eager._session, shape, self._inputs[0].name, self._outputs[0].name, self.device_id, None)
+            if len(self._eager_bindings) >= self.max_eager_shapes:
+                self._eager_bindings.pop(next(iter(self._eager_bindings)))
+        self._eager_bindings[shape] = binding  # most recently used last
+        return binding, "eager"
+
+    def run_into(self, images: np.ndarray, maps: np.ndarray, *, force_graph: bool = False) -> str:
+        """Run one batch on the engine's worker thread: ``images`` uint8 [B, H, W, 3] (host) -> ``maps``
+        float32 [B, H, W] (host, written); see :meth:`_run_into`."""
+        return self._worker.submit(self._run_into, images, maps, force_graph).result()
+
+    def _run_into(self, images: np.ndarray, maps: np.ndarray, force_graph: bool) -> str:
+        """Run one batch: ``images`` uint8 [B, H, W, 3] (host) -> ``maps`` float32 [B, H, W] (host, written).
+
+        Both should be page-locked (staging-pool blocks) for DMA-speed copies; pageable memory
+        works, slower. ``force_graph``: give the shape a graph now (warm-up). Returns how it ran:
+        ``graph`` (replay), ``capture`` or ``eager``.
+
+        Raises:
+            EngineError: wrong dtypes or shapes, a closed engine, or an ONNX Runtime failure.
+            CudaError: a copy failed.
+        """
+        if images.dtype != np.uint8 or images.ndim != 4 or images.shape[3] != 3 or not images.flags.c_contiguous:
+            raise EngineError(f"images must be C-contiguous uint8 [B, H, W, 3]; got {images.dtype}{list(images.shape)}")
+        shape = images.shape[:3]
+        if maps.dtype != np.float32 or maps.shape != shape or not maps.flags.c_contiguous:
+            raise EngineError(f"maps must be C-contiguous float32 {list(shape)}; got {maps.dtype}{list(maps.shape)}")
+        cudart = runtime()
+        with self._lock:
+            if self._eager._session is None:
+                raise EngineError("ONNX Runtime CUDA image engine is closed")
+            cuda_call(cudart.cudaSetDevice(self.device_id), "cudaSetDevice")  # the runtime's device is per thread
+            with CAPTURE_LOCK:  # a new shape's buffers are cudaMalloc'ed
+                binding, kind = self._binding(shape, force_graph)
+            self._stats.h2d_s += self._copy(binding.input.data_ptr(), images.ctypes.data, images.nbytes,
+                                            cudart.cudaMemcpyKind.cudaMemcpyHostToDevice)
+            session = self._eager._session if kind == "eager" else self._graph_session
+            try:
+                if kind == "capture":
+                    with CAPTURE_LOCK:
+                        session.run_with_iobinding(binding.binding, binding.run_options)
+                else:
+                    session.run_with_iobinding(binding.binding, binding.run_options)
+            except Exception as exc:
+                raise EngineError(f"ONNX Runtime CUDA run failed for images {list(images.shape)} ({kind}): {exc}") from exc
+            binding.runs += 1
+            self._stats.d2h_s += self._copy(maps.ctypes.data, binding.output.data_ptr(), maps.nbytes,
+                                            cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost)
+            self._stats.h2d_bytes += images.nbytes
+            self._stats.d2h_bytes += maps.nbytes
+            if kind == "capture" and binding.runs == WARM_RUNS_BEFORE_CAPTURE:
+                self._stats.graphs += 1
+            setattr(self._stats, f"{kind}_runs", getattr(self._stats, f"{kind}_runs") + 1)
+        return kind
+
+    def _copy(self, dst: int, src: int, nbytes: int, kind: object) -> float:
+        """One async copy on the engine's stream between two CUDA events; waits for it; returns its seconds."""
+        cudart = runtime()
+        start, end = self._events
+        cuda_call(cudart.cudaEventRecord(start, self._stream), "cudaEventRecord")
+        cuda_call(cudart.cudaMemcpyAsync(dst, src, nbytes, kind, self._stream), "cudaMemcpyAsync")
+        cuda_call(cudart.cudaEventRecord(end, self._stream), "cudaEventRecord")
+        cuda_call(cudart.cudaEventSynchronize(end), "cudaEventSynchronize")
+        return cuda_call(cudart.cudaEventElapsedTime(start, end), "cudaEventElapsedTime") * 1e-3
+
+    def capture(self, shapes: Sequence[ImageShape]) -> int:
+        """Warm and capture the graphs of ``shapes`` (batch, height, width) on white images; returns graphs made."""
+        before = len(self._graphs)
+        for batch, height, width in shapes:
+            images = np.full((batch, height, width, 3), 255, np.uint8)
+            maps = np.empty((batch, height, width), np.float32)
+            for _ in range(WARM_RUNS_BEFORE_CAPTURE + 1):
+                self.run_into(images, maps, force_graph=True)
+        return len(self._graphs) - before
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The :class:`Engine` interface: uint8 [B, H, W, 3] -> {output: float32 [B, 1, H, W]} (new arrays)."""
+        images = np.ascontiguousarray(feeds[self._inputs[0].name])
+        maps = np.empty(images.shape[:3], np.float32)
+        self.run_into(images, maps)
+        return {self._outputs[0].name: maps[:, None]}
+
+    def close(self) -> None:
+        """Release sessions, buffers, stream and events (idempotent)."""
+        with self._lock:
+            if self._eager._session is None:
+                return
+            self._graphs.clear()
+            self._eager_bindings.clear()
+            self._graph_session = None
+            self._eager.close()
+            cudart = runtime()
+            for event in self._events:
+                cudart.cudaEventDestroy(event)
+            cudart.cudaStreamDestroy(self._stream)
+        self._worker.shutdown(wait=True)
+

@@ -1,0 +1,230 @@
+"""Scheduler batches for text detection on a GPU: uint8 staging, one H2D, graph replay, one D2H.
+
+:class:`DeviceBatchHandler` is the :class:`~fastpath.scheduling.BatchHandler` of a ``KIND_GPU``
+``text_detection`` instance. A batch (from :class:`~fastpath.scheduling.ShapeBatchQueue`, keyed by
+the *shape bucket* (Hb, Wb) of :class:`~fastpath.graphs.ImageSideBuckets`) holds
+:class:`~fastpath.models.text_detection.pipeline.PreparedImage` payloads whose resized (h, w) fit in
+the bucket:
+
+    stage   lease one block of ``batch_size * Hb * Wb * 3`` bytes from the staging pool (page-locked)
+            and write each resized uint8 RGB image into the top-left of its row, black (0) below and
+            to the right of it; filler rows (the queue padded up to a batch bucket) copy row 0.
+    run     lease a block for the float32 maps [batch_size, Hb, Wb]; the engine copies the input
+            block to the device in one DMA, runs (a CUDA graph replay for a captured bucket),
+            and copies the maps back in one DMA; the input lease is released.
+    finish  DB post-processing of each real image's map cropped to its own (h, w): on the completion
+            thread, or spread over ``post_threads`` threads (OpenCV releases the GIL), so the
+            completion thread is free for the next batch at once; the map lease is released when
+            the batch's last image is done.
+
+Leases of batches staged but never run are released by :meth:`DeviceBatchHandler.close`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from fastpath.engines.onnxruntime.image_cuda import WARM_RUNS_BEFORE_CAPTURE
+from fastpath.errors import EngineError
+from fastpath.memory import BlockPool, Lease
+from fastpath.models.text_detection.config import NETWORK_STRIDE_PX
+from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector
+from fastpath.scheduling import Batch
+
+LOG = logging.getLogger(__name__)
+MAP_BYTES_PER_PIXEL = 4  # float32 probability
+IMAGE_BYTES_PER_PIXEL = 3  # uint8 RGB
+
+
+@dataclasses.dataclass(eq=False)
+class StagedImages:
+    """A batch input in a staging-pool block.
+
+    Attributes:
+        images: uint8 [batch_size, Hb, Wb, 3] view over ``lease`` (valid until release).
+        lease: the pool lease.
+        count: real images (rows ``0..count-1``; the rest are filler).
+    """
+
+    images: np.ndarray
+    lease: Lease
+    count: int
+
+
+@dataclasses.dataclass(eq=False)
+class DeviceMaps:
+    """A batch's probability maps in a staging-pool block.
+
+    Attributes:
+        maps: float32 [count, Hb, Wb] view over ``lease`` (valid until :meth:`DeviceBatchHandler.finish` releases it).
+        lease: the pool lease.
+    """
+
+    maps: np.ndarray
+    lease: Lease
+
+
+def stage_padded(images: Sequence[PreparedImage], out: np.ndarray) -> np.ndarray:
+    """Write resized images into ``out`` (uint8 [B, Hb, Wb, 3], B >= len(images)), each at the top-left of
+    its row with black (0) to its bottom and right; rows from len(images) on copy row 0. Returns ``out``.
+
+    Raises:
+        EngineError: no images, more images than rows, or an image larger than the bucket.
+    """
+    rows, height, width = out.shape[:3]
+    if not images or len(images) > rows:
+        raise EngineError(f"a staged detection batch needs 1..{rows} images; got {len(images)}")
+    for row, item in enumerate(images):
+        h, w = item.shape_hw
+        if h > height or w > width:
+            raise EngineError(f"an image resized to {h}x{w} does not fit the bucket {height}x{width}")
+        target = out[row]
+        target[:h, :w] = item.resized
+        if h < height:
+            target[h:] = 0
+        if w < width:
+            target[:h, w:] = 0
+    out[len(images):] = out[0]
+    return out
+
+
+class DeviceBatchHandler:
+    """Stages, runs and delivers one scheduler batch of images on a GPU engine.
+
+    Args:
+        detector: pre/post-processing and the GPU engine
+            (:class:`~fastpath.engines.onnxruntime.image_cuda.OnnxRuntimeCudaImageEngine`).
+        pool: host staging pool (page-locked); the handler leases from it, the caller owns it.
+        lease_timeout_s: how long a lease waits for a free block (None: the pool's default); then
+            the batch fails with UnavailableError (503, retryable).
+        on_batch: called after each delivered batch (pool metrics); its errors are logged.
+        post_threads: threads for DB post-processing (0: the completion thread does it).
+    """
+
+    def __init__(self, detector: TextDetector, pool: BlockPool, *, lease_timeout_s: float | None = None,
+                 on_batch: Callable[[], None] | None = None, post_threads: int = 0) -> None:
+        self.detector = detector
+        self.engine = detector.engine
+        self.pool = pool
+        self.lease_timeout_s = lease_timeout_s
+        self.on_batch = on_batch
+        self._post = ThreadPoolExecutor(post_threads, thread_name_prefix="text_detection-post") if post_threads else None
+        self._live: dict[int, Lease] = {}
+        self._lock = threading.Lock()
+
+    def stage(self, batch: Batch) -> StagedImages:
+        """Lease and fill uint8 [batch.batch_size, Hb, Wb, 3], the bucket being the items' queue key."""
+        return self.stage_images([item.payload for item in batch.items], batch.batch_size, batch.items[0].shape)
+
+    def stage_images(self, images: Sequence[PreparedImage], batch_size: int, bucket_hw: tuple[int, int]) -> StagedImages:
+        """Lease a block and write ``images`` padded to ``bucket_hw`` into rows 0.., filler after.
+
+        Raises:
+            EngineError: see :func:`stage_padded`.
+            UnavailableError: the pool stayed exhausted for the lease timeout (retryable).
+        """
+        height, width = bucket_hw
+        lease = self.pool.lease(batch_size * height * width * IMAGE_BYTES_PER_PIXEL, timeout_s=self.lease_timeout_s)
+        try:
+            staged = stage_padded(images, lease.view(np.uint8, (batch_size, height, width, 3)))
+        except BaseException:
+            lease.release()
+            raise
+        with self._lock:
+            self._live[id(lease)] = lease
+        return StagedImages(staged, lease, len(images))
+
+    def run(self, staged: StagedImages) -> DeviceMaps:
+        """One engine call into a leased map block; releases the input lease."""
+        with self._lock:
+            self._live.pop(id(staged.lease), None)
+        try:
+            rows, height, width = staged.images.shape[:3]
+            out = self.pool.lease(rows * height * width * MAP_BYTES_PER_PIXEL, timeout_s=self.lease_timeout_s)
+            try:
+                maps = out.view(np.float32, (rows, height, width))
+                self.engine.run_into(staged.images, maps)
+            except BaseException:
+                out.release()
+                raise
+            return DeviceMaps(maps[: staged.count], out)
+        finally:
+            staged.lease.release()
+
+    def finish(self, batch: Batch, result: DeviceMaps) -> None:
+        """Post-process each real image on its own region of the map (here or on the post threads);
+        the map block is released after the last one."""
+        if self._post is None:
+            try:
+                for item, prob_map in zip(batch.items, result.maps):
+                    self._deliver(item, prob_map)
+            finally:
+                result.lease.release()
+        else:
+            remaining = [len(batch.items)]
+            lock = threading.Lock()
+
+            def one(item: Any, prob_map: np.ndarray) -> None:
+                try:
+                    self._deliver(item, prob_map)
+                finally:
+                    with lock:
+                        remaining[0] -= 1
+                        last = not remaining[0]
+                    if last:
+                        result.lease.release()
+
+            for item, prob_map in zip(batch.items, result.maps):
+                self._post.submit(one, item, prob_map)
+        if self.on_batch is not None:
+            try:
+                self.on_batch()
+            except Exception:  # metrics must never cost an answer
+                LOG.exception("the per-batch hook of the detection handler failed")
+
+    def _deliver(self, item: Any, prob_map: np.ndarray) -> None:
+        """One image's detections (or the error of its post-processing) into its ticket."""
+        height, width = item.payload.shape_hw
+        try:
+            detection = self.detector.finish(item.payload, prob_map[:height, :width])
+        except Exception as exc:  # this image's request fails alone
+            item.ticket.fail(exc)
+            return
+        item.ticket.set_row(item.row, detection)
+
+    def close(self) -> int:
+        """Release the leases of batches staged but never run; returns how many. Idempotent."""
+        if self._post is not None:
+            self._post.shutdown(wait=True)  # images being post-processed are answered first
+        with self._lock:
+            leftover, self._live = list(self._live.values()), {}
+        for lease in leftover:
+            lease.release()
+        return len(leftover)
+
+
+def warm_up_device(handler: DeviceBatchHandler, costs: Any, clock: Any, batch_buckets: Sequence[int],
+                   buckets_hw: Sequence[tuple[int, int]]) -> None:
+    """Capture the graphs of ``buckets_hw`` x ``batch_buckets`` and seed the cost model from them.
+
+    For each bucket and batch size: white images through stage and run until the engine replays a
+    graph (or runs eagerly, for a bucket without one), then one timed run whose seconds seed
+    ``costs`` at (batch size, 32x32 cells of the bucket).
+    """
+    for height, width in buckets_hw:
+        image = PreparedImage(np.full((height, width, 3), 255, np.uint8), (height, width))
+        cells = (height // NETWORK_STRIDE_PX) * (width // NETWORK_STRIDE_PX)
+        for size in batch_buckets:
+            for timed in (False,) * (WARM_RUNS_BEFORE_CAPTURE + 1) + (True,):
+                staged = handler.stage_images([image] * size, size, (height, width))
+                start_s = clock.now()
+                handler.run(staged).lease.release()
+                if timed:
+                    costs.observe(size, cells, clock.now() - start_s)

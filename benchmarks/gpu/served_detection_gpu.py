@@ -1,0 +1,412 @@
+"""text_detection on one GPU: numerics, the raw in-process pipeline, and Triton 2.51 serving under perf_analyzer.
+
+Runs on the device machine (docs/benchmarks/detection_gpu_h200.md has the commands), with the stub's
+environment from ``scripts/gpu_setup.sh`` (numpy 1.26, onnxruntime-gpu, OpenCV 4.11, pyclipper) and
+real photos from ``benchmarks/gpu/detection_inputs.py`` (``--inputs``). Steps, in one process:
+
+  1. numerics in-process, every photo: the CPU path (``model.onnx``, CPU EP, exact shapes) against the
+     GPU path (``model.uint8.onnx``, CUDA EP) at the exact shape in float32 and in TF32, and padded to a
+     shape bucket of ``PAD_SIDES_PX`` (the opt-in ``bucket_sides_px``): box counts, matched IoU, and the
+     padding's extra pixels;
+  2. the raw in-process pipeline on the 1280x720 JPEGs: decode + resize on ``decode_threads`` threads,
+     batches of ``B`` staged into the page-locked pool, the engine (H2D, graph replay, D2H), DB
+     post-processing on threads; images/s. Also the device-resident ceiling (graph replays alone);
+  3. serving: a private model repository with ``text_detection`` (its ``configs/gpu.pbtxt``) and
+     ``naive_detection`` (benchmarks/models: one request per ``execute()``, pageable copies, CUDA EP),
+     perf_analyzer (gRPC) per workload and concurrency; CPU of each process group, GPU memory, the
+     engine's copy counters from the server log.
+
+Writes JSON to ``--out`` and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "backend"))
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import served_gpu  # noqa: E402  (perf_analyzer cells)
+import triton_gpu  # noqa: E402  (CPU accounting)
+
+VERSION_DIR = ROOT / "model_repository" / "text_detection" / "1"
+GPU_CONFIG = ROOT / "model_repository" / "text_detection" / "configs" / "gpu.pbtxt"
+PAD_SIDES_PX = (736, 832, 992, 1088, 1312, 1472, 1664, 1920, 2208, 2848)  # a candidate bucket set, ~1.13x apart
+
+
+def gpu_config():
+    """(TextDetectionConfig, DetectionSchedulerConfig) of the shipped configs/gpu.pbtxt."""
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    from fastpath.config import parse_sections, triton_parameters
+    from fastpath.models.text_detection.config import DetectionSchedulerConfig, TextDetectionConfig
+
+    config = text_format.Parse(GPU_CONFIG.read_text(), model_config_pb2.ModelConfig())
+    as_json = json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
+    return parse_sections(triton_parameters(as_json), TextDetectionConfig, DetectionSchedulerConfig)
+
+
+def decode(data: bytes) -> np.ndarray:
+    from fastpath.models.text_detection.image import images_from_bytes
+
+    return images_from_bytes(np.array([data], dtype=object), max_image_pixels=1 << 30, max_request_pixels=1 << 30, max_images=1)[0]
+
+
+def quad_iou(a: np.ndarray, b: np.ndarray) -> float:
+    import cv2
+
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    inter, _ = cv2.intersectConvexConvex(a, b)
+    union = cv2.contourArea(a) + cv2.contourArea(b) - inter
+    return float(inter / union) if union > 0 else 1.0
+
+
+def compare(reference, other) -> dict:
+    """Box counts and, greedily matched, the smallest IoU (1.0 when both are empty)."""
+    ious, used = [], set()
+    for box in reference.boxes:
+        scores = [(quad_iou(box, cand), j) for j, cand in enumerate(other.boxes) if j not in used]
+        if scores:
+            best, j = max(scores)
+            used.add(j)
+            ious.append(best)
+    return {"boxes": len(reference.boxes), "other_boxes": len(other.boxes), "min_iou": round(min(ious, default=1.0), 4)}
+
+
+def numerics(photos: list[Path], device: str) -> dict:
+    """Step 1: the CPU path vs the GPU path (float32, TF32, float32 padded to a bucket), per photo."""
+    import dataclasses
+
+    from fastpath.graphs import ImageSideBuckets
+    from fastpath.memory import PoolConfig, create_host_pool
+    from fastpath.models.text_detection.device_batches import DeviceBatchHandler
+    from fastpath.models.text_detection.pipeline import TextDetector
+
+    config, sched = gpu_config()
+    cpu = TextDetector.from_directory(VERSION_DIR, config)
+    pool = create_host_pool(PoolConfig(capacity_bytes=1 << 30, max_block_bytes=1 << 29), name="numerics", device=device)
+    handlers = {name: DeviceBatchHandler(TextDetector.from_directory(VERSION_DIR, dataclasses.replace(config, cuda_tf32=tf32),
+                                                                     device=device, batch_sizes=sched.batch_buckets), pool)
+                for name, tf32 in (("fp32", False), ("tf32", True))}
+    buckets = ImageSideBuckets(PAD_SIDES_PX)
+    rows = []
+    for path in photos:
+        image = decode(path.read_bytes())
+        prepared = cpu.prepare(image)
+        reference = cpu.finish(prepared, cpu.run_batch([prepared])[0])
+        h, w = prepared.shape_hw
+        padded = buckets.snap(prepared.shape_hw)
+        results = {}
+        for name, handler, bucket in (("fp32", handlers["fp32"], prepared.shape_hw), ("tf32", handlers["tf32"], prepared.shape_hw),
+                                      ("fp32_padded", handlers["fp32"], padded)):
+            maps = handler.run(handler.stage_images([prepared], 1, bucket))
+            results[name] = compare(reference, handler.detector.finish(prepared, maps.maps[0][:h, :w]))
+            maps.lease.release()
+        rows.append({"photo": path.name, "source_hw": list(image.shape[:2]), "resized_hw": [h, w], "padded_hw": list(padded),
+                     "padded_pixels_ratio": round(padded[0] * padded[1] / (h * w), 3), **results})
+    for handler in handlers.values():
+        handler.detector.close()
+    cpu.close()
+    pool.close()
+    summary = {}
+    for name in ("fp32", "tf32", "fp32_padded"):
+        summary[name] = {"counts_equal": all(r[name]["boxes"] == r[name]["other_boxes"] for r in rows),
+                         "min_iou": min(r[name]["min_iou"] for r in rows)}
+    return {"photos": rows, "summary": summary}
+
+
+def raw_pipeline(jpegs: list[bytes], device: str, batch: int, seconds: float = 6.0, tf32: bool = False) -> dict:
+    """Step 2: decode + resize (threads) -> stage -> engine -> DB post (threads), batches of ``batch``; images/s.
+
+    Two workers stage and run batches, so staging batch N+1 overlaps the engine running batch N; DB
+    post-processing runs on ``post_threads`` threads. Also, one image at a time: each stage's time
+    (the single-image latency of the pipeline), and the device-resident ceiling (graph replays alone).
+    """
+    import dataclasses
+    import itertools
+    import threading
+
+    from fastpath.memory import PoolConfig, create_host_pool
+    from fastpath.models.text_detection.device_batches import DeviceBatchHandler
+    from fastpath.models.text_detection.pipeline import TextDetector
+
+    config, sched = gpu_config()
+    config = dataclasses.replace(config, cuda_tf32=tf32)
+    detector = TextDetector.from_directory(VERSION_DIR, config, device=device, batch_sizes=sched.batch_buckets)
+    pool = create_host_pool(PoolConfig(capacity_bytes=1 << 30, max_block_bytes=1 << 29), name="raw", device=device)
+    handler = DeviceBatchHandler(detector, pool)
+    decoders = ThreadPoolExecutor(config.decode_threads or 8)
+    posts = ThreadPoolExecutor(config.post_threads or 6)
+    counter = itertools.count()
+    feed_lock = threading.Lock()
+
+    def prepare(data: bytes):
+        return detector.prepare(decode(data))
+
+    def post(item, prob):
+        detector.finish(item, prob[: item.shape_hw[0], : item.shape_hw[1]])
+
+    def worker(stop_s: float, ahead: list) -> int:
+        done = 0
+        while time.perf_counter() < stop_s:
+            with feed_lock:
+                futures = [ahead.pop(0) for _ in range(batch)]
+                ahead.extend(decoders.submit(prepare, jpegs[next(counter) % len(jpegs)]) for _ in range(batch))
+            group = [future.result() for future in futures]
+            maps = handler.run(handler.stage_images(group, batch, group[0].shape_hw))
+            [f.result() for f in [posts.submit(post, item, prob) for item, prob in zip(group, maps.maps)]]
+            maps.lease.release()
+            done += len(group)
+        return done
+
+    def run(limit_s: float) -> tuple[int, float]:
+        ahead = [decoders.submit(prepare, jpegs[next(counter) % len(jpegs)]) for _ in range(4 * batch)]
+        started = time.perf_counter()
+        with ThreadPoolExecutor(2) as workers:
+            done = sum(workers.map(worker, [started + limit_s] * 2, [ahead, ahead]))
+        elapsed = time.perf_counter() - started
+        for future in ahead:
+            future.result()
+        return done, elapsed
+
+    run(1.5)  # warm-up and capture
+    done, elapsed = run(seconds)
+    stats = detector.engine.stats()
+    stages = single_image_stages(detector, handler, jpegs)
+    shape = (batch, *detector.prepare(decode(jpegs[0])).shape_hw)
+    ceiling = device_resident(detector, shape)
+    decoders.shutdown()
+    posts.shutdown()
+    detector.close()
+    pool.close()
+    return {"batch": batch, "tf32": tf32, "images_per_s": round(done / elapsed, 1), "images": done, "seconds": round(elapsed, 2),
+            "device_resident_graph_images_per_s": ceiling, "bucket": list(shape), "single_image_ms": stages,
+            "h2d_GBps": round(stats.h2d_bytes / max(stats.h2d_s, 1e-9) / 1e9, 2),
+            "d2h_GBps": round(stats.d2h_bytes / max(stats.d2h_s, 1e-9) / 1e9, 2), "engine": stats.__dict__}
+
+
+def single_image_stages(detector, handler, jpegs: list[bytes], rounds: int = 40) -> dict:
+    """Median milliseconds of each stage for one image at a time (decode, resize, stage, engine, post) and in all."""
+    times: dict[str, list[float]] = {name: [] for name in ("decode", "resize", "stage", "engine", "post", "total")}
+    for k in range(rounds):
+        t0 = time.perf_counter()
+        image = decode(jpegs[k % len(jpegs)])
+        t1 = time.perf_counter()
+        item = detector.prepare(image)
+        t2 = time.perf_counter()
+        staged = handler.stage_images([item], 1, item.shape_hw)
+        t3 = time.perf_counter()
+        maps = handler.run(staged)
+        t4 = time.perf_counter()
+        detector.finish(item, maps.maps[0])
+        maps.lease.release()
+        t5 = time.perf_counter()
+        for name, seconds in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0)):
+            times[name].append(seconds)
+    return {name: round(float(np.median(values[rounds // 4:])) * 1e3, 3) for name, values in times.items()}
+
+
+def device_resident(detector, shape: tuple[int, int, int]) -> float | None:
+    """Images/s of graph replays of ``shape`` alone, input and output already on the device (private access)."""
+    binding = detector.engine._graphs.get(shape)
+    if binding is None:
+        return None
+    session = detector.engine._graph_session
+    for _ in range(3):
+        session.run_with_iobinding(binding.binding, binding.run_options)
+    started, runs = time.perf_counter(), 30
+    for _ in range(runs):
+        session.run_with_iobinding(binding.binding, binding.run_options)
+    return round(runs * shape[0] / (time.perf_counter() - started), 1)
+
+
+def pinned_h2d_GBps(device: str, nbytes: int = 64 << 20) -> float:
+    """Raw pinned host-to-device copy rate (cudaMemcpyAsync from cudaHostAlloc memory, events), for the ratio."""
+    from fastpath.memory.cuda import cuda_call, runtime
+
+    cudart = runtime()
+    cuda_call(cudart.cudaSetDevice(int(device.partition(":")[2] or 0)))
+    host = cuda_call(cudart.cudaHostAlloc(nbytes, 0))
+    dev = cuda_call(cudart.cudaMalloc(nbytes))
+    stream = cuda_call(cudart.cudaStreamCreate())
+    start, end = cuda_call(cudart.cudaEventCreate()), cuda_call(cudart.cudaEventCreate())
+    best = 0.0
+    for _ in range(10):
+        cuda_call(cudart.cudaEventRecord(start, stream))
+        cuda_call(cudart.cudaMemcpyAsync(dev, host, nbytes, cudart.cudaMemcpyKind.cudaMemcpyHostToDevice, stream))
+        cuda_call(cudart.cudaEventRecord(end, stream))
+        cuda_call(cudart.cudaEventSynchronize(end))
+        best = max(best, nbytes / (cuda_call(cudart.cudaEventElapsedTime(start, end)) * 1e-3) / 1e9)
+    cudart.cudaFreeHost(host)
+    cudart.cudaFree(dev)
+    return round(best, 2)
+
+
+def build_repository(root: Path) -> Path:
+    """text_detection (configs/gpu.pbtxt), text_detection_tf32 (the same with cuda_tf32) and naive_detection."""
+    repository = root / "repo"
+    for name, source in (("text_detection", ROOT / "model_repository" / "text_detection"),
+                         ("naive_detection", ROOT / "benchmarks" / "models" / "naive_detection")):
+        (repository / name / "1").mkdir(parents=True)
+        (repository / name / "1" / "model.py").symlink_to(source / "1" / "model.py")  # linked: it imports beside itself
+        for artifact in ("model.onnx", "model.uint8.onnx", "manifest.json"):
+            (repository / name / "1" / artifact).symlink_to((VERSION_DIR / artifact).resolve())
+    shutil.copy(GPU_CONFIG, repository / "text_detection" / "config.pbtxt")
+    shutil.copy(ROOT / "benchmarks" / "models" / "naive_detection" / "config.pbtxt", repository / "naive_detection" / "config.pbtxt")
+    shutil.copytree(repository / "text_detection", repository / "text_detection_tf32", symlinks=True)
+    config = GPU_CONFIG.read_text().replace('name: "text_detection"', 'name: "text_detection_tf32"')
+    (repository / "text_detection_tf32" / "config.pbtxt").write_text(
+        config + 'parameters { key: "cuda_tf32" value: { string_value: "true" } }\n')
+    return repository
+
+
+def serialized(data: bytes) -> bytes:
+    """One BYTES element as Triton's raw binary tensor format: 4-byte little-endian length, then the bytes."""
+    return struct.pack("<I", len(data)) + data
+
+
+def input_files(root: Path, inputs: Path) -> dict[str, Path]:
+    """perf_analyzer --input-data JSON per workload: one image per request, each entry another photo."""
+    files = {}
+    for workload, pattern in (("jpeg720", "720_*.jpg"), ("png720", "720_*.png"), ("jpegmixed", "mixed_*.jpg")):
+        entries = [{"IMAGE_BYTES": {"b64": base64.b64encode(serialized(p.read_bytes())).decode(), "shape": [1]}}
+                   for p in sorted(inputs.glob(pattern))]
+        if entries:
+            files[workload] = root / f"{workload}.json"
+            files[workload].write_text(json.dumps({"data": entries}))
+    raw = []
+    for path in sorted(inputs.glob("720_*.jpg"))[:8]:
+        image = decode(path.read_bytes())
+        raw.append({"IMAGE": {"b64": base64.b64encode(np.ascontiguousarray(image).tobytes()).decode(), "shape": [1, *image.shape]}})
+    files["raw720"] = root / "raw720.json"
+    files["raw720"].write_text(json.dumps({"data": raw}))
+    return files
+
+
+def gpu_memory_mib() -> dict:
+    done = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True, check=False)
+    return {line.split(",")[0].strip(): int(line.split(",")[1]) for line in done.stdout.splitlines() if "," in line}
+
+
+def serve(args, files: dict[str, Path], root: Path) -> dict:
+    from fastpath.server.process import ServerOptions, TritonServer
+    from tests.conftest import free_ports
+
+    binary = Path(os.environ.get("PERF_ANALYZER", shutil.which("perf_analyzer") or "perf_analyzer"))
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in (os.environ.get("FASTPATH_PA_LIBS", ""), env.get("LD_LIBRARY_PATH", "")) if p)
+    repository = build_repository(root)
+    http_port, grpc_port, metrics_port = free_ports(3)
+    models = ("text_detection", "text_detection_tf32", "naive_detection")
+    server = TritonServer(ServerOptions(model_repository=repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
+                                        host="127.0.0.1", exit_timeout_s=60, models=models), log_path=root / "tritonserver.log")
+    report: dict = {"rows": []}
+    started = time.monotonic()
+    server.start()
+    try:
+        server.wait_ready(timeout_s=400)
+        report["load_s"] = round(time.monotonic() - started, 1)
+        report["gpu_memory_mib_after_load"] = gpu_memory_mib()
+        print("ready in", report["load_s"], "s; GPU memory", report["gpu_memory_mib_after_load"], flush=True)
+        for spec in args.cells.split(";"):
+            model, workload, levels = spec.split(":")
+            for concurrency in (int(c) for c in levels.split(",")):
+                account = triton_gpu.CpuAccount(server.pid)
+                t0 = time.monotonic()
+                try:
+                    cell = served_gpu.perf_analyzer_cell(binary, server.grpc_url, model, files[workload], batch=1,
+                                                         concurrency=concurrency, measurement_ms=args.measurement_ms,
+                                                         csv_path=root / f"{model}_{workload}_c{concurrency}.csv", env=env)
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                    report.setdefault("failed_cells", []).append({"cell": spec, "concurrency": concurrency, "error": str(exc)[-600:]})
+                    print("FAILED", spec, concurrency, str(exc)[-600:], flush=True)
+                    continue
+                wall_s = time.monotonic() - t0
+                cell["cpu"] = account.finish(max(1, int(cell["req_per_s"] * wall_s)), 0.0, wall_s)
+                cell.pop("texts_per_s", None)
+                cell.update(model=model, workload=workload, concurrency=concurrency)
+                report["rows"].append(cell)
+                print(line(cell), flush=True)
+                args.out.write_text(json.dumps(report, indent=2) + "\n")
+        report["gpu_memory_mib_end"] = gpu_memory_mib()
+    finally:
+        server.stop()
+        log = (root / "tritonserver.log").read_text()
+        report["engine_stats_in_log"] = re.findall(r"text_detection engine on .*", log)
+        report["stub_crashes_in_log"] = sum(log.count(m) for m in ("Segmentation fault", "Fatal Python error"))
+        report["errors_in_log"] = log.count(" E1") + log.count("Traceback")
+        report["log_tail"] = log[-3000:]
+    return report
+
+
+def line(r: dict) -> str:
+    cpu = r["cpu"]["cpu_us_per_request"]
+    stubs = sum(v for k, v in cpu.items() if k.startswith("stubs:"))
+    return (f"{r['model']:<16}{r['workload']:<12}c={r['concurrency']:<4}{r['req_per_s']:>8.1f} img/s  p50 {r['p50_us'] / 1e3:7.2f}"
+            f" p99 {r['p99_us'] / 1e3:7.2f} ms  cpu ms/img: stubs {stubs / 1e3:5.2f} server {cpu['tritonserver'] / 1e3:5.2f}"
+            f"  busy {r['cpu']['machine_busy_pct']}%")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--inputs", type=Path, required=True, help="photos from benchmarks/gpu/detection_inputs.py")
+    parser.add_argument("--device", default="cuda:0")
+    # perf_analyzer 2.51 refuses --shared-memory for a model with optional inputs (text_detection's IMAGE and
+    # IMAGE_BYTES are both optional), so uint8 IMAGE goes over gRPC only
+    parser.add_argument("--cells", default="text_detection:jpeg720:64,32,8,1;naive_detection:jpeg720:32,1;"
+                                           "text_detection_tf32:jpeg720:64;text_detection:jpegmixed:64;text_detection:raw720:32;"
+                                           "text_detection:png720:32")
+    parser.add_argument("--measurement-ms", type=int, default=3000)
+    parser.add_argument("--skip-serve", action="store_true")
+    parser.add_argument("--skip-numerics", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("detection_gpu.json"))
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="detection-gpu-"))
+    report: dict = {"command": " ".join(sys.argv)}
+    photos = sorted(args.inputs.glob("*.jpg")) + sorted(args.inputs.glob("*.png"))
+    if not args.skip_numerics:
+        report["numerics"] = numerics([p for p in photos if not p.name.startswith("720_")] + photos[:2], args.device)
+        print("numerics vs the CPU path:", report["numerics"]["summary"], flush=True)
+    jpegs = [p.read_bytes() for p in sorted(args.inputs.glob("720_*.jpg"))]
+    report["pinned_h2d_GBps"] = pinned_h2d_GBps(args.device)
+    report["raw"] = []
+    for batch, tf32 in ((16, False), (8, False), (16, True)):
+        report["raw"].append(raw_pipeline(jpegs, args.device, batch, tf32=tf32))
+        print("raw pipeline", {k: v for k, v in report["raw"][-1].items() if k != "engine"}, flush=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    if not args.skip_serve:
+        report["served"] = serve(args, input_files(root, args.inputs), root)
+        for row in report["served"]["rows"]:
+            tf32 = row["model"].endswith("_tf32")
+            best_raw = max(r["images_per_s"] for r in report["raw"] if r["tf32"] == tf32)
+            row["vs_raw_pipeline"] = round(row["req_per_s"] / best_raw, 3)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print("\npinned H2D", report["pinned_h2d_GBps"], "GB/s")
+    for row in report.get("served", {}).get("rows", []):
+        print(line(row), " vs raw", row["vs_raw_pipeline"])
+    print("engine stats:", report.get("served", {}).get("engine_stats_in_log"))
+    print("failed cells:", report.get("served", {}).get("failed_cells"), "crashes:", report.get("served", {}).get("stub_crashes_in_log"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
