@@ -4,8 +4,11 @@ reload that races the swap, and a corrupt or damaged serving-version record (fas
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -35,6 +38,12 @@ def _swap(server, version, command="swap"):
 
 def _status(server):
     return admin(server.http_url, {"command": "status", "model": MODEL})
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    """`fastpath ARGS` with the admin key, as a user runs it."""
+    env = dict(os.environ, FASTPATH_ADMIN_KEY=KEY)
+    return subprocess.run([sys.executable, "-m", "fastpath", *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def _served_versions(server) -> set[int]:
@@ -177,6 +186,10 @@ def test_a_damaged_record_never_stops_the_server_and_status_and_rollback_answer(
         with pytest.raises(InferenceServerException, match=f"nothing to roll back to.*{re.escape(unreadable)}") as refused:
             admin(server.http_url, {"command": "rollback", "model": MODEL, "key": KEY})
         assert refused.value.status() == "400"
+        shown = _cli("status", MODEL, "--url", server.http_url)  # what an operator types
+        assert shown.returncode == 0 and json.loads(shown.stdout)["recorded"]["error"].startswith(unreadable), shown.stderr
+        refused_cli = _cli("rollback", MODEL, "--url", server.http_url)
+        assert refused_cli.returncode == 1 and "nothing to roll back to" in refused_cli.stderr and unreadable in refused_cli.stderr
         assert _swap(server, 2)["active_version"] == 2
         record.write_bytes(data)  # damaged again while the server runs
         assert _status(server)["recorded"]["error"].startswith(unreadable)
