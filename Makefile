@@ -39,8 +39,10 @@ $(INT8_ARTIFACT): $(ARTIFACT)
 
 artifacts-int8: $(INT8_ARTIFACT)
 
+# exec: the recipe's shell (make runs it through /bin/sh -c) becomes fastpath serve, so the SIGTERM make forwards
+# to its child reaches it and it stops tritonserver; without exec only the shell died, leaving both running
 serve: artifacts artifacts-int8
-	HTTP_PORT=$(HTTP_PORT) GRPC_PORT=$(GRPC_PORT) METRICS_PORT=$(METRICS_PORT) $(BIN)/fastpath serve --host $(HOST) --device $(DEVICE)
+	exec $(BIN)/fastpath serve --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --device $(DEVICE)
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

@@ -12,8 +12,9 @@ pytestmark = pytest.mark.e2e
 
 
 def _bench(tmp_path, url, protocol, *mode):
-    argv = ["bench", "--model", "text_embedding", *mode, "--duration-s", "1.5", "--warmup-s", "0.5",
-            "--max-windows", "3", "--url", url, "--protocol", protocol, "--out", str(tmp_path), "--no-progress"]
+    """Run `fastpath bench`; ``url`` None leaves --url out (the default from the environment)."""
+    argv = ["bench", "--model", "text_embedding", *mode, "--duration-s", "1.5", "--warmup-s", "0.5", "--max-windows", "3",
+            *(["--url", url] if url else []), "--protocol", protocol, "--out", str(tmp_path), "--no-progress"]
     assert main(argv) == 0
     stem = tmp_path / f"bench_text_embedding_{protocol}"
     report = json.loads(stem.with_suffix(".json").read_text(),
@@ -41,8 +42,14 @@ def test_concurrency_sweep_over_http(triton_server, tmp_path):
         _check_result(result)
 
 
-def test_request_rate_over_grpc(triton_server, tmp_path):
-    report = _bench(tmp_path, triton_server.grpc_url, "grpc", "--request-rate", "5", "--poisson")
+def test_request_rate_over_grpc_to_the_server_the_environment_names(triton_server, tmp_path, monkeypatch):
+    """Without --url, bench goes to $HOST:$GRPC_PORT, the variables `make serve` reads."""
+    host, port = triton_server.grpc_url.rsplit(":", 1)
+    monkeypatch.setenv("HOST", host)
+    monkeypatch.setenv("GRPC_PORT", port)
+    monkeypatch.setenv("HTTP_PORT", "1")  # the other protocol's port is not used
+    report = _bench(tmp_path, None, "grpc", "--request-rate", "5", "--poisson")
+    assert report["url"] == triton_server.grpc_url
     (result,) = report["results"]
     assert result["label"] == "r=5/s" and result["poisson"] is True
     _check_result(result)

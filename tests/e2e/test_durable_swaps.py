@@ -1,15 +1,20 @@
 """A live swap survives what Triton does next: a reload through its repository API, a restart, a
-reload that races the swap, and a corrupt serving-version record (fastpath.swaps.record)."""
+reload that races the swap, and a corrupt or damaged serving-version record (fastpath.swaps.record)."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
+import subprocess
+import sys
 import threading
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from tests.conftest import start_server, wait_for
 from tests.e2e.swap_support import MODELS, admin, make_swap_repository
@@ -33,6 +38,12 @@ def _swap(server, version, command="swap"):
 
 def _status(server):
     return admin(server.http_url, {"command": "status", "model": MODEL})
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    """`fastpath ARGS` with the admin key, as a user runs it."""
+    env = dict(os.environ, FASTPATH_ADMIN_KEY=KEY)
+    return subprocess.run([sys.executable, "-m", "fastpath", *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def _served_versions(server) -> set[int]:
@@ -138,8 +149,72 @@ def test_a_corrupt_record_is_logged_and_reported_never_a_silent_revert(tmp_path,
         assert str(versions / f"{MODEL}.json") in instance["restore"]["error"]
         assert "error" in status["recorded"]
         log = (tmp_path / "tritonserver.log").read_text()
-        assert "is not a serving-version record" in log and "serving the version Triton loaded" in log
+        assert f"record unreadable: {versions / MODEL}.json: is not a JSON record" in log and "serving the version Triton loaded" in log
         assert _swap(server, 2)["active_version"] == 2
         assert json.loads((versions / f"{MODEL}.json").read_text())["version"] == 2
+    finally:
+        server.stop()
+
+
+DAMAGED = {
+    "random bytes": (random.Random(15).randbytes(4096), "is not UTF-8 text"),
+    "nesting above the size limit": (b"[" * 200_000 + b"]" * 200_000, "is larger than 65536 bytes"),
+    "nesting within the size limit": (b"[" * 30_000 + b"]" * 30_000, "is not a JSON record: nested too deeply to parse"),
+}
+
+
+@pytest.mark.parametrize("kind", list(DAMAGED))
+def test_a_damaged_record_never_stops_the_server_and_status_and_rollback_answer(tmp_path, repository, monkeypatch, kind):
+    """Under the C locale (ASCII): with a damaged record the server starts on Triton's version; status shows
+    'record unreadable: <file>: <problem>'; rollback answers (400, naming the problem, while there is
+    nothing to roll back to; after a swap and the file damaged again on the live server, back to 1)."""
+    data, problem = DAMAGED[kind]
+    monkeypatch.setenv("LC_ALL", "C")
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    record = versions / f"{MODEL}.json"
+    record.write_bytes(data)
+    server = start_server(tmp_path, repository=repository, admin_key=KEY, version_state_dir=versions)
+    try:
+        status = _status(server)
+        unreadable = f"record unreadable: {record}: {problem}"
+        instance = next(iter(status["instances"].values()))
+        assert status["active_version"] == 1 and _served_versions(server) == {1}
+        assert instance["restore"]["ok"] is False and instance["restore"]["error"].startswith(unreadable)
+        assert status["recorded"]["error"].startswith(unreadable)
+        assert unreadable in (tmp_path / "tritonserver.log").read_text()
+        with pytest.raises(InferenceServerException, match=f"nothing to roll back to.*{re.escape(unreadable)}") as refused:
+            admin(server.http_url, {"command": "rollback", "model": MODEL, "key": KEY})
+        assert refused.value.status() == "400"
+        shown = _cli("status", MODEL, "--url", server.http_url)  # what an operator types
+        assert shown.returncode == 0 and json.loads(shown.stdout)["recorded"]["error"].startswith(unreadable), shown.stderr
+        refused_cli = _cli("rollback", MODEL, "--url", server.http_url)
+        assert refused_cli.returncode == 1 and "nothing to roll back to" in refused_cli.stderr and unreadable in refused_cli.stderr
+        assert _swap(server, 2)["active_version"] == 2
+        record.write_bytes(data)  # damaged again while the server runs
+        assert _status(server)["recorded"]["error"].startswith(unreadable)
+        rolled = admin(server.http_url, {"command": "rollback", "model": MODEL, "key": KEY})
+        assert rolled["active_version"] == 1 and _served_versions(server) == {1}
+        assert json.loads(record.read_text())["reason"] == "rollback"
+    finally:
+        server.stop()
+
+
+def test_a_utf8_record_is_read_as_utf8_under_an_ascii_locale(tmp_path, repository, monkeypatch):
+    """A valid record holding UTF-8 text restores its version at start under the C locale (ASCII), and
+    status shows the text as written; rollback returns to the recorded previous version."""
+    monkeypatch.setenv("LC_ALL", "C")
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    (versions / f"{MODEL}.json").write_bytes(b'{"version": 2, "previous_version": 1, "reason": "swap \xc3\xa9"}')
+    server = start_server(tmp_path, repository=repository, admin_key=KEY, version_state_dir=versions)
+    try:
+        status = _status(server)
+        instance = next(iter(status["instances"].values()))
+        assert status["active_version"] == 2 and _served_versions(server) == {2}
+        assert instance["restore"] == {"version": 2, "ok": True, "error": None}
+        assert instance["serving_reason"] == "swap \u00e9" and status["recorded"]["reason"] == "swap \u00e9"
+        rolled = admin(server.http_url, {"command": "rollback", "model": MODEL, "key": KEY})
+        assert rolled["active_version"] == 1 and _served_versions(server) == {1}
     finally:
         server.stop()

@@ -1,4 +1,5 @@
-"""`fastpath serve` (what `make serve` runs): ports from the environment, clean stop, dies-with-parent."""
+"""`fastpath serve` (what `make serve` runs): ports from the environment, clean stop, dies-with-parent,
+and `make serve` itself stopped by SIGTERM."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,7 +17,7 @@ import urllib.request
 import pytest
 
 from fastpath.server.process import group_members
-from tests.conftest import free_ports
+from tests.conftest import REPO_ROOT, free_ports
 from tests.conftest import process_alive as _alive
 from tests.conftest import wait_for as _wait
 
@@ -122,3 +124,46 @@ def test_a_serve_that_cannot_start_leaves_the_running_servers_admin_key_alone(tm
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=60)
+
+
+def _port_free(port: int) -> bool:
+    """True when nothing listens on 127.0.0.1:``port`` (SO_REUSEADDR: a connection in TIME_WAIT does not count)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def test_sigterm_to_make_serve_stops_tritonserver_and_frees_every_port(tmp_path):
+    """`make serve &` then `kill $!`: make forwards SIGTERM to its recipe, which must be `fastpath serve`
+    itself (exec), not a shell that dies alone. Invariant: afterwards no process make started is left
+    (fastpath serve, tritonserver, its stubs) and the HTTP, gRPC and metrics ports are all free."""
+    env = {k: v for k, v in _serve_env(tmp_path, free_ports(3)).items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    if subprocess.run(["make", "-q", "-C", str(REPO_ROOT), "artifacts", "artifacts-int8"], env=env).returncode != 0:
+        pytest.skip("the model artifacts are not built: `make serve` would build them first (make artifacts artifacts-int8)")
+    ports = [int(env[name]) for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT")]
+    args = [f"{name}={env[name]}" for name in ("HTTP_PORT", "GRPC_PORT", "METRICS_PORT")]
+    with open(tmp_path / "make.log", "w+") as log:
+        make = subprocess.Popen(["make", "-C", str(REPO_ROOT), "serve", "HOST=127.0.0.1", *args], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    started: list[int] = []
+    try:
+        assert _wait(lambda: "fastpath INFO ready:" in (tmp_path / "make.log").read_text(), 180), (tmp_path / "make.log").read_text()[-3000:]
+        triton_pid = int(re.search(r"tritonserver pid (\d+)", (tmp_path / "make.log").read_text()).group(1))
+        started = [pid for pid in group_members(make.pid) + group_members(triton_pid) if pid != make.pid]
+        assert triton_pid in started and len(started) >= 5  # fastpath serve, tritonserver, a stub per model
+        assert all(not _port_free(port) for port in ports)
+        make.send_signal(signal.SIGTERM)
+        make.wait(timeout=60)
+        assert _wait(lambda: not any(_alive(pid) for pid in started), 30), [pid for pid in started if _alive(pid)]
+        assert [port for port in ports if not _port_free(port)] == []
+        text = (tmp_path / "make.log").read_text()
+        assert "received SIGTERM: stopping tritonserver" in text and "tritonserver exited with code 0" in text, text[-3000:]
+    finally:
+        for pid in [make.pid, *started]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        make.wait(timeout=10)

@@ -30,6 +30,7 @@ from tests.unit.models.text_detection.reference import (
     reference_boxes,
     skimage_path,
     skimage_rgb,
+    with_broken_crc,
 )
 
 pytestmark = pytest.mark.e2e
@@ -213,13 +214,22 @@ def test_jpeg_encoded_photo_matches_rapidocr(server):
     assert_matches_reference(boxes, reference_boxes(_decoded_rgb(data)))
 
 
-BAD = {  # name -> (inputs, substring of the error message)
+BAD = {  # name -> (inputs, substrings of the error message)
     "not an image": ([("IMAGE_BYTES", np.array([b"hello world"], dtype=np.object_), "BYTES")], "is not a PNG or JPEG file"),
     "empty file": ([("IMAGE_BYTES", np.array([b""], dtype=np.object_), "BYTES")], "element 0 is empty (0 bytes)"),
     "gif": ([("IMAGE_BYTES", np.array([skimage_path("no_time_for_that_tiny.gif").read_bytes()], dtype=np.object_), "BYTES")],
             "is not a PNG or JPEG file"),
     "truncated png": ([("IMAGE_BYTES", np.array([png_bytes(skimage_rgb("coffee.png"))[:3000]], dtype=np.object_), "BYTES")],
-                      "corrupt or truncated"),
+                      "element 0 (3000 bytes) has a valid header but could not be decoded (Truncated File Read); the file is corrupt or truncated"),
+    "png header cut short, second of two": (
+        [("IMAGE_BYTES", np.array([blank_png(8, 8), png_bytes(skimage_rgb("coffee.png"))[:40]], dtype=np.object_), "BYTES")],
+        "element 1 (40 bytes) starts like a PNG file but its header could not be read (broken PNG file (chunk b'IDA'))"),
+    "png with a broken IHDR checksum": (
+        [("IMAGE_BYTES", np.array([with_broken_crc(blank_png(8, 8), b"IHDR")], dtype=np.object_), "BYTES")],
+        "element 0 (", "header could not be read (broken PNG file (bad header checksum in b'IHDR'))"),
+    "png with a broken IDAT checksum, third of three": (
+        [("IMAGE_BYTES", np.array([blank_png(8, 8), blank_png(9, 9), with_broken_crc(blank_png(8, 8), b"IDAT")], dtype=np.object_), "BYTES")],
+        "element 2 (", "has a valid header but could not be decoded (broken PNG file (bad header checksum in b'IDAT'))"),
     "zero-sized image [1,0,0,3]": ([("IMAGE", np.zeros((1, 0, 0, 3), np.uint8), "UINT8")], "zero-sized dimension"),
     "zero files [0]": ([("IMAGE_BYTES", np.zeros((0,), dtype=np.object_), "BYTES")], "zero-sized dimension"),
     "five channels": ([("IMAGE", np.zeros((1, 8, 8, 5), np.uint8), "UINT8")], "C = 1 (gray), 2 (gray+alpha), 3 (RGB) or 4 (RGBA)"),
@@ -237,11 +247,12 @@ BAD = {  # name -> (inputs, substring of the error message)
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_input_gets_400_naming_the_problem(server, case, protocol):
-    inputs, expected = BAD[case]
+    inputs, *expected = BAD[case]
     with pytest.raises(InferenceServerException) as info:
         _infer(server, protocol, inputs)
     assert info.value.status() in BAD_STATUS, info.value
-    assert expected in info.value.message()
+    assert all(part in info.value.message() for part in expected), info.value.message()
+    assert "BytesIO" not in info.value.message()  # no Python object of the server's in a client's error
 
 
 def test_bad_requests_among_good_ones_fail_alone_and_server_stays_ready(server):

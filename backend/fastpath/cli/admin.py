@@ -1,7 +1,8 @@
 """``fastpath swap | rollback | status``: live model-version control from the command line.
 
 Each takes ``--url HOST:PORT`` (repeatable or comma-separated: several replicas make ``swap`` a
-rolling swap, one replica at a time, all rolled back on the first failure) and ``--protocol
+rolling swap, one replica at a time, all rolled back on the first failure; default: the server `make
+serve` started with this environment, :func:`~fastpath.cli.common.default_url`) and ``--protocol
 http|grpc``. The admin key comes from ``FASTPATH_ADMIN_KEY``, else from the file `fastpath serve`
 wrote for that URL's port when it generated one (``~/.cache/fastpath/admin_key.<port>``), else the
 latest it wrote (``admin_key``). Output is the server's JSON reply; the exit code is 0 on success, 1
@@ -16,6 +17,7 @@ import os
 import sys
 from typing import Any
 
+from fastpath.cli.common import URL_DEFAULT
 from fastpath.errors import NotLoadedError
 
 
@@ -33,15 +35,11 @@ def _key(url: str) -> str | None:
     return None
 
 
-def default_url(protocol: str) -> str:
-    """localhost with the port ``fastpath serve`` uses: HTTP_PORT (8000) for http, GRPC_PORT (8001) for grpc."""
-    name, port = ("GRPC_PORT", "8001") if protocol == "grpc" else ("HTTP_PORT", "8000")
-    return f"localhost:{os.environ.get(name) or port}"
-
-
 def _urls(values: list[str] | None, protocol: str = "http") -> list[str]:
-    urls = [u.strip() for value in (values or [default_url(protocol)]) for u in value.split(",") if u.strip()]
-    return urls
+    """The ``--url`` values split at commas; without any, :func:`~fastpath.cli.common.default_url`."""
+    from fastpath.cli.common import default_url
+
+    return [u.strip() for value in (values or [default_url(protocol)]) for u in value.split(",") if u.strip()]
 
 
 def _status(client: Any, model: str) -> dict[str, Any]:
@@ -105,7 +103,6 @@ def register(subparsers: Any) -> None:
         parser.add_argument("model", help="model name, e.g. text_embedding")
         if command == "swap":
             parser.add_argument("version", type=int, help="version directory number in the model repository")
-        parser.add_argument("--url", action="append", help="HOST:PORT of a replica (default localhost:$HTTP_PORT, or "
-                            "$GRPC_PORT with --protocol grpc, as `fastpath serve` uses; else 8000/8001); repeat or comma-separate for a fleet")
+        parser.add_argument("--url", action="append", help=f"HOST:PORT of a replica; repeat or comma-separate for a fleet. {URL_DEFAULT}")
         parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
         parser.set_defaults(func=_run, command=command)

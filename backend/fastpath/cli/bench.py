@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fastpath.cli.common import default_port, error_line, port_hint
+from fastpath.cli.common import URL_DEFAULT, default_url, error_line, port_hint
 from fastpath.errors import BenchError
 
 LOG = logging.getLogger("fastpath")
@@ -94,7 +94,7 @@ def register(subparsers: Any) -> None:
                        help="stop after this many windows even if not stable (at least 3 run)")
     bench.add_argument("--stability-pct", type=_bounded(float, 0, True, "percent"), default=10.0,
                        help="windows must agree within this percent")
-    bench.add_argument("--url", default=None, help="HOST:PORT of Triton (default localhost:8000, or :8001 for grpc)")
+    bench.add_argument("--url", default=None, help=f"HOST:PORT of Triton. {URL_DEFAULT}")
     bench.add_argument("--protocol", choices=("http", "grpc"), default="http")
     bench.add_argument("--batch-size", type=_bounded(int, 1, False, "items per request"), default=1,
                        help="items (texts, images) per request")
@@ -294,7 +294,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fastpath_client import FastPathClientError, ModelNotFoundError
     from fastpath_client.report import write_json, write_png
 
-    url = args.url or f"localhost:{default_port(args.protocol)}"
+    url = args.url or default_url(args.protocol)
     try:
         report = asyncio.run(_run_all(args, url))
     except BenchError as exc:

@@ -37,6 +37,34 @@ def default_port(protocol: str) -> int:
     return DEFAULT_PORTS[PROTOCOL_NAMES[protocol]]
 
 
+# bind addresses that mean "every interface": a client on this machine reaches them at localhost
+WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+
+
+def default_url(protocol: str) -> str:
+    """HOST:PORT of the server `make serve` / `fastpath serve` started with this environment: the client
+    commands' default ``--url``.
+
+    The host is ``$HOST`` (the address `make serve HOST=...` binds), ``localhost`` when it is unset or
+    a wildcard (0.0.0.0, ::); the port is ``$HTTP_PORT`` for http, ``$GRPC_PORT`` for grpc (the variables
+    `fastpath serve` reads), else Triton's 8000 / 8001.
+
+    Raises:
+        SystemExit: the port variable is not a number (the message names it).
+    """
+    host = os.environ.get("HOST", "").strip()
+    if host in WILDCARD_HOSTS:
+        host = "localhost"
+    elif ":" in host and not host.startswith("["):  # an IPv6 address
+        host = f"[{host}]"
+    name = "GRPC_PORT" if protocol == "grpc" else "HTTP_PORT"
+    return f"{host}:{env_int(name, default_port(protocol))}"
+
+
+URL_DEFAULT = ("Default: $HOST:$HTTP_PORT ($GRPC_PORT with --protocol grpc), the variables `make serve` reads; "
+               "localhost for an unset or wildcard HOST, 8000 (8001) for an unset port.")
+
+
 def port_hint(protocol: str) -> str:
     """What to check when ``--url`` did not answer in ``--protocol``: the port of the other protocol."""
     other = "grpc" if protocol == "http" else "http"

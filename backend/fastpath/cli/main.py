@@ -6,7 +6,9 @@
     fastpath bench --model M ...               the SDK's Python load generator (served figures: perf_analyzer)
 
 Ports default to the environment variables HTTP_PORT, GRPC_PORT and METRICS_PORT, then to Triton's
-8000, 8001 and 8002.
+8000, 8001 and 8002; swap, rollback, status and bench go by default to those ports on $HOST (the
+address `make serve HOST=...` binds; localhost when unset or 0.0.0.0), so with the same environment
+they reach the server `make serve` started. --url HOST:PORT names another.
 """
 
 from __future__ import annotations

@@ -74,14 +74,20 @@ class AdminService:
         return self._await(model, plane, generation, version)
 
     def _previous_version(self, model: str, plane: ControlPlane) -> int:
-        """What a rollback returns to: the recorded previous version, else the one the live instances report."""
+        """What a rollback returns to: the recorded previous version, else (no record, or one that cannot
+        be read) the one the live instances report.
+
+        Raises:
+            SwapError: neither names a previous version; the message says why, with the record's problem.
+        """
+        unreadable = ""
         try:
             record = read_record(record_path(self.model_repository / model))
         except VersionRecordError as exc:
-            raise SwapError(f"cannot roll back: {exc}") from None
+            record, unreadable = None, f" ({exc})"
         previous = {record.previous_version} if record is not None else {s.get("previous_version") for s in plane.instances().values()}
         if len(previous) != 1 or None in previous:
-            raise SwapError(f"nothing to roll back to: {model} has not been swapped since it was first loaded")
+            raise SwapError(f"nothing to roll back to: {model} has not been swapped since it was first loaded{unreadable}")
         return previous.pop()
 
     def versions(self, model: str) -> list[str]:

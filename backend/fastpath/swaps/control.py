@@ -49,10 +49,12 @@ def _write_json_atomic(path: Path, document: dict[str, Any]) -> None:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when it is absent or is not a UTF-8 JSON object."""
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        document = json.loads(path.read_bytes().decode("utf-8"))
+    except (FileNotFoundError, ValueError, RecursionError):  # ValueError: not UTF-8, not JSON
         return None
+    return document if isinstance(document, dict) else None
 
 
 class ControlPlane:

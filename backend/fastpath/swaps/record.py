@@ -17,6 +17,13 @@ Where: ``$FASTPATH_VERSION_STATE_DIR/<model>.json`` when that variable is set (a
 read-only model repository), else ``serving_version.json`` in the model's directory of the model
 repository, beside ``config.pbtxt`` (Triton takes only numeric directories there for versions).
 Writes are atomic: a temporary file in the same directory, fsync, ``rename(2)``.
+
+Reading never raises anything but :class:`~fastpath.errors.VersionRecordError`, whose message starts
+``record unreadable: <path>:`` and says what is wrong: the file is read as bytes, at most
+:data:`MAX_RECORD_BYTES` of them, decoded as UTF-8, parsed as JSON (nesting too deep to parse is
+refused like any other malformed JSON) and checked field by field. A caller logs that message, shows it
+in ``status`` and serves the version Triton loaded; the next swap or rollback rewrites the file.
+Unknown keys are ignored, so a record written by a later FastPath still reads.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import reprlib
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -32,7 +41,19 @@ from fastpath.errors import VersionRecordError
 
 RECORD_NAME = "serving_version.json"
 STATE_DIR_ENV = "FASTPATH_VERSION_STATE_DIR"
-REASONS = ("loaded", "swap", "rollback")
+REASONS = ("loaded", "swap", "rollback")  # the reasons FastPath writes; a record may hold any other text
+UNREADABLE = "record unreadable"
+# A record is a few hundred bytes; a file larger than this is not one, and is refused without reading it whole.
+MAX_RECORD_BYTES = 64 * 1024
+# 9999-12-31T23:59:59Z: time.localtime formats it on every platform (the load's log line shows ``since``).
+MAX_SINCE_S = 253402300799.0
+_EXAMPLE = '{"version": 2, "previous_version": 1}'
+_SHOW = reprlib.Repr()  # bounded reprs for messages: a value may be a huge or deeply nested JSON structure
+_SHOW.maxlevel, _SHOW.maxdict, _SHOW.maxlist, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlong = 1, 3, 3, 40, 40, 40
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def record_path(model_dir: Path) -> Path:
@@ -49,9 +70,9 @@ class VersionRecord:
     Attributes:
         version: the version to serve (>= 1).
         previous_version: the version served before it (what rollback returns to), or None.
-        since: when the version was recorded, seconds since the epoch.
-        reason: how the version came to serve: ``swap``, ``rollback``, or ``loaded`` (the version Triton
-            loaded, recorded when a swap away from it was refused).
+        since: when the version was recorded, seconds since the epoch (0 to :data:`MAX_SINCE_S`).
+        reason: how the version came to serve: FastPath writes ``swap``, ``rollback``, or ``loaded`` (the
+            version Triton loaded, recorded when a swap away from it was refused); other text is kept as written.
         state_dir: the control-plane directory of the command that last wrote the record.
         generation: that command's generation in ``state_dir``.
         ok: whether that command succeeded (a refused swap records its generation, version unchanged).
@@ -66,12 +87,23 @@ class VersionRecord:
     ok: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
-            raise VersionRecordError(f"version {self.version!r}: expected an integer >= 1")
-        if self.previous_version is not None and (not isinstance(self.previous_version, int) or self.previous_version < 1):
-            raise VersionRecordError(f"previous_version {self.previous_version!r}: expected an integer >= 1 or null")
-        if self.reason not in REASONS:
-            raise VersionRecordError(f"reason {self.reason!r}: expected one of {', '.join(REASONS)}")
+        problems = []
+        if not _is_int(self.version) or self.version < 1:
+            problems.append(f"version {_SHOW.repr(self.version)}: expected an integer >= 1")
+        if self.previous_version is not None and (not _is_int(self.previous_version) or self.previous_version < 1):
+            problems.append(f"previous_version {_SHOW.repr(self.previous_version)}: expected an integer >= 1 or null")
+        if not isinstance(self.since, (int, float)) or isinstance(self.since, bool) or not (0 <= self.since <= MAX_SINCE_S):
+            problems.append(f"since {_SHOW.repr(self.since)}: expected seconds since the epoch, 0 to {MAX_SINCE_S:.0f}")
+        if not isinstance(self.reason, str):
+            problems.append(f"reason {_SHOW.repr(self.reason)}: expected a string such as {', '.join(REASONS)}")
+        if not isinstance(self.state_dir, str):
+            problems.append(f"command.state_dir {_SHOW.repr(self.state_dir)}: expected a string")
+        if not _is_int(self.generation) or self.generation < 0:
+            problems.append(f"command.generation {_SHOW.repr(self.generation)}: expected an integer >= 0")
+        if not isinstance(self.ok, bool):
+            problems.append(f"command.ok {_SHOW.repr(self.ok)}: expected true or false")
+        if problems:
+            raise VersionRecordError("; ".join(problems))
 
     def applied(self, state_dir: Path | str, generation: int) -> bool:
         """True when the record was written by command ``generation`` of ``state_dir``."""
@@ -86,30 +118,67 @@ def read_record(path: Path) -> VersionRecord | None:
     """The record at ``path``, or None when there is none (the model has never been swapped there).
 
     Raises:
-        VersionRecordError: the file exists but cannot be read or is not a valid record; the
-            message names the file and what is wrong with it.
+        VersionRecordError: the file exists but is not a valid record: unreadable, larger than
+            :data:`MAX_RECORD_BYTES`, not UTF-8, not JSON (or nested too deep to parse), not an object,
+            or a field of the wrong type or range. The message is ``record unreadable: <path>: <what is
+            wrong>``; nothing else is raised, whatever the file holds.
     """
     try:
-        text = Path(path).read_text()
+        data = _read_bounded(Path(path))
+        if data is None:
+            return None
+        if not data.strip():
+            raise VersionRecordError("is empty (a write cut short?)")
+        document = json.loads(data.decode("utf-8"))
+        return _parse(document)
+    except VersionRecordError as exc:
+        problem = str(exc)
+    except OSError as exc:
+        problem = f"cannot be read ({exc})"
+    except UnicodeDecodeError as exc:
+        problem = f"is not UTF-8 text (byte {exc.start}: {exc.reason})"
+    except RecursionError:
+        problem = "is not a JSON record: nested too deeply to parse"
+    except ValueError as exc:  # json.JSONDecodeError, or an integer too long to convert
+        problem = f"is not a JSON record ({exc})"
+    raise VersionRecordError(f"{UNREADABLE}: {path}: {problem}; expected JSON like {_EXAMPLE}")
+
+
+def _read_bounded(path: Path) -> bytes | None:
+    """The file's bytes, or None when it does not exist; refuses anything but a regular file of at most
+    :data:`MAX_RECORD_BYTES` (``O_NONBLOCK``: a FIFO put there does not block the load)."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise VersionRecordError(f"{path}: cannot be read ({exc})") from exc
     try:
-        document = json.loads(text)
-        if not isinstance(document, dict):
-            raise VersionRecordError(f"holds a JSON {type(document).__name__}, not an object; expected JSON like "
-                                     f"{{\"version\": 2, \"previous_version\": 1}}")
-        command = document.get("command") or {}
-        return VersionRecord(version=document["version"], previous_version=document.get("previous_version"),
-                             since=float(document.get("since", 0.0)), reason=document.get("reason", "swap"),
-                             state_dir=str(command.get("state_dir", "")), generation=int(command.get("generation", 0)),
-                             ok=bool(command.get("ok", True)))
-    except VersionRecordError as exc:
-        raise VersionRecordError(f"{path}: {exc}") from None
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise VersionRecordError(f"{path} is not a serving-version record ({type(exc).__name__}: {exc}); "
-                                 f"expected JSON like {{\"version\": 2, \"previous_version\": 1}}") from None
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise VersionRecordError("is not a regular file")
+        with os.fdopen(handle, "rb", closefd=False) as stream:
+            data = stream.read(MAX_RECORD_BYTES + 1)
+    finally:
+        os.close(handle)
+    if len(data) > MAX_RECORD_BYTES:
+        raise VersionRecordError(f"is larger than {MAX_RECORD_BYTES} bytes (MAX_RECORD_BYTES; a record is a few hundred)")
+    return data
+
+
+def _parse(document: Any) -> VersionRecord:
+    """A :class:`VersionRecord` from a parsed JSON document (its types are checked by the record itself)."""
+    if not isinstance(document, dict):
+        raise VersionRecordError(f"holds a JSON {type(document).__name__}, not an object")
+    if "version" not in document:
+        raise VersionRecordError(f"has no version field (keys: {_SHOW.repr(sorted(document))})")
+    command = document.get("command")
+    if command is None:
+        command = {}
+    elif not isinstance(command, dict):
+        raise VersionRecordError(f"command {_SHOW.repr(command)}: expected an object")
+    since = document.get("since", 0.0)
+    return VersionRecord(version=document["version"], previous_version=document.get("previous_version"),
+                         since=float(since) if _is_int(since) and abs(since) <= MAX_SINCE_S else since,
+                         reason=document.get("reason", "swap"), state_dir=command.get("state_dir", ""),
+                         generation=command.get("generation", 0), ok=command.get("ok", True))
 
 
 def write_record(path: Path, record: VersionRecord) -> None:

@@ -59,17 +59,26 @@ def test_a_written_record_reads_back_field_for_field(tmp_path):
 
 
 @pytest.mark.parametrize(("text", "problem"), [
-    ("{not json", "is not a serving-version record"),
-    ('{"previous_version": 1}', "is not a serving-version record"),
+    ("{not json", "is not a JSON record (Expecting property name"),
+    ("", "is empty"),
+    ('{"previous_version": 1}', "has no version field (keys: ['previous_version'])"),
     ('{"version": 0}', "version 0: expected an integer >= 1"),
     ('{"version": "2"}', "version '2': expected an integer >= 1"),
-    ('{"version": 2, "reason": "magic"}', "reason 'magic': expected one of loaded, swap, rollback"),
+    ('{"version": true}', "version True: expected an integer >= 1"),
+    ('{"version": 2, "previous_version": false}', "previous_version False: expected an integer >= 1 or null"),
+    ('{"version": 2, "reason": 7}', "reason 7: expected a string such as loaded, swap, rollback"),
+    ('{"version": 2, "since": 1e400}', "since inf: expected seconds since the epoch"),
+    ('{"version": 2, "command": [1]}', "command [1]: expected an object"),
+    ('{"version": 2, "command": {"generation": "3", "ok": "yes"}}',
+     "command.generation '3': expected an integer >= 0; command.ok 'yes': expected true or false"),
     ("[2]", "holds a JSON list, not an object"),
 ])
 def test_a_corrupt_record_is_refused_naming_the_file_and_the_problem(tmp_path, text, problem):
+    """Invariant: the message is 'record unreadable: <path>: <problem>' naming the field, its value and the expectation."""
     (tmp_path / "r.json").write_text(text)
-    with pytest.raises(VersionRecordError, match=str(tmp_path / "r.json")) as info:
+    with pytest.raises(VersionRecordError) as info:
         read_record(tmp_path / "r.json")
+    assert str(info.value).startswith(f"record unreadable: {tmp_path / 'r.json'}: ")
     assert problem in str(info.value)
 
 
@@ -206,5 +215,27 @@ def test_a_swap_refused_for_want_of_live_instances_is_never_applied_by_a_later_l
     agent = _agent(state, late, record_path(repository / "m"), name="m_new")
     try:
         assert not agent.poll_once() and late.active_version == 1
+    finally:
+        agent.stop()
+
+
+def test_status_and_rollback_answer_with_an_unreadable_record(repository, tmp_path):
+    """Invariant: with a record that cannot be read, status reports its problem and rollback still returns
+    to the previous version the live instances report, rewriting the record; with no previous version
+    the refusal names the record's problem."""
+    state, path = tmp_path / "state", record_path(repository / "m")
+    slots = EngineSlots(1, Engine(1))
+    agent = _agent(state, slots, path)
+    service = AdminService(repository, state, "k", timeout_s=10)
+    try:
+        path.write_bytes(b"[" * 30_000 + b"]" * 30_000)
+        with pytest.raises(SwapError, match=r"nothing to roll back to: m has not been swapped .*record unreadable: .*nested too deeply"):
+            service.handle({"command": "rollback", "model": "m", "key": "k"})
+        assert service.handle({"command": "swap", "model": "m", "version": 2, "key": "k"})["active_version"] == 2
+        path.write_bytes(b"\xff\xfe garbage")
+        status = service.handle({"command": "status", "model": "m"})
+        assert status["active_version"] == 2 and status["recorded"]["error"].startswith(f"record unreadable: {path}: is not UTF-8")
+        assert service.handle({"command": "rollback", "model": "m", "key": "k"})["active_version"] == 1
+        assert (read_record(path).version, read_record(path).previous_version, read_record(path).reason) == (1, 2, "rollback")
     finally:
         agent.stop()

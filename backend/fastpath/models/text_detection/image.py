@@ -25,12 +25,15 @@ from collections.abc import Sequence
 
 import cv2
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, JpegImagePlugin, PngImagePlugin, UnidentifiedImageError
 
 from fastpath.errors import InvalidInputError
 
 ENCODED_FORMATS = ("PNG", "JPEG")
 SIGNATURES = {b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG"}
+# Pillow's readers, opened directly to learn why a file failed: Image.open hides their error behind
+# "cannot identify image file <_io.BytesIO object at 0x...>"
+READERS = {"PNG": PngImagePlugin.PngImageFile, "JPEG": JpegImagePlugin.JpegImageFile}
 ARRAY_INPUT = "IMAGE"
 BYTES_INPUT = "IMAGE_BYTES"
 
@@ -86,15 +89,38 @@ def probe_encoded(data: bytes, *, index: int, max_image_pixels: int | None = Non
         raise InvalidInputError(f"input {BYTES_INPUT} element {index} is larger than {2 * Image.MAX_IMAGE_PIXELS} pixels "
                                 f"by its header, far above {limit}; downscale it") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        kind = next((name for signature, name in SIGNATURES.items() if data.startswith(signature)), None)
-        if kind is not None:  # e.g. the first 300 bytes of a JPEG: say what it is
+        kind = _kind(data)
+        if kind is not None:  # e.g. the first 300 bytes of a JPEG: say what it is, and what its reader said
+            reason = decoder_message(data, kind) or str(exc)
             raise InvalidInputError(f"input {BYTES_INPUT} element {index} ({len(data)} bytes) starts like a {kind} file but its "
-                                    f"header could not be read ({exc}); the file is corrupt or truncated") from None
+                                    f"header could not be read ({reason}); the file is corrupt or truncated") from None
         # Pillow's UnidentifiedImageError text names only its internal file object ("<_io.BytesIO object at 0x...>")
         reason = "no PNG or JPEG signature" if isinstance(exc, UnidentifiedImageError) else str(exc)
         raise InvalidInputError(f"input {BYTES_INPUT} element {index} ({len(data)} bytes, starting {data[:8]!r}) is not a "
                                 f"PNG or JPEG file: {reason}") from None
     return height, width
+
+
+def _kind(data: bytes) -> str | None:
+    """"PNG" or "JPEG" by the file's signature, else None."""
+    return next((name for signature, name in SIGNATURES.items() if data.startswith(signature)), None)
+
+
+def decoder_message(data: bytes, kind: str) -> str:
+    """Why Pillow's ``kind`` reader (PNG or JPEG) cannot read ``data``: its header, a chunk checksum
+    (PNG), or the pixel data, e.g. "broken PNG file (bad header checksum in b'IDAT')"; "" when it reads it all.
+
+    Called only for a file that already failed, so this second parse costs the served path nothing.
+    """
+    for step in ("verify", "load"):  # verify checks PNG chunk CRCs, which load skips
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with READERS[kind](io.BytesIO(data)) as image:
+                    getattr(image, step)()
+        except Exception as exc:  # any of the reader's errors is the answer (SyntaxError, OSError, struct.error, ...)
+            return " ".join(str(exc).split()) or type(exc).__name__
+    return ""
 
 
 def _scale_16_to_8(samples: np.ndarray) -> np.ndarray:
@@ -199,7 +225,10 @@ def decode_encoded(data: bytes, *, index: int, expected_hw: tuple[int, int]) -> 
     decoded = cv2.imdecode(np.frombuffer(without_unused_png_chunks(data), dtype=np.uint8), cv2.IMREAD_UNCHANGED)
     where = f"input {BYTES_INPUT} element {index}"
     if decoded is None:
-        raise InvalidInputError(f"{where} ({len(data)} bytes) has a valid header but could not be decoded; the file is corrupt or truncated")
+        kind = _kind(data)
+        reason = (decoder_message(data, kind) if kind else "") or "OpenCV's decoder refused the pixel data"
+        raise InvalidInputError(f"{where} ({len(data)} bytes) has a valid header but could not be decoded ({reason}); "
+                                "the file is corrupt or truncated")
     if decoded.shape[:2] != expected_hw:
         raise InvalidInputError(f"{where} decoded to {decoded.shape[0]}x{decoded.shape[1]} pixels but its header says "
                                 f"{expected_hw[0]}x{expected_hw[1]}; the file is corrupt")

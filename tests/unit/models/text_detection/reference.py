@@ -45,6 +45,14 @@ def png_bytes(image: np.ndarray) -> bytes:
     return encoded.tobytes()
 
 
+def with_broken_crc(png: bytes, chunk: bytes) -> bytes:
+    """``png`` with the CRC of its first ``chunk`` chunk (e.g. b"IHDR", b"IDAT") inverted: the data stays intact,
+    the checksum no longer matches it (PNG spec 5.3: 4-byte length, 4-byte type, data, 4-byte CRC)."""
+    start = png.index(chunk) - 4
+    crc_at = start + 8 + int.from_bytes(png[start:start + 4], "big")
+    return png[:crc_at] + bytes(b ^ 0xFF for b in png[crc_at:crc_at + 4]) + png[crc_at + 4:]
+
+
 def jpeg_bytes(image_rgb: np.ndarray, quality: int = 95) -> bytes:
     """JPEG encoding (Pillow) of uint8 RGB [H, W, 3]."""
     buffer = io.BytesIO()

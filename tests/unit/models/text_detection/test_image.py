@@ -1,6 +1,7 @@
 """Request images -> uint8 RGB: conversions, decoding, limits before allocation."""
 
 import io
+import re
 from unittest import mock
 
 import cv2
@@ -10,7 +11,14 @@ import pytest
 from fastpath.errors import InvalidInputError
 from fastpath.models.text_detection import image as image_module
 from fastpath.models.text_detection.image import images_from_array, images_from_bytes, probe_encoded, to_rgb8
-from tests.unit.models.text_detection.reference import blank_png, jpeg_bytes, png_bytes, skimage_path, skimage_rgb
+from tests.unit.models.text_detection.reference import (
+    blank_png,
+    jpeg_bytes,
+    png_bytes,
+    skimage_path,
+    skimage_rgb,
+    with_broken_crc,
+)
 
 LIMITS = {"max_image_pixels": 8192 * 8192, "max_request_pixels": 8192 * 8192, "max_images": 16}
 
@@ -146,8 +154,28 @@ def test_gif_from_skimage_is_refused():
 
 def test_truncated_png_is_refused_as_corrupt(coffee):
     truncated = png_bytes(coffee)[:2000]
-    with pytest.raises(InvalidInputError, match="could not be decoded; the file is corrupt or truncated"):
+    with pytest.raises(InvalidInputError, match=r"could not be decoded \(Truncated File Read\); the file is corrupt or truncated"):
         images_from_bytes(np.array([truncated], dtype=object), **LIMITS)
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda png, jpeg: png[:40], r"starts like a PNG file but its header could not be read \(broken PNG file \(chunk b'IDA'\)\)"),
+    (lambda png, jpeg: with_broken_crc(png, b"IHDR"),
+     r"starts like a PNG file but its header could not be read \(broken PNG file \(bad header checksum in b'IHDR'\)\)"),
+    (lambda png, jpeg: with_broken_crc(png, b"IDAT"),
+     r"has a valid header but could not be decoded \(broken PNG file \(bad header checksum in b'IDAT'\)\)"),
+    (lambda png, jpeg: jpeg[:3] + b"x" * 50, r"starts like a JPEG file but its header could not be read \(no marker found\)"),
+])
+def test_a_corrupt_file_is_refused_naming_its_index_and_the_decoders_message(coffee, damage, message):
+    """Invariant: the error names the tensor, the element's index and size, and the PNG/JPEG reader's own
+    reason; never Pillow's internal file object ("<_io.BytesIO object at 0x...>")."""
+    png, jpeg = png_bytes(coffee), jpeg_bytes(coffee)
+    broken = damage(png, jpeg)
+    with pytest.raises(InvalidInputError) as info:
+        images_from_bytes(np.array([png, broken, jpeg], dtype=object), **LIMITS)
+    text = str(info.value)
+    assert text.startswith(f"input IMAGE_BYTES element 1 ({len(broken)} bytes) ") and "BytesIO" not in text, text
+    assert re.search(message, text) and text.endswith("; the file is corrupt or truncated"), text
 
 
 def test_huge_png_is_refused_from_its_header_without_decoding():

@@ -55,19 +55,6 @@ def test_triton_parameters_from_model_config_json():
     assert triton_parameters({"name": "m"}) == {}
 
 
-def test_admin_commands_default_to_the_ports_fastpath_serve_uses(monkeypatch):
-    """`fastpath status|swap|rollback` without --url reach the server `make serve HTTP_PORT=...` started."""
-    from fastpath.cli.admin import _urls
-
-    monkeypatch.delenv("HTTP_PORT", raising=False)
-    monkeypatch.delenv("GRPC_PORT", raising=False)
-    assert _urls(None) == ["localhost:8000"] and _urls(None, "grpc") == ["localhost:8001"]
-    monkeypatch.setenv("HTTP_PORT", "18510")
-    monkeypatch.setenv("GRPC_PORT", "18511")
-    assert _urls(None) == ["localhost:18510"] and _urls(None, "grpc") == ["localhost:18511"]
-    assert _urls(["a:1,b:2", "c:3"]) == ["a:1", "b:2", "c:3"]
-
-
 def test_concurrent_batches_resolve_to_engine_lanes(monkeypatch):
     """0 = 2 lanes on 2+ usable cores (1 on one core); threads split between lanes; only ONNX Runtime on the CPU."""
     from fastpath.models.text_embedding import pipeline as text_embedding

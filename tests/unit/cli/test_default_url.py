@@ -1,0 +1,60 @@
+"""Where `fastpath swap | rollback | status | bench` go without --url: the server `make serve` started
+with the same environment ($HOST, $HTTP_PORT, $GRPC_PORT)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastpath.cli import main as cli
+from fastpath.cli.admin import _urls
+from fastpath.cli.common import default_url
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch):
+    for name in ("HOST", "HTTP_PORT", "GRPC_PORT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_without_the_variables_it_is_tritons_default_ports_on_localhost():
+    assert default_url("http") == "localhost:8000" and default_url("grpc") == "localhost:8001"
+
+
+def test_the_ports_are_the_ones_fastpath_serve_reads(monkeypatch):
+    """Invariant: the port default_url gives for a protocol is the one `fastpath serve` listens on for it."""
+    monkeypatch.setenv("HTTP_PORT", "18510")
+    monkeypatch.setenv("GRPC_PORT", "18511")
+    serve_args = cli.build_parser().parse_args(["serve"])
+    assert default_url("http") == f"localhost:{serve_args.http_port}" == "localhost:18510"
+    assert default_url("grpc") == f"localhost:{serve_args.grpc_port}" == "localhost:18511"
+
+
+@pytest.mark.parametrize(("host", "url"), [
+    ("0.0.0.0", "localhost:18510"),  # make serve's default: every interface
+    ("::", "localhost:18510"),
+    ("", "localhost:18510"),
+    ("127.0.0.1", "127.0.0.1:18510"),
+    ("10.1.2.3", "10.1.2.3:18510"),
+    ("::1", "[::1]:18510"),
+    ("[::1]", "[::1]:18510"),
+    ("gpu-node-3", "gpu-node-3:18510"),
+])
+def test_the_host_is_the_address_make_serve_binds_or_localhost_for_a_wildcard(monkeypatch, host, url):
+    monkeypatch.setenv("HOST", host)
+    monkeypatch.setenv("HTTP_PORT", "18510")
+    assert default_url("http") == url
+
+
+def test_a_port_that_is_not_a_number_exits_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("GRPC_PORT", "80o1")
+    with pytest.raises(SystemExit, match="GRPC_PORT='80o1' is not a port number"):
+        default_url("grpc")
+
+
+def test_admin_commands_take_the_default_only_without_url(monkeypatch):
+    """`fastpath status|swap|rollback` without --url reach the server `make serve HTTP_PORT=...` started;
+    --url values (repeated or comma-separated) replace it."""
+    monkeypatch.setenv("HTTP_PORT", "18510")
+    monkeypatch.setenv("GRPC_PORT", "18511")
+    assert _urls(None) == ["localhost:18510"] and _urls(None, "grpc") == ["localhost:18511"]
+    assert _urls(["a:1,b:2", "c:3"]) == ["a:1", "b:2", "c:3"]
