@@ -232,8 +232,10 @@ class ClientCore:
     def _timeout(self, timeout_s: float | None) -> float:
         return self.timeout_s if timeout_s is None else float(timeout_s)
 
-    def _backoff(self) -> Backoff:
-        return Backoff(self.retry, clock=self._clock)
+    def _backoff(self, timeout_s: float | None = None) -> Backoff:
+        """The retry state of one call; with ``timeout_s``, no retry starts after it has passed."""
+        deadline = None if timeout_s is None else self._clock() + timeout_s
+        return Backoff(self.retry, clock=self._clock, call_deadline_s=deadline)
 
     def _retried(self, retry_number: int, error: FastPathClientError, delay_s: float) -> None:
         self.counters["retries"] += 1

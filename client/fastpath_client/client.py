@@ -95,7 +95,7 @@ class Client(ClientCore):
 
         if not retry:
             return attempt()
-        return call_with_retry(attempt, self._backoff(), sleep=self._sleep, on_retry=self._retried)
+        return call_with_retry(attempt, self._backoff(timeout), sleep=self._sleep, on_retry=self._retried)
 
     # -- server and model state ------------------------------------------------------------------------
 

@@ -247,8 +247,8 @@ async def _run_all(args: argparse.Namespace, url: str) -> dict[str, Any]:
     from fastpath_client.loadgen import LoadRun
 
     settings = _settings(args)
-    async with AsyncClient(url, args.protocol, retry=NO_RETRY, timeout_s=args.timeout_s,
-                           shared_memory=args.shared_memory) as client:
+    async with AsyncClient(url, args.protocol, retry=NO_RETRY, timeout_s=args.timeout_s, max_in_flight=None,
+                           shared_memory=args.shared_memory) as client:  # the load sets the concurrency
         await _wait_for_model(client, args.model, args.protocol)
         spec = await client.model_config(args.model)
         pool = input_pool(spec, args.batch_size, dict(args.shape))
