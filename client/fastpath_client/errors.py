@@ -13,7 +13,7 @@ class                       HTTP / gRPC status                           retried
 InvalidInputError           400, 413 / INVALID_ARGUMENT, RESOURCE_EXHAUSTED  no
 ModelNotFoundError          404 "is not found"                           no
 PermissionDeniedError       403 / PERMISSION_DENIED (restricted API)     no
-ModelNotReadyError          404 / NOT_FOUND "has no available versions"  yes (model loading)
+ModelNotReadyError          404 / NOT_FOUND "has no available versions"  yes, until the deadline (loading)
 ModelRestartingError        500 / INTERNAL "Stub process ... is not      yes, until the deadline
                             healthy" (an instance being reloaded)
 UnavailableError            502, 503 / UNAVAILABLE                       yes
@@ -88,16 +88,18 @@ class ServerBusyError(UnavailableError):
 
 
 class ModelNotReadyError(UnavailableError):
-    """The model exists but has no ready version (loading, or failed to load); retried with backoff."""
+    """The model exists but has no ready version (loading, or failed to load): retried with backoff until
+    the call's deadline, as a load (or the unload and load of a reload) takes seconds."""
+
+    until_deadline = True
 
 
 class ModelRestartingError(ModelNotReadyError):
     """An instance of the model has no healthy backend process: Triton 2.51 answers HTTP 500 / INTERNAL
     "Stub process '<instance>' is not healthy." while a crashed python-backend stub is being reloaded
-    (``fastpath serve`` reloads it). Inference is idempotent and the dead stub never answers the
-    request, so it is retried with backoff until the call's deadline."""
-
-    until_deadline = True
+    (``fastpath serve`` reloads it; then "no available versions" until the load ends). Inference is
+    idempotent and the dead stub never answers the request, so it is retried with backoff until the
+    call's deadline."""
 
 
 class ServerConnectionError(UnavailableError, ConnectionError):

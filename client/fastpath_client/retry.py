@@ -5,7 +5,7 @@ reduced by up to ``jitter`` of itself at random ("equal jitter"), so many client
 do not come back at once. Retrying stops after ``max_attempts`` attempts, or when the next attempt
 would start later than ``deadline_s`` after the first or after the call's own deadline (its
 ``timeout_s``), whichever comes first. Answers that say the server is busy or restarting
-(``error.until_deadline``: a full queue, a model instance being reloaded) do not count towards
+(``error.until_deadline``: a full queue, a model loading, a model instance being reloaded) do not count towards
 ``max_attempts``: they are retried until a deadline, unless retries are off (``max_attempts=1``).
 
 Clocks, sleeps and the random source are injected so tests run without sleeping.

@@ -44,8 +44,8 @@ def test_server_statuses_map_to_classes_with_the_server_message(status, message,
     assert error.status == status.removeprefix("StatusCode.")
     assert URL in str(error) and "text_embedding" in str(error)
     assert error.retryable == issubclass(cls, errors.UnavailableError)
-    # busy and restarting answers are retried until the deadline; other retryable ones up to max_attempts
-    assert error.until_deadline == (cls in (errors.ServerBusyError, errors.ModelRestartingError))
+    # busy, loading and restarting answers are retried until the deadline; other retryable ones up to max_attempts
+    assert error.until_deadline == issubclass(cls, (errors.ServerBusyError, errors.ModelNotReadyError))
 
 
 def test_empty_body_from_a_proxy_is_explained():
