@@ -181,7 +181,9 @@ class ClientCore:
     Args:
         url: ``host:port`` of Triton's HTTP or gRPC endpoint (no scheme).
         protocol: "http" or "grpc".
-        timeout_s: default per-call timeout, seconds (each attempt of a call gets this long).
+        timeout_s: default per-call timeout, seconds: no retry starts after it has passed (an attempt
+            gets what is left of it in ``AsyncClient`` and over gRPC, all of it per socket operation
+            in the sync HTTP client).
         retry: retry policy for retryable errors (:class:`~fastpath_client.errors.UnavailableError`).
         shared_memory: "auto", "always" or "never" (see :class:`~fastpath_client.shm.SharedMemoryPolicy`).
         shm_threshold_bytes: inputs from this size use shared memory in "auto" mode.
