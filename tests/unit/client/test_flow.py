@@ -122,3 +122,60 @@ def test_no_jobs_and_a_bad_limit():
 def test_fan_out_never_exceeds_the_bound_or_the_servers_queue(spec, requests, items, max_in_flight, expected):
     """requests in flight = min(requests, max_in_flight, queue items // items per request, queue requests), >= 1."""
     assert fan_out(spec, requests, items, max_in_flight) == expected
+
+
+class CountingTransport:
+    """In place of tritonclient's aio client: each infer waits until released and records how many
+    were in flight at once."""
+
+    def __init__(self):
+        self.in_flight = self.most = self.calls = 0
+        self.release = asyncio.Event()
+
+    async def infer(self, model, inputs, model_version="", outputs=None):
+        self.calls += 1
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            await self.release.wait()
+        finally:
+            self.in_flight -= 1
+        return self
+
+    def as_numpy(self, name):
+        import numpy as np
+
+        return np.zeros((1, 1), np.float32)
+
+    async def close(self):
+        pass
+
+
+def test_async_client_bounds_requests_in_flight_across_concurrent_calls():
+    """Ten concurrent infer() calls on one AsyncClient(max_in_flight=3): never more than 3 reach the
+    transport at once, and all ten complete once released."""
+    from fastpath_client import AsyncClient
+
+    async def scenario():
+        transport = CountingTransport()
+        client = AsyncClient("127.0.0.1:1", max_in_flight=3, shared_memory="never")
+        client._triton = lambda: transport
+        calls = [asyncio.ensure_future(client.infer("m", {"X": [[1.0]]}, outputs=["Y"])) for _ in range(10)]
+        await _until(lambda: transport.in_flight == 3)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert transport.calls == 3
+        transport.release.set()
+        await asyncio.gather(*calls)
+        return transport
+
+    transport = asyncio.run(scenario())
+    assert transport.most == 3 and transport.calls == 10
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, "8"])
+def test_async_client_refuses_a_bad_max_in_flight(value):
+    from fastpath_client import AsyncClient, InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=f"max_in_flight must be a whole number >= 1 \\(requests\\), or None; got {value!r}"):
+        AsyncClient("127.0.0.1:8000", max_in_flight=value)
