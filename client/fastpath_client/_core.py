@@ -181,7 +181,9 @@ class ClientCore:
     Args:
         url: ``host:port`` of Triton's HTTP or gRPC endpoint (no scheme).
         protocol: "http" or "grpc".
-        timeout_s: default per-call timeout, seconds (each attempt of a call gets this long).
+        timeout_s: default per-call timeout, seconds: no retry starts after it has passed (an attempt
+            gets what is left of it in ``AsyncClient`` and over gRPC, all of it per socket operation
+            in the sync HTTP client).
         retry: retry policy for retryable errors (:class:`~fastpath_client.errors.UnavailableError`).
         shared_memory: "auto", "always" or "never" (see :class:`~fastpath_client.shm.SharedMemoryPolicy`).
         shm_threshold_bytes: inputs from this size use shared memory in "auto" mode.
@@ -232,8 +234,10 @@ class ClientCore:
     def _timeout(self, timeout_s: float | None) -> float:
         return self.timeout_s if timeout_s is None else float(timeout_s)
 
-    def _backoff(self) -> Backoff:
-        return Backoff(self.retry, clock=self._clock)
+    def _backoff(self, timeout_s: float | None = None) -> Backoff:
+        """The retry state of one call; with ``timeout_s``, no retry starts after it has passed."""
+        deadline = None if timeout_s is None else self._clock() + timeout_s
+        return Backoff(self.retry, clock=self._clock, call_deadline_s=deadline)
 
     def _retried(self, retry_number: int, error: FastPathClientError, delay_s: float) -> None:
         self.counters["retries"] += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -31,6 +32,7 @@ from fastpath_client.errors import (
     ProtocolMismatchError,
     RequestTimeoutError,
 )
+from fastpath_client.flow import fan_out, run_bounded
 from fastpath_client.retry import acall_with_retry
 from fastpath_client.tensors import ModelSpec, model_spec, model_statistics, repository_versions, text_sequence
 
@@ -40,23 +42,40 @@ T = TypeVar("T")
 class AsyncClient(ClientCore):
     """The awaitable twin of :class:`~fastpath_client.Client`: same methods, same errors, same retries.
 
-    Each attempt is bounded by ``asyncio.wait_for(..., timeout_s)``. Calls may run concurrently on one
-    instance (``asyncio.gather``); ``embed`` sends its chunks and ``detect_text`` its images concurrently.
-    The connection is opened on first use inside the running event loop; ``await client.close()`` (or
-    ``async with``) closes it.
+    Calls may run concurrently on one instance (``asyncio.gather``). At most ``max_in_flight``
+    inference requests are in flight at once across all of them; the rest wait in the client, in
+    order. ``embed`` sends its chunks and ``detect_text`` its images concurrently, never more at once
+    than that bound or than the server's queue holds (the model config's ``max_queue_texts`` /
+    ``max_queue_size``), and no request of theirs outlives the call (an error or a cancellation
+    cancels the others). A request's ``timeout_s`` runs from when it gets its slot and bounds its
+    attempts and backoff together. The connection is opened on first use inside the running event
+    loop; ``await client.close()`` (or ``async with``) closes it.
 
     Args:
         url, protocol, **options: as for :class:`~fastpath_client._core.ClientCore`.
+        max_in_flight: inference requests in flight at once (>= 1), 8 by default: with requests of 64
+            texts that is half of FastPath's default queue (1024 texts), enough to keep both engine
+            lanes busy with the next batches already queued. None: no bound (a load generator that
+            sets its own concurrency).
         max_connections: HTTP connection pool size (aiohttp ``limit``).
         sleep: awaitable sleep, injectable for tests.
+
+    Raises:
+        InvalidInputError: ``max_in_flight`` is not None and below 1.
     """
 
-    def __init__(self, url: str = "localhost:8000", protocol: str = "http", *, max_connections: int = 256,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, **options: Any) -> None:
+    def __init__(self, url: str = "localhost:8000", protocol: str = "http", *, max_in_flight: int | None = 8,
+                 max_connections: int = 256, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 **options: Any) -> None:
         super().__init__(url, protocol, **options)
+        if max_in_flight is not None and (not isinstance(max_in_flight, int) or isinstance(max_in_flight, bool)
+                                          or max_in_flight < 1):
+            raise InvalidInputError(f"max_in_flight must be a whole number >= 1 (requests), or None; got {max_in_flight!r}")
+        self.max_in_flight = max_in_flight
         self._sleep = sleep
         self._max_connections = max_connections
         self._client: Any = None
+        self._slots: asyncio.Semaphore | None = None
 
     def _triton(self) -> Any:
         if self._client is None:
@@ -75,16 +94,26 @@ class AsyncClient(ClientCore):
                     timeout_s: float | None = None, *, retry: bool = True) -> T:
         """Await ``operation(triton_client)`` under the timeout, with error mapping and retries."""
         timeout = self._timeout(timeout_s)
+        backoff = self._backoff(timeout)
 
         async def attempt() -> T:
-            try:
-                return await asyncio.wait_for(operation(self._triton()), timeout)
+            try:  # each attempt gets what is left of the call's timeout
+                return await asyncio.wait_for(operation(self._triton()), backoff.remaining_s())
             except Exception as exc:
                 raise self._error(exc, model, timeout) from exc
 
         if not retry:
             return await attempt()
-        return await acall_with_retry(attempt, self._backoff(), sleep=self._sleep, on_retry=self._retried)
+        return await acall_with_retry(attempt, backoff, sleep=self._sleep, on_retry=self._retried)
+
+    def _slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A place among the ``max_in_flight`` inference requests (held through retries and backoff, so
+        a busy server sees fewer requests, not more); a no-op context without a bound."""
+        if self.max_in_flight is None:
+            return contextlib.nullcontext()
+        if self._slots is None:  # made in the running loop, like the connection
+            self._slots = asyncio.Semaphore(self.max_in_flight)
+        return self._slots
 
     async def ready(self, model: str | None = None, *, timeout_s: float | None = None) -> bool:
         """Whether the server (and ``model``, when given) is ready; False when unreachable. Never raises."""
@@ -181,8 +210,9 @@ class AsyncClient(ClientCore):
     async def _infer(self, model: str, inputs: Mapping[str, Any], outputs: Sequence[str] | None, version: str,
                      timeout_s: float | None, *, retry: bool) -> dict[str, np.ndarray]:
         request = self._prepare(model, inputs, outputs)
-        return await self._call(model, lambda c: self._infer_once(c, model, version, request, outputs), timeout_s,
-                                retry=retry)
+        async with self._slot():
+            return await self._call(model, lambda c: self._infer_once(c, model, version, request, outputs), timeout_s,
+                                    retry=retry)
 
     async def _infer_once(self, triton: Any, model: str, version: str, request: Any,
                           names: Sequence[str] | None) -> dict[str, np.ndarray]:
@@ -244,38 +274,51 @@ class AsyncClient(ClientCore):
 
     async def embed(self, texts: Iterable[str | bytes], *, model: str = EMBEDDING_MODEL,
                     timeout_s: float | None = None) -> np.ndarray:
-        """Sentence embeddings, float32 [N, 384]; chunks of ``max_batch_size`` go concurrently.
+        """Sentence embeddings, float32 [N, 384], rows in input order; chunks of ``max_batch_size`` texts
+        go concurrently, as many at once as :func:`~fastpath_client.flow.fan_out` allows.
 
         Raises:
             InvalidInputError: as :meth:`fastpath_client.Client.embed`; a refused text is named by its
                 index in ``texts``.
+            FastPathClientError: the first chunk that failed after its retries (the others are cancelled).
         """
         texts = text_sequence(texts, name=TEXT_INPUT)
         spec = await self.model_config(model)
+        batches = self._embed_batches(spec, texts)
 
-        async def chunk(offset: int, batch: np.ndarray) -> np.ndarray:
-            with items_from(offset, (TEXT_INPUT,)):
-                result = await self.infer(model, {TEXT_INPUT: batch}, outputs=[EMBEDDING_OUTPUT], timeout_s=timeout_s)
-            return result[EMBEDDING_OUTPUT]
+        def chunk(offset: int, batch: np.ndarray) -> Callable[[], Awaitable[np.ndarray]]:
+            async def send() -> np.ndarray:
+                with items_from(offset, (TEXT_INPUT,)):
+                    result = await self.infer(model, {TEXT_INPUT: batch}, outputs=[EMBEDDING_OUTPUT], timeout_s=timeout_s)
+                return result[EMBEDDING_OUTPUT]
 
-        parts = await asyncio.gather(*(chunk(offset, batch) for offset, batch in self._embed_batches(spec, texts)))
-        return self._embed_join(spec, list(parts), len(texts))
+            return send
+
+        limit = fan_out(spec, len(batches), max((len(b) for _, b in batches), default=0), self.max_in_flight)
+        parts = await run_bounded([chunk(offset, batch) for offset, batch in batches], max(limit, 1))
+        return self._embed_join(spec, parts, len(texts))
 
     async def detect_text(self, images: Sequence[Any], *, model: str = DETECTION_MODEL,
                           timeout_s: float | None = None) -> list[detection.Detection]:
-        """Text boxes per image; see :meth:`fastpath_client.Client.detect_text`. Images go concurrently.
+        """Text boxes per image; see :meth:`fastpath_client.Client.detect_text`. Images go concurrently,
+        bounded like :meth:`embed`'s chunks.
 
         Raises:
             InvalidInputError: as :meth:`fastpath_client.Client.detect_text`, naming the image's index.
         """
-        io, requests = self._detection_plan(await self.model_config(model), images)
+        spec = await self.model_config(model)
+        io, requests = self._detection_plan(spec, images)
 
-        async def one(index: int, inputs: dict) -> detection.Detection:
-            with items_from(index, self._image_inputs(io)):
-                result = await self.infer(model, inputs, outputs=io.outputs, timeout_s=timeout_s)
-            return detection.parse_detection(io, model, result)
+        def one(index: int, inputs: dict) -> Callable[[], Awaitable[detection.Detection]]:
+            async def send() -> detection.Detection:
+                with items_from(index, self._image_inputs(io)):
+                    result = await self.infer(model, inputs, outputs=io.outputs, timeout_s=timeout_s)
+                return detection.parse_detection(io, model, result)
 
-        return list(await asyncio.gather(*(one(index, inputs) for index, inputs in enumerate(requests))))
+            return send
+
+        limit = fan_out(spec, len(requests), 1, self.max_in_flight)
+        return await run_bounded([one(index, inputs) for index, inputs in enumerate(requests)], max(limit, 1))
 
     async def swap(self, model: str, version: int, *, timeout_s: float = 180.0) -> dict[str, Any]:
         """Make ``version`` of ``model`` active, live; see :meth:`fastpath_client.Client.swap`."""
@@ -303,7 +346,7 @@ class AsyncClient(ClientCore):
         if self._client is not None:
             await self._release(self._client, self._pool.drain())
         await self._drain_unregister(drain_s)
-        client, self._client = self._client, None
+        client, self._client, self._slots = self._client, None, None
         if client is not None:
             await client.close()
 

@@ -85,9 +85,11 @@ class Client(ClientCore):
               *, retry: bool = True) -> T:
         """Run ``operation(triton_client, timeout_kwargs)`` with error mapping and retries."""
         timeout = self._timeout(timeout_s)
-        kwargs = {"client_timeout": timeout} if self.protocol == "grpc" else {}
+        backoff = self._backoff(timeout)
 
         def attempt() -> T:
+            # gRPC: the call deadline is what is left of the timeout; HTTP: a pool per timeout value
+            kwargs = {"client_timeout": backoff.remaining_s()} if self.protocol == "grpc" else {}
             try:
                 return operation(self._triton(timeout), kwargs)
             except Exception as exc:
@@ -95,7 +97,7 @@ class Client(ClientCore):
 
         if not retry:
             return attempt()
-        return call_with_retry(attempt, self._backoff(), sleep=self._sleep, on_retry=self._retried)
+        return call_with_retry(attempt, backoff, sleep=self._sleep, on_retry=self._retried)
 
     # -- server and model state ------------------------------------------------------------------------
 

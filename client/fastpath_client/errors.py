@@ -13,8 +13,12 @@ class                       HTTP / gRPC status                           retried
 InvalidInputError           400, 413 / INVALID_ARGUMENT, RESOURCE_EXHAUSTED  no
 ModelNotFoundError          404 "is not found"                           no
 PermissionDeniedError       403 / PERMISSION_DENIED (restricted API)     no
-ModelNotReadyError          404 / NOT_FOUND "has no available versions"  yes (model loading)
+ModelNotReadyError          404 / NOT_FOUND "has no available versions"  yes, until the deadline (loading)
+ModelRestartingError        500 / INTERNAL "Stub process ... is not      yes, until the deadline
+                            healthy" (an instance being reloaded)
 UnavailableError            502, 503 / UNAVAILABLE                       yes
+ServerBusyError             503 / UNAVAILABLE "Exceeds maximum queue     yes, until the deadline
+                            size" (the server's queue is full)
 ServerConnectionError       connection refused / reset                   yes
 ProtocolMismatchError       the port answers the other protocol          no
 RequestTimeoutError         504 / DEADLINE_EXCEEDED, client timeout      no
@@ -25,6 +29,7 @@ ServerError                 500 and anything else                        no
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 
 EMPTY_BODY_MESSAGE = "client received an empty response from the server."
@@ -41,9 +46,12 @@ class FastPathClientError(Exception):
         url: the server address the client talked to.
         model: the model of the call, or None.
         retryable: whether the client's retry policy retries this error.
+        until_deadline: a retryable error that is retried until the call's deadline without counting
+            towards ``RetryPolicy.max_attempts``: the server is busy or restarting, and says so.
     """
 
     retryable = False
+    until_deadline = False
 
     def __init__(self, message: str, *, server_message: str = "", status: str | None = None,
                  url: str = "", model: str | None = None) -> None:
@@ -72,8 +80,26 @@ class UnavailableError(FastPathClientError):
     retryable = True
 
 
+class ServerBusyError(UnavailableError):
+    """The server's queue is full ("Exceeds maximum queue size", Triton's wording, FastPath's too):
+    back-pressure. Retried with backoff until the call's deadline, however many attempts that takes."""
+
+    until_deadline = True
+
+
 class ModelNotReadyError(UnavailableError):
-    """The model exists but has no ready version (loading, or failed to load); retried with backoff."""
+    """The model exists but has no ready version (loading, or failed to load): retried with backoff until
+    the call's deadline, as a load (or the unload and load of a reload) takes seconds."""
+
+    until_deadline = True
+
+
+class ModelRestartingError(ModelNotReadyError):
+    """An instance of the model has no healthy backend process: Triton 2.51 answers HTTP 500 / INTERNAL
+    "Stub process '<instance>' is not healthy." while a crashed python-backend stub is being reloaded
+    (``fastpath serve`` reloads it; then "no available versions" until the load ends). Inference is
+    idempotent and the dead stub never answers the request, so it is retried with backoff until the
+    call's deadline."""
 
 
 class ServerConnectionError(UnavailableError, ConnectionError):
@@ -123,7 +149,15 @@ def _mismatch(url: str, model: str | None, got: str, reply: str, status: str | N
     return ProtocolMismatchError(text, server_message=reply, status=status, url=url, model=model)
 
 
+QUEUE_FULL = "Exceeds maximum queue size"
+STUB_UNHEALTHY = re.compile(r"Stub process '[^']*' is not healthy")
+
+
 def _class_for(status: str, message: str) -> type[FastPathClientError]:
+    if status in ("500", "INTERNAL") and STUB_UNHEALTHY.search(message):
+        return ModelRestartingError
+    if status in ("503", "UNAVAILABLE") and QUEUE_FULL in message:
+        return ServerBusyError
     if status in ("404", "NOT_FOUND"):
         return ModelNotReadyError if "no available versions" in message else ModelNotFoundError
     if status == "RESOURCE_EXHAUSTED":  # message too large vs. a server out of capacity

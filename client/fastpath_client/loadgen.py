@@ -13,7 +13,9 @@ stability like perf_analyzer: the last ``stable_windows`` windows must each lie 
 
 Server-side times come from Triton's statistics API: snapshots at the window boundaries, and the deltas
 over the reported windows of queue, compute_input, compute_infer and compute_output (average per
-request, microseconds), plus executions (so the average dynamic batch size).
+request, microseconds), plus executions (so the average dynamic batch size). Triton's times stop when
+the model's ``execute()`` returns; with a ``fastpath_metrics`` snapshot the split adds what FastPath's
+scheduler spent after that (queue wait and batch run, :mod:`fastpath_client.server_metrics`).
 """
 
 from __future__ import annotations
@@ -23,15 +25,17 @@ import dataclasses
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from fastpath_client.errors import FastPathClientError
+from fastpath_client.server_metrics import per_request_us
 
 MakeInputs = Callable[[int], Mapping[str, Any]]
 OnProgress = Callable[[float, float, int], None]
+Snapshot = Callable[[], Awaitable[Mapping[str, float]]]
 SERVER_PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
@@ -131,8 +135,10 @@ def is_stable(windows: list[dict[str, float]], count: int, pct: float) -> bool:
     return True
 
 
-def server_split(before: Mapping[str, tuple[int, int]], after: Mapping[str, tuple[int, int]]) -> dict[str, float]:
-    """Per-request averages (µs) of Triton's phases between two statistics snapshots, and batch counts."""
+def server_split(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, float]:
+    """Per-request averages (µs) of Triton's phases between two statistics snapshots, and batch counts;
+    with FastPath's seconds in both (key ``"fastpath"``), also ``fastpath_queue_us`` and
+    ``fastpath_batch_run_us`` (:func:`~fastpath_client.server_metrics.per_request_us`)."""
     def delta(key: str) -> tuple[int, int]:
         return after[key][0] - before[key][0], after[key][1] - before[key][1]
 
@@ -143,6 +149,8 @@ def server_split(before: Mapping[str, tuple[int, int]], after: Mapping[str, tupl
     inferences, executions = delta("inference_count")[0], delta("execution_count")[0]
     split.update(requests=delta("success")[0], failed=delta("fail")[0], inferences=inferences,
                  executions=executions, avg_batch_size=inferences / executions if executions else float("nan"))
+    if "fastpath" in before and "fastpath" in after:
+        split.update(per_request_us(before["fastpath"], after["fastpath"], inferences))
     return split
 
 
@@ -155,12 +163,17 @@ class LoadRun:
         make_inputs: ``make_inputs(i)`` -> the inputs of request ``i`` (name -> array).
         clock: monotonic clock, seconds.
         on_progress: ``on_progress(elapsed_s, planned_s, completed_requests)`` about 4 times a second.
+        fastpath_metrics: awaitable snapshot of FastPath's queued-path seconds
+            (:func:`fastpath_client.server_metrics.queued_seconds` of a scrape), taken with Triton's
+            statistics at each window boundary; None: Triton's split only.
     """
 
     def __init__(self, client: Any, settings: LoadSettings, make_inputs: MakeInputs, *,
-                 clock: Callable[[], float] = time.perf_counter, on_progress: OnProgress | None = None) -> None:
+                 clock: Callable[[], float] = time.perf_counter, on_progress: OnProgress | None = None,
+                 fastpath_metrics: Snapshot | None = None) -> None:
         self.client, self.settings, self.make_inputs = client, settings, make_inputs
         self._clock, self._on_progress = clock, on_progress
+        self._fastpath_metrics = fastpath_metrics
         self.records: list[Record] = []
         self.late_sends = 0
         self._running = True
@@ -219,14 +232,21 @@ class LoadRun:
     async def _measure(self, start: float) -> tuple[list[float], list[dict], list[dict]]:
         s = self.settings
         await asyncio.sleep(max(0.0, start + s.warmup_s - self._clock()))
-        boundaries, snapshots, windows = [self._clock()], [await self.client.statistics(s.model)], []
+        boundaries, snapshots, windows = [self._clock()], [await self._snapshot()], []
         while len(windows) < s.max_windows and not is_stable(windows, s.stable_windows, s.stability_pct):
             await asyncio.sleep(max(0.0, boundaries[-1] + s.window_s - self._clock()))
-            snapshots.append(await self.client.statistics(s.model))
+            snapshots.append(await self._snapshot())
             boundaries.append(self._clock())
             windows.append(window_summary(self.records, boundaries[-2], boundaries[-1]))
             self._windows_done = len(windows)
         return boundaries, snapshots, windows
+
+    async def _snapshot(self) -> dict[str, Any]:
+        """Triton's statistics of the model and, when asked for, FastPath's queued-path seconds (``"fastpath"``)."""
+        snapshot: dict[str, Any] = dict(await self.client.statistics(self.settings.model))
+        if self._fastpath_metrics is not None:
+            snapshot["fastpath"] = await self._fastpath_metrics()
+        return snapshot
 
     async def _tick(self, start: float) -> None:
         s = self.settings

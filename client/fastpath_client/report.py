@@ -10,8 +10,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+# what the client saw beyond the server's measured phases: FastPath's answer delivery (building and
+# sending the response after the batch ran), the network and the client itself
+REST = "delivery + network + client"
 PHASE_COLORS = {"queue": "#e15759", "compute_input": "#f28e2b", "compute_infer": "#4e79a7",
-                "compute_output": "#76b7b2", "client + network": "#bab0ac"}
+                "compute_output": "#76b7b2", "FastPath queue": "#edc948", "FastPath batch run": "#59a14f",
+                REST: "#bab0ac"}
+FASTPATH_PHASES = {"FastPath queue": "fastpath_queue_us", "FastPath batch run": "fastpath_batch_run_us"}
 
 
 def _finite(value: Any) -> Any:
@@ -44,14 +49,18 @@ def has_responses(result: dict[str, Any]) -> bool:
 
 
 def time_split_ms(result: dict[str, Any]) -> dict[str, float]:
-    """Average time per request by phase (ms): Triton's phases, then what the client saw beyond them
-    (0 where a value is undefined, e.g. no responses)."""
+    """Average time per request by phase (ms): Triton's phases (which end when the model's ``execute()``
+    returns), FastPath's queue wait and batch run after that (when the bench read FastPath's metrics),
+    then what the client saw beyond them (:data:`REST`; 0 where a value is undefined, e.g. no responses)."""
     server = result["server"]
     split = {phase: (_value(server.get(f"{phase}_us")) or 0.0) / 1e3 for phase in
              ("queue", "compute_input", "compute_infer", "compute_output")}
     server_total_ms = (_value(server.get("success_us")) or 0.0) / 1e3
+    for phase, key in FASTPATH_PHASES.items():
+        split[phase] = (_value(server.get(key)) or 0.0) / 1e3
+        server_total_ms += split[phase]
     client_ms = _value(result["latency_ms"].get("avg")) or 0.0
-    split["client + network"] = max(client_ms - server_total_ms, 0.0)
+    split[REST] = max(client_ms - server_total_ms, 0.0)
     return split
 
 
@@ -91,7 +100,8 @@ def _split_panel(axis: Any, results: list[dict[str, Any]]) -> None:
         axis.barh(labels, widths, left=left, color=color, label=phase)
         left = [a + b for a, b in zip(left, widths)]
     axis.set_xlabel("average time per request (ms)")
-    axis.set_title("where the time goes (Triton statistics)")
+    fastpath = any(_value(r["server"].get(key)) is not None for r in results for key in FASTPATH_PHASES.values())
+    axis.set_title("where the time goes (Triton statistics" + (" + FastPath metrics)" if fastpath else ")"))
     axis.invert_yaxis()
     axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8, frameon=False)
     axis.grid(axis="x", alpha=0.3)

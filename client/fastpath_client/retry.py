@@ -2,8 +2,11 @@
 
 The delay before retry ``k`` (0-based) is ``min(max_backoff_s, initial_backoff_s * multiplier**k)``,
 reduced by up to ``jitter`` of itself at random ("equal jitter"), so many clients that fail at once
-do not come back at once. Retrying stops after ``max_attempts`` attempts or when the next attempt
-would start later than ``deadline_s`` after the first, whichever comes first.
+do not come back at once. Retrying stops after ``max_attempts`` attempts, or when the next attempt
+would start later than ``deadline_s`` after the first or after the call's own deadline (its
+``timeout_s``), whichever comes first. Answers that say the server is busy or restarting
+(``error.until_deadline``: a full queue, a model loading, a model instance being reloaded) do not count towards
+``max_attempts``: they are retried until a deadline, unless retries are off (``max_attempts=1``).
 
 Clocks, sleeps and the random source are injected so tests run without sleeping.
 """
@@ -68,26 +71,41 @@ class Backoff:
         policy: the retry policy.
         clock: monotonic clock in seconds.
         rng: source of ``random()`` values in [0, 1).
+        call_deadline_s: reading of ``clock`` after which no retry starts (the call's timeout); None: only
+            the policy's ``deadline_s`` applies.
     """
 
     def __init__(self, policy: RetryPolicy, *, clock: Callable[[], float] = time.monotonic,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, call_deadline_s: float | None = None) -> None:
         self.policy = policy
         self._clock = clock
         self._rng = rng or random.Random()
         self._start = clock()
+        self.call_deadline_s = self._deadline_s = call_deadline_s
+        if policy.deadline_s is not None:
+            policy_end = self._start + policy.deadline_s
+            self._deadline_s = policy_end if call_deadline_s is None else min(call_deadline_s, policy_end)
         self.retries = 0
+        self.counted = 0  # retries that count towards max_attempts
 
     def next_delay_s(self, error: FastPathClientError) -> float | None:
         """Seconds to wait before retrying after ``error``; None when the call should fail with it."""
-        if not error.retryable or self.retries + 1 >= self.policy.max_attempts:
+        if not error.retryable or self.policy.max_attempts == 1:
+            return None
+        counts = not error.until_deadline
+        if counts and self.counted + 1 >= self.policy.max_attempts:
             return None
         delay = self.policy.delay_s(self.retries, self._rng.random())
-        deadline = self.policy.deadline_s
-        if deadline is not None and self._clock() + delay - self._start > deadline:
+        if self._deadline_s is not None and self._clock() + delay > self._deadline_s:
             return None
         self.retries += 1
+        self.counted += counts
         return delay
+
+    def remaining_s(self) -> float | None:
+        """Seconds left until the call's deadline (never below 0), the most the next attempt may take;
+        None without a call deadline."""
+        return None if self.call_deadline_s is None else max(self.call_deadline_s - self._clock(), 0.0)
 
 
 def call_with_retry(call: Callable[[], T], backoff: Backoff, *, sleep: Callable[[float], None] = time.sleep,

@@ -43,12 +43,18 @@ class ModelSpec:
         name: model name.
         max_batch_size: 0 when the model does not batch (then dims are full shapes).
         inputs, outputs: the tensors, in config order.
+        max_queue_items: items (texts, images) the server queues for the model before it answers
+            busy: FastPath's ``max_queue_texts`` parameter; None when the config does not say.
+        max_queue_requests: requests Triton's dynamic batcher queues
+            (``default_queue_policy.max_queue_size``); None when unlimited or not set.
     """
 
     name: str
     max_batch_size: int
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    max_queue_items: int | None = None
+    max_queue_requests: int | None = None
 
     def input(self, name: str) -> TensorSpec:
         """The input called ``name``.
@@ -85,7 +91,24 @@ def model_spec(config: Mapping[str, Any]) -> ModelSpec:
         max_batch_size=int(config.get("max_batch_size", 0)),
         inputs=tuple(_tensor(t) for t in config.get("input", ())),
         outputs=tuple(_tensor(t) for t in config.get("output", ())),
+        max_queue_items=_positive(_parameter(config, "max_queue_texts")),
+        max_queue_requests=_positive(config.get("dynamic_batching", {}).get("default_queue_policy", {}).get("max_queue_size")),
     )
+
+
+def _parameter(config: Mapping[str, Any], key: str) -> Any:
+    """A ``parameters`` entry's string value (HTTP's JSON and gRPC's ``as_json`` spell it alike)."""
+    entry = config.get("parameters", {}).get(key, {})
+    return entry.get("string_value") if isinstance(entry, Mapping) else None
+
+
+def _positive(value: Any) -> int | None:
+    """``value`` as a positive int; None when it is missing, 0 (Triton's "no limit") or not a number."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
 
 
 def text_sequence(texts: Iterable[str | bytes], *, name: str = "TEXT") -> Sequence[str | bytes] | np.ndarray:

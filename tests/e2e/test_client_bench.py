@@ -53,3 +53,35 @@ def test_request_rate_over_grpc_to_the_server_the_environment_names(triton_serve
     (result,) = report["results"]
     assert result["label"] == "r=5/s" and result["poisson"] is True
     _check_result(result)
+
+
+def test_split_takes_fastpath_time_after_execute_from_its_metrics(triton_server, tmp_path):
+    """At concurrency 8 FastPath answers from its scheduler after execute() returned, which Triton's
+    statistics do not see; the bench reads FastPath's queued-path counters from the metrics port over the
+    same windows. The parts add up to the client's average latency, FastPath's queue wait and batch run
+    are positive, the rest (delivery + network + client) is the client's average less Triton's total and FastPath's parts, and
+    that rest is less than the server's share."""
+    from fastpath_client.report import REST, time_split_ms
+
+    metrics = f"127.0.0.1:{triton_server.options.metrics_port}"
+    report = _bench(tmp_path, triton_server.http_url, "http", "--concurrency", "8", "--metrics-url", metrics)
+    (result,) = report["results"]
+    _check_result(result)
+    assert report["fastpath_metrics"] is True
+    server = result["server"]
+    assert server["fastpath_queue_us"] > 0 and server["fastpath_batch_run_us"] > 0
+    split = time_split_ms(result)
+    server_ms = (server["success_us"] + server["fastpath_queue_us"] + server["fastpath_batch_run_us"]) / 1e3
+    assert split[REST] == pytest.approx(result["latency_ms"]["avg"] - server_ms, abs=1e-9)
+    assert split[REST] < server_ms, split
+    print({k: round(v, 2) for k, v in split.items()})
+
+
+def test_an_unanswered_metrics_port_leaves_triton_split_only(triton_server, tmp_path, caplog):
+    """--metrics-url pointing at a closed port: the bench runs, warns once, and reports Triton's phases only."""
+    from tests.conftest import free_ports
+
+    (closed,) = free_ports(1)
+    report = _bench(tmp_path, triton_server.http_url, "http", "--concurrency", "1", "--metrics-url", f"127.0.0.1:{closed}")
+    assert report["fastpath_metrics"] is False and "fastpath_queue_us" not in report["results"][0]["server"]
+    assert "no FastPath metrics at 127.0.0.1" in caplog.text

@@ -84,13 +84,17 @@ def test_scheduler_metrics_are_published(triton_server, sentences):
     text = _metrics(triton_server)
     labels = {"model": MODEL, "version": "1"}
     assert _metric_sum(text, "fastpath_batch_size_count", **labels) >= 1
-    assert _metric_sum(text, "fastpath_queue_delay_us_count", **labels) == _metric_sum(text, "fastpath_batch_size_count", **labels)
+    assert _metric_sum(text, "fastpath_queue_delay_seconds_count", **labels) == _metric_sum(text, "fastpath_batch_size_count", **labels)
     assert _metric_sum(text, "fastpath_batch_size_sum", **labels) >= 20  # every text was dispatched
-    assert _metric_sum(text, "fastpath_queue_duration_us", **labels) > 0
-    assert _metric_sum(text, "fastpath_batch_padding_fraction_count", **labels) >= 1
+    assert _metric_sum(text, "fastpath_queue_duration_seconds_total", **labels) > 0
+    # seconds, not microseconds: 20 texts' summed engine time is well under a minute
+    assert 0 < _metric_sum(text, "fastpath_text_execution_seconds_total", **labels) < 60
+    assert _metric_sum(text, "fastpath_batch_padding_ratio_count", **labels) >= 1
     real = _metric_sum(text, "fastpath_real_tokens_total", **labels)
     assert real > 0 and _metric_sum(text, "fastpath_padded_tokens_total", **labels) >= real
-    assert re.search(r'fastpath_batch_execution_us_bucket\{[^}]*batch_size="\d+"[^}]*seq_length="\d+"', text)
+    assert re.search(r'fastpath_batch_execution_seconds_bucket\{[^}]*batch_size="\d+"[^}]*seq_length="\d+"', text)
+    assert "# TYPE fastpath_queue_duration_seconds_total counter" in text
+    assert re.search(r'fastpath_text_execution_seconds_total\{model="text_embedding",path="(queued|inline)",pid="\d+",version="1"\}', text)
     assert "# TYPE fastpath_batch_size histogram" in text
     # every series names the stub that publishes it (pid), so two stubs never share one (triton-inference-server/server#8663)
     assert re.search(r'fastpath_rejected_texts_total\{model="text_embedding",pid="\d+",reason="timeout",version="1"\}', text)

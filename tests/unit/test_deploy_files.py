@@ -172,6 +172,20 @@ def test_metric_scanner_finds_every_fastpath_family_the_live_server_exported():
     assert record["triton_version"] == "2.51.0"
 
 
+def test_fastpath_families_follow_prometheus_naming():
+    """Counters end in _total, nothing else does; no family carries a non-base time unit (_us, _ms): durations
+    are _seconds (histograms where a latency is exported); ratios end in _ratio, not _fraction."""
+    record = json.loads((DOCKER / "metrics" / "triton-metrics.json").read_text())
+    kinds = {name: kind for name, kind in record["scraped"].items() if name.startswith("fastpath_")}
+    for name in registered_fastpath_families():
+        assert not re.search(r"_(us|ms|microseconds|milliseconds|fraction)(_|$)", name), name
+        if any(word in name for word in ("delay", "duration", "execution", "latency")):
+            assert "_seconds" in name, name
+    for name, kind in kinds.items():
+        assert (kind == "counter") == name.endswith("_total"), (name, kind)
+    assert kinds["fastpath_queue_delay_seconds"] == kinds["fastpath_batch_execution_seconds"] == "histogram"
+
+
 ALL_QUERIES = dashboard_queries() + [
     (f"adapter {r['name']['as']} {field}", r[field]) for r in adapter_rules() for field in ("seriesQuery", "metricsQuery")
 ]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import os
 
+from pytest import approx
+
 from fastpath.scheduling import Batch, Ticket, WorkItem
 from fastpath.triton.metrics import MetricsFlusher, SchedulerMetrics
 
@@ -68,17 +70,20 @@ def test_buffered_metrics_publish_nothing_until_flush_then_everything_once():
     metrics.flush()
     assert _metric("fastpath_real_tokens_total").value == 90  # 3 batches x 3 texts x 10 tokens
     assert _metric("fastpath_padded_tokens_total").value == 3 * 4 * 16
-    assert _metric("fastpath_queue_duration_us").value == 3 * 6000.0
-    assert _metric("fastpath_queue_delay_us").observations == [3000.0] * 3  # the oldest text of each batch
+    assert _metric("fastpath_queue_duration_seconds_total", path="queued").value == approx(3 * 0.006)
+    assert _metric("fastpath_queue_delay_seconds").observations == approx([0.003] * 3)  # the oldest text of each batch
     assert _metric("fastpath_batch_size").observations == [3.0] * 3
-    assert _metric("fastpath_batch_execution_us", batch_size="4", seq_length="16").observations == [5000.0] * 3
+    assert _metric("fastpath_batch_execution_seconds", batch_size="4", seq_length="16").observations == [0.005] * 3
+    # each text counts its call's engine time: 3 calls x 3 texts x 5 ms
+    assert _metric("fastpath_text_execution_seconds_total", path="queued").value == approx(3 * 3 * 0.005)
+    assert _metric("fastpath_text_execution_seconds_total", path="inline").value == 0
     assert _metric("fastpath_rejected_texts_total", reason="timeout").value == 2
     assert _metric("fastpath_invalid_requests_total").value == 1
     # every series names its stub process, so two stubs never share one (triton-inference-server/server#8663, docs/design/scheduler.md)
     for family in RecordingPbUtils.families.values():
         assert all(("pid", str(os.getpid())) in labels for labels in family.metrics), family.name
     counters = RecordingPbUtils.calls.count("increment")
-    assert counters == 5  # one increment per counter per flush, however many batches
+    assert counters == 6  # one increment per counter per flush, however many batches
     RecordingPbUtils.calls.clear()
     metrics.flush()
     assert RecordingPbUtils.calls == []  # nothing new, nothing sent
@@ -92,7 +97,25 @@ def test_unbuffered_metrics_publish_on_the_calling_thread():
     RecordingPbUtils.calls.clear()
     metrics = SchedulerMetrics(RecordingPbUtils, model="m", version="1", batch_buckets=(1, 2), buffered=False)
     metrics.dispatched(_batch(2, 7, 2, 16), [0.004, 0.001])
-    assert _metric("fastpath_real_tokens_total").value == 14 and _metric("fastpath_queue_delay_us").observations == [4000.0]
+    assert _metric("fastpath_real_tokens_total").value == 14 and _metric("fastpath_queue_delay_seconds").observations == [0.004]
+    metrics.close()
+
+
+def test_inline_texts_are_counted_apart_from_queued_ones():
+    """Texts that execute() ran itself (inside Triton's compute_infer) go to path="inline"; the scheduler's
+    to path="queued": a bench subtracts only the queued ones from what Triton's statistics miss."""
+    RecordingPbUtils.calls.clear()
+    metrics = SchedulerMetrics(RecordingPbUtils, model="m", version="1", batch_buckets=(1, 2, 4), buffered=False)
+    inline, queued = _batch(2, 5, 2, 8), _batch(4, 5, 4, 8)
+    metrics.dispatched(inline, [0.001, 0.001], inline=True)
+    metrics.batch_done(inline, 0.010, None, inline=True)
+    metrics.dispatched(queued, [0.002] * 4)
+    metrics.batch_done(queued, 0.020, None)
+    assert _metric("fastpath_queue_duration_seconds_total", path="inline").value == approx(0.002)
+    assert _metric("fastpath_queue_duration_seconds_total", path="queued").value == approx(0.008)
+    assert _metric("fastpath_text_execution_seconds_total", path="inline").value == approx(0.020)
+    assert _metric("fastpath_text_execution_seconds_total", path="queued").value == approx(0.080)
+    assert _metric("fastpath_batch_size").observations == [2.0, 4.0]  # both paths are batches of the engine
     metrics.close()
 
 

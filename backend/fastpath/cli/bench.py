@@ -10,6 +10,9 @@ Triton's server-side split (queue, compute_input, compute_infer, compute_output)
 ``DIR/bench_<model>_<protocol>.json`` and ``.png`` and prints a table. Inputs are real: text inputs get
 sentences from Python's own documentation (``fastpath.text.corpus``); image inputs get photos from
 scikit-image when it is installed; other numeric inputs get seeded random values of ``--shape``.
+Triton's statistics stop when a model's ``execute()`` returns, and FastPath models answer later from
+their scheduler, so the split also takes FastPath's queue wait and batch run from Triton's metrics
+port (``--metrics-url``; ``fastpath_client.server_metrics``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from fastpath.errors import BenchError
 LOG = logging.getLogger("fastpath")
 POOL_REQUESTS = 64
 SERVER_WAIT_S = 60.0  # how long bench waits for a server (or the model) that is still starting
+METRICS_PORT = 8002  # Triton's default metrics port
+
+
 def _number(text: str, kind: type, lowest: float, strict: bool, what: str) -> Any:
     try:
         value = kind(text)
@@ -96,6 +102,9 @@ def register(subparsers: Any) -> None:
                        help="windows must agree within this percent")
     bench.add_argument("--url", default=None, help=f"HOST:PORT of Triton. {URL_DEFAULT}")
     bench.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    bench.add_argument("--metrics-url", default=None,
+                       help=f"HOST:PORT of Triton's metrics port, for FastPath's share of the server time "
+                            f"(default --url's host, port {METRICS_PORT}; 'none': Triton's statistics only)")
     bench.add_argument("--batch-size", type=_bounded(int, 1, False, "items per request"), default=1,
                        help="items (texts, images) per request")
     bench.add_argument("--shape", type=_shape, action="append", default=[], help="NAME:d1,d2 for inputs with -1 dims")
@@ -242,21 +251,44 @@ async def _wait_for_model(client: Any, model: str, protocol: str) -> None:
     await client.wait_ready(timeout_s=SERVER_WAIT_S, models=[model])
 
 
+async def _fastpath_snapshot(args: argparse.Namespace, url: str) -> Any:
+    """A snapshot of FastPath's queued-path seconds from the metrics port, or None (``--metrics-url none``,
+    or the port does not answer: then a warning says the split has Triton's phases only)."""
+    from fastpath_client.server_metrics import queued_seconds, scrape
+
+    metrics_url = args.metrics_url or f"{url.rsplit(':', 1)[0]}:{METRICS_PORT}"
+    if metrics_url == "none":
+        return None
+
+    async def snapshot() -> dict[str, float]:
+        return queued_seconds(await scrape(metrics_url), args.model)
+
+    try:
+        await snapshot()
+    except (OSError, ValueError) as exc:
+        LOG.warning("no FastPath metrics at %s (%s): the time split has Triton's phases only; set --metrics-url",
+                    metrics_url, exc)
+        return None
+    return snapshot
+
+
 async def _run_all(args: argparse.Namespace, url: str) -> dict[str, Any]:
     from fastpath_client import NO_RETRY, AsyncClient
     from fastpath_client.loadgen import LoadRun
 
     settings = _settings(args)
-    async with AsyncClient(url, args.protocol, retry=NO_RETRY, timeout_s=args.timeout_s,
-                           shared_memory=args.shared_memory) as client:
+    async with AsyncClient(url, args.protocol, retry=NO_RETRY, timeout_s=args.timeout_s, max_in_flight=None,
+                           shared_memory=args.shared_memory) as client:  # the load sets the concurrency
         await _wait_for_model(client, args.model, args.protocol)
         spec = await client.model_config(args.model)
         pool = input_pool(spec, args.batch_size, dict(args.shape))
+        fastpath_metrics = await _fastpath_snapshot(args, url)
         results = []
         for setting in settings:
             progress = _Progress(setting.label, not args.no_progress)
             try:
-                run = LoadRun(client, setting, lambda i: pool[i % len(pool)], on_progress=progress)
+                run = LoadRun(client, setting, lambda i: pool[i % len(pool)], on_progress=progress,
+                              fastpath_metrics=fastpath_metrics)
                 results.append(await run.run())
             finally:
                 progress.close()
@@ -265,6 +297,7 @@ async def _run_all(args: argparse.Namespace, url: str) -> dict[str, Any]:
         "tool": "fastpath bench", "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": platform.node(), "url": url, "protocol": args.protocol, "model": args.model,
         "inputs": {t.name: [t.datatype, list(t.dims)] for t in spec.inputs},
+        "fastpath_metrics": fastpath_metrics is not None,
         "settings": {"items_per_request": args.batch_size, "window_s": first.window_s, "warmup_s": first.warmup_s,
                      "stable_windows": first.stable_windows, "max_windows": first.max_windows,
                      "stability_pct": first.stability_pct, "shared_memory": args.shared_memory},
@@ -274,13 +307,14 @@ async def _run_all(args: argparse.Namespace, url: str) -> dict[str, Any]:
 
 def _table(report: dict[str, Any]) -> str:
     head = (f"{'config':>10} {'stable':>6} {'resp/s':>8} {'items/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
-            f"{'max ms':>8} {'errors':>6} {'queue us':>9} {'infer us':>9} {'batch':>5}")
+            f"{'max ms':>8} {'errors':>6} {'queue us':>9} {'infer us':>9} {'fp q us':>9} {'fp run us':>9} {'batch':>5}")
     rows = [head]
     for r in report["results"]:
         lat, srv = r["latency_ms"], r["server"]
         rows.append(f"{r['label']:>10} {str(r['stable']):>6} {r['throughput_per_s']:8.1f} {r['items_per_s']:8.1f} "
                     f"{lat['p50']:8.2f} {lat['p90']:8.2f} {lat['p99']:8.2f} {lat['max']:8.2f} {r['errors']:6d} "
-                    f"{srv['queue_us']:9.0f} {srv['compute_infer_us']:9.0f} {srv['avg_batch_size']:5.1f}")
+                    f"{srv['queue_us']:9.0f} {srv['compute_infer_us']:9.0f} {srv.get('fastpath_queue_us', math.nan):9.0f} "
+                    f"{srv.get('fastpath_batch_run_us', math.nan):9.0f} {srv['avg_batch_size']:5.1f}")
     rows += [f"{r['label']}: {r['note']}" for r in report["results"] if r.get("note")]
     return "\n".join(rows)
 

@@ -24,11 +24,12 @@ class BatchHandler(Protocol):
 class SchedulerObserver:
     """Hooks for metrics; the default does nothing. Called from the runner's threads."""
 
-    def dispatched(self, batch: Batch, queue_delays_s: Sequence[float]) -> None:
-        """A batch was formed; ``queue_delays_s`` per real text."""
+    def dispatched(self, batch: Batch, queue_delays_s: Sequence[float], *, inline: bool = False) -> None:
+        """A batch was formed; ``queue_delays_s`` per real text. ``inline``: Triton's ``execute()`` runs it
+        (its time is inside Triton's request statistics), not the scheduler after ``execute()`` returned."""
 
-    def batch_done(self, batch: Batch, seconds: float, error: BaseException | None) -> None:
-        """The engine ran ``batch`` in ``seconds`` (failed with ``error`` if set)."""
+    def batch_done(self, batch: Batch, seconds: float, error: BaseException | None, *, inline: bool = False) -> None:
+        """The engine ran ``batch`` in ``seconds`` (failed with ``error`` if set); ``inline`` as in :meth:`dispatched`."""
 
     def rejected(self, reason: str, texts: int) -> None:
         """Texts answered with an error before running: ``queue_full`` | ``shutdown`` | ``timeout`` | ``cancelled``."""

@@ -5,9 +5,15 @@ COUNTER, GAUGE and HISTOGRAM, and a HISTOGRAM metric takes its ``buckets`` at cr
 removed from the endpoint when its Python object is garbage-collected, so this class keeps every
 family and metric alive until :meth:`SchedulerMetrics.close`.
 
+Names follow Prometheus' conventions: base units (seconds, bytes, ratios 0-1 in ``_ratio``),
+counters end in ``_total``, latencies are histograms (``_bucket``/``_sum``/``_count``).
+
 Labels. Every series carries ``model``, ``version`` and ``pid`` (the stub process that publishes it;
-:func:`stub_labels`); execution time also ``batch_size`` and ``seq_length``. Sum over ``pid`` for a
-per-model figure, e.g. ``sum by (model, version) (rate(fastpath_batch_size_sum[1m]))``.
+:func:`stub_labels`); execution time also ``batch_size`` and ``seq_length``; the per-text time
+counters ``path``: ``queued`` for texts the scheduler ran after ``execute()`` had returned (their
+time is outside Triton's request statistics, which stop when ``execute()`` returns) and ``inline``
+for texts ``execute()`` ran itself (inside Triton's ``compute_infer``). Sum over ``pid`` (and
+``path``) for a per-model figure, e.g. ``sum by (model, version) (rate(fastpath_batch_size_sum[1m]))``.
 
 Why ``pid``. In Triton 2.51 two ``pb_utils`` metrics with the same family name and labels share one
 prometheus-cpp series, but each stub's family counts references to it on its own
@@ -21,21 +27,27 @@ new series (the same as prometheus_client's multiprocess ``pid`` label).
 
 Families:
     fastpath_batch_size                      HISTOGRAM  real texts per engine call
-    fastpath_batch_padding_fraction          HISTOGRAM  (padded - real tokens) / padded tokens, per call
+    fastpath_batch_padding_ratio             HISTOGRAM  (padded - real tokens) / padded tokens, per call
     fastpath_padded_tokens_total             COUNTER    tokens the engine processed (filler rows included)
     fastpath_real_tokens_total               COUNTER    tokens of real texts
-    fastpath_queue_delay_us                  HISTOGRAM  accept -> dispatch of the oldest text of each
-                                                        engine call, microseconds
-    fastpath_queue_duration_us               COUNTER    accept -> dispatch summed over every text (like
-                                                        Triton's nv_inference_queue_duration_us); its
-                                                        rate over ``fastpath_batch_size_sum``'s is the
-                                                        mean queue delay per text
+    fastpath_queue_delay_seconds             HISTOGRAM  accept -> dispatch of the oldest text of each
+                                                        engine call
+    fastpath_queue_duration_seconds_total    COUNTER    accept -> dispatch summed over every text, by
+                                                        ``path`` (like Triton's
+                                                        nv_inference_queue_duration_us); its rate over
+                                                        ``fastpath_batch_size_sum``'s is the mean queue
+                                                        delay per text
+    fastpath_text_execution_seconds_total    COUNTER    engine time of each text's call summed over
+                                                        texts (a call of 8 texts for 10 ms adds 80 ms),
+                                                        by ``path``: over ``fastpath_batch_size_sum``,
+                                                        the mean time a text's batch ran
     fastpath_rejected_texts_total            COUNTER    texts of requests answered with an error, by
                                                         ``reason`` (queue_full, shutdown, timeout,
                                                         cancelled); a request counts all its texts, so a
                                                         cancelled or shut-down one also counts any that
                                                         already ran (and are in fastpath_batch_size)
-    fastpath_batch_execution_us              HISTOGRAM  engine time per call, per (batch_size, seq_length) bucket
+    fastpath_invalid_requests_total          COUNTER    requests answered 400 for bad input
+    fastpath_batch_execution_seconds         HISTOGRAM  engine time per call, per (batch_size, seq_length) bucket
     fastpath_batch_failures_total            COUNTER    engine calls that raised
 
 Cost. Every ``pb_utils`` metric call (``observe``, ``increment``, ``set``) is a synchronous
@@ -61,9 +73,15 @@ from fastpath.scheduling import Batch, SchedulerObserver
 LOG = logging.getLogger(__name__)
 
 REJECT_REASONS = ("queue_full", "shutdown", "timeout", "cancelled")
-# microsecond histogram buckets: 100 us .. ~6.5 s in x4 steps
-US_BUCKETS = [100.0 * 4**k for k in range(9)]
-FRACTION_BUCKETS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 0.9]
+PATHS = ("queued", "inline")
+# latency histogram buckets in seconds: 100 us .. ~6.5 s in x4 steps
+SECONDS_BUCKETS = [1e-4 * 4**k for k in range(9)]
+RATIO_BUCKETS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 0.9]
+
+
+def _path(inline: bool) -> str:
+    """The ``path`` label: ``inline`` (``execute()`` ran the texts) or ``queued`` (the scheduler did, later)."""
+    return "inline" if inline else "queued"
 
 
 def stub_labels() -> dict[str, str]:
@@ -105,15 +123,17 @@ class SchedulerMetrics(SchedulerObserver):
         self._histogram = family.HISTOGRAM
         self._batch_size = make("fastpath_batch_size", "Real texts per engine call", family.HISTOGRAM,
                                 [float(b) for b in batch_buckets])
-        self._padding = make("fastpath_batch_padding_fraction", "Padded tokens that are not real text, per engine call",
-                             family.HISTOGRAM, FRACTION_BUCKETS)
+        self._padding = make("fastpath_batch_padding_ratio", "Padded tokens that are not real text, per engine call",
+                             family.HISTOGRAM, RATIO_BUCKETS)
         self._padded_tokens = make("fastpath_padded_tokens_total", "Tokens processed by the engine, padding included",
                                    family.COUNTER)
         self._real_tokens = make("fastpath_real_tokens_total", "Tokens of real texts processed by the engine", family.COUNTER)
-        self._queue_delay = make("fastpath_queue_delay_us", "Queue delay of the oldest text of each engine call, "
-                                 "accept to dispatch, microseconds", family.HISTOGRAM, US_BUCKETS)
-        self._queue_duration = make("fastpath_queue_duration_us", "Queue delay from accept to dispatch summed over "
-                                    "every text, microseconds", family.COUNTER)
+        self._queue_delay = make("fastpath_queue_delay_seconds", "Queue delay of the oldest text of each engine call, "
+                                 "accept to dispatch, seconds", family.HISTOGRAM, SECONDS_BUCKETS)
+        self._queue_duration = {path: make("fastpath_queue_duration_seconds_total", "Queue delay from accept to dispatch "
+                                           "summed over every text, seconds", family.COUNTER, path=path) for path in PATHS}
+        self._text_execution = {path: make("fastpath_text_execution_seconds_total", "Engine time of each text's call "
+                                           "summed over texts, seconds", family.COUNTER, path=path) for path in PATHS}
         self._failures = make("fastpath_batch_failures_total", "Engine calls that failed", family.COUNTER)
         # Triton 2.51 counts a request answered with an error through its response sender as a success
         # (nv_inference_request_success), so bad input is visible only here.
@@ -160,17 +180,17 @@ class SchedulerMetrics(SchedulerObserver):
             for metric, value in observations:
                 metric.observe(value)
 
-    def dispatched(self, batch: Batch, queue_delays_s: Sequence[float]) -> None:
+    def dispatched(self, batch: Batch, queue_delays_s: Sequence[float], *, inline: bool = False) -> None:
         self._observe(self._batch_size, float(batch.texts))
         padded, real = batch.padded_tokens, batch.real_tokens
         self._observe(self._padding, (padded - real) / padded if padded else 0.0)
         self._increment(self._padded_tokens, float(padded))
         self._increment(self._real_tokens, float(real))
         if queue_delays_s:
-            self._observe(self._queue_delay, max(queue_delays_s) * 1e6)
-            self._increment(self._queue_duration, sum(queue_delays_s) * 1e6)
+            self._observe(self._queue_delay, max(queue_delays_s))
+            self._increment(self._queue_duration[_path(inline)], sum(queue_delays_s))
 
-    def batch_done(self, batch: Batch, seconds: float, error: BaseException | None) -> None:
+    def batch_done(self, batch: Batch, seconds: float, error: BaseException | None, *, inline: bool = False) -> None:
         if error is not None:
             self._increment(self._failures, 1.0)
             return
@@ -179,9 +199,11 @@ class SchedulerMetrics(SchedulerObserver):
             metric = self._execution.get(key)
             if metric is None:
                 metric = self._execution[key] = self._make(
-                    "fastpath_batch_execution_us", "Engine time per call by batch bucket and padded length, microseconds",
-                    self._histogram, US_BUCKETS, batch_size=str(key[0]), seq_length=str(key[1]))
-        self._observe(metric, seconds * 1e6)
+                    "fastpath_batch_execution_seconds", "Engine time per call by batch bucket and padded length, seconds",
+                    self._histogram, SECONDS_BUCKETS, batch_size=str(key[0]), seq_length=str(key[1]))
+        self._observe(metric, seconds)
+        if batch.texts:
+            self._increment(self._text_execution[_path(inline)], seconds * batch.texts)
 
     def rejected(self, reason: str, texts: int) -> None:
         metric = self._rejected.get(reason)
@@ -203,7 +225,8 @@ class SchedulerMetrics(SchedulerObserver):
             self._execution.clear()
             self._rejected = {}
             self._batch_size = self._padding = self._padded_tokens = self._real_tokens = None
-            self._queue_delay = self._queue_duration = self._failures = self._invalid = None
+            self._queue_delay = self._failures = self._invalid = None
+            self._queue_duration = self._text_execution = dict.fromkeys(PATHS)
             self._families.clear()
             self._make = None
 

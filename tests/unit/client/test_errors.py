@@ -28,6 +28,12 @@ def _map(exc, model="text_embedding"):
         ("StatusCode.DEADLINE_EXCEEDED", "Deadline Exceeded", errors.RequestTimeoutError),
         ("StatusCode.RESOURCE_EXHAUSTED", "Received message larger than max (99 vs. 4)", errors.InvalidInputError),
         ("500", "boom", errors.ServerError),
+        ("503", "Exceeds maximum queue size: 1024 texts queued + 64 in this request > max_queue_texts=1024",
+         errors.ServerBusyError),
+        ("StatusCode.UNAVAILABLE", "Exceeds maximum queue size", errors.ServerBusyError),
+        ("500", "Stub process 'text_embedding_0_0' is not healthy.", errors.ModelRestartingError),
+        ("StatusCode.INTERNAL", "Stub process 'text_embedding_0_0' is not healthy.", errors.ModelRestartingError),
+        ("StatusCode.INTERNAL", "Failed to process the request(s) for model 'm', message: boom", errors.ServerError),
     ],
 )
 def test_server_statuses_map_to_classes_with_the_server_message(status, message, cls):
@@ -38,6 +44,8 @@ def test_server_statuses_map_to_classes_with_the_server_message(status, message,
     assert error.status == status.removeprefix("StatusCode.")
     assert URL in str(error) and "text_embedding" in str(error)
     assert error.retryable == issubclass(cls, errors.UnavailableError)
+    # busy, loading and restarting answers are retried until the deadline; other retryable ones up to max_attempts
+    assert error.until_deadline == issubclass(cls, (errors.ServerBusyError, errors.ModelNotReadyError))
 
 
 def test_empty_body_from_a_proxy_is_explained():

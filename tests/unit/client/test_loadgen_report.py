@@ -17,7 +17,7 @@ from fastpath_client.loadgen import (
     server_split,
     window_summary,
 )
-from fastpath_client.report import PHASE_COLORS, has_responses, time_split_ms, write_json, write_png
+from fastpath_client.report import PHASE_COLORS, REST, has_responses, time_split_ms, write_json, write_png
 
 
 def test_percentiles_in_ms():
@@ -70,7 +70,7 @@ def test_report_json_is_standard_and_png_is_written(tmp_path):
     path = write_json(report, tmp_path / "r.json")
     loaded = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert loaded["results"][0]["server"]["compute_output_us"] is None
-    assert time_split_ms(report["results"][0])["client + network"] == pytest.approx(49.5 - 42.75)
+    assert time_split_ms(report["results"][0])[REST] == pytest.approx(49.5 - 42.75)
     png = write_png(report, tmp_path / "r.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
@@ -107,3 +107,59 @@ def test_summary_notes_windows_without_successful_responses():
     assert summary["errors"] == 2 and summary["throughput_per_s"] == 0.0 and math.isnan(summary["latency_ms"]["p50"])
     run.records.append(Record(0.2, 0.3))
     assert run._summary([0.0, 1.0], [stats, stats], [window_summary(run.records, 0.0, 1.0)])["note"] is None
+
+
+def _exposition(queued_s, execution_s, inline_s=5.0, other_model_s=7.0):
+    """A /metrics page written by prometheus_client's own exposition: FastPath's per-text time counters
+    for text_embedding (two stub pids, queued and inline paths) and for another model."""
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    registry = CollectorRegistry()
+    labels = ["model", "version", "pid", "path"]
+    queue = Counter("fastpath_queue_duration_seconds", "queue", labels, registry=registry)
+    run = Counter("fastpath_text_execution_seconds", "run", labels, registry=registry)
+    for pid, share in (("11", 0.25), ("12", 0.75)):
+        queue.labels("text_embedding", "1", pid, "queued").inc(queued_s * share)
+        run.labels("text_embedding", "1", pid, "queued").inc(execution_s * share)
+    queue.labels("text_embedding", "1", "11", "inline").inc(inline_s)
+    run.labels("text_embedding", "1", "11", "inline").inc(inline_s)
+    queue.labels("text_detection", "1", "13", "queued").inc(other_model_s)
+    return generate_latest(registry).decode()
+
+
+def test_queued_seconds_sum_the_models_queued_path_over_stubs():
+    """Only path="queued" of the model counts (inline texts ran inside execute(), already in Triton's
+    compute_infer), summed over stub pids; a page without the families gives zeros."""
+    from fastpath_client.server_metrics import queued_seconds
+
+    assert queued_seconds(_exposition(2.0, 0.5), "text_embedding") == {"queue": pytest.approx(2.0),
+                                                                         "batch_run": pytest.approx(0.5)}
+    assert queued_seconds("# HELP x y\n# TYPE x gauge\nx 1\n", "text_embedding") == {"queue": 0.0, "batch_run": 0.0}
+
+
+def test_server_split_adds_fastpath_time_after_execute_per_text():
+    """20 texts over the windows; FastPath's queued-path counters grew by 0.4 s (queue) and 0.16 s (batch
+    run): 20,000 and 8,000 us per request of one text."""
+    before = {k: (0, 0) for k in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
+                                  "inference_count", "execution_count")}
+    before["fastpath"] = {"queue": 1.0, "batch_run": 2.0}
+    after = dict(before, success=(20, 40_000_000), inference_count=(20, 0), execution_count=(4, 0),
+                 fastpath={"queue": 1.4, "batch_run": 2.16})
+    split = server_split(before, after)
+    assert split["fastpath_queue_us"] == pytest.approx(20_000) and split["fastpath_batch_run_us"] == pytest.approx(8_000)
+    triton_only = server_split({k: v for k, v in before.items() if k != "fastpath"}, after)
+    assert "fastpath_queue_us" not in triton_only and triton_only["success_us"] == pytest.approx(2_000)
+
+
+def test_time_split_puts_fastpath_time_between_triton_and_the_client():
+    """At c=8 a request took 32 ms: 2 ms in Triton's phases, 20 ms queued in FastPath and 8 ms in its batch
+    after execute() returned; what is left for client + network is 2 ms, not 30."""
+    result = {"latency_ms": {"avg": 32.0},
+              "server": {"queue_us": 200.0, "compute_input_us": 100.0, "compute_infer_us": 1500.0, "compute_output_us": 200.0,
+                         "success_us": 2000.0, "fastpath_queue_us": 20_000.0, "fastpath_batch_run_us": 8_000.0}}
+    split = time_split_ms(result)
+    assert split["FastPath queue"] == pytest.approx(20.0) and split["FastPath batch run"] == pytest.approx(8.0)
+    assert split[REST] == pytest.approx(2.0)
+    assert list(split) == list(PHASE_COLORS)  # the chart stacks the phases in this order
+    without = {"latency_ms": {"avg": 32.0}, "server": {k: v for k, v in result["server"].items() if "fastpath" not in k}}
+    assert time_split_ms(without)[REST] == pytest.approx(30.0)  # Triton's statistics alone

@@ -288,8 +288,8 @@ class TextEmbeddingModel:
         """An engine call of a planned batch finished: teach the cost model, publish the batch metrics
         (each text's queue delay: ``waited_s``, from the call's start to its first engine call)."""
         self.costs.observe(planned.batch_size, planned.length, seconds)
-        self.metrics.dispatched(planned, (waited_s,) * planned.texts)
-        self.metrics.batch_done(planned, seconds, None)
+        self.metrics.dispatched(planned, (waited_s,) * planned.texts, inline=True)
+        self.metrics.batch_done(planned, seconds, None, inline=True)
 
     def _expire(self, responses: list[Any], index: int, texts: int, waited_s: float, timeout_s: float) -> None:
         """Answer request ``index`` UNAVAILABLE: its timeout passed before its texts could run."""
