@@ -159,6 +159,10 @@ def to_rgb8(image: np.ndarray, *, channel_order: str, where: str) -> np.ndarray:
     elif image.dtype != np.uint8:
         raise InvalidInputError(f"{where} has dtype {image.dtype}; expected uint8 (or 16-bit PNG bytes)")
     channels = image.shape[2]
+    if channels == 3 and channel_order == "bgr":  # OpenCV's channel swap: numpy's copy of a reversed view is ~80x slower
+        return cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_BGR2RGB)
+    if channels == 1:
+        return cv2.cvtColor(np.ascontiguousarray(image[..., 0]), cv2.COLOR_GRAY2RGB)
     color = image[..., :1] if channels <= 2 else image[..., :3]
     if channels >= 3 and channel_order == "bgr":
         color = color[..., ::-1]

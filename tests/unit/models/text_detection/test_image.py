@@ -230,3 +230,16 @@ def test_a_png_with_a_colour_profile_decodes_silently_to_the_same_pixels():
     done = subprocess.run([sys.executable, "-c", code], input=profiled.getvalue(), capture_output=True, timeout=60)
     assert done.returncode == 0 and b"libpng" not in done.stderr, done.stderr
     assert np.array_equal(np.frombuffer(done.stdout, np.uint8).reshape(9, 11, 3), pixels)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 3), (37, 53, 3), (720, 1280, 3), (37, 53, 1), (37, 53)])
+def test_to_rgb8_of_bgr_and_gray_is_the_channel_swap_and_the_replication_exactly(shape):
+    """The decoder's BGR becomes RGB by swapping channels (and gray by replicating it), nothing else: the
+    fast OpenCV conversions give exactly what reversing and repeating the numpy channels give."""
+    image = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+    planes = image[..., None] if image.ndim == 2 else image
+    for order in ("bgr", "rgb"):
+        got = to_rgb8(image, channel_order=order, where="x")
+        expected = np.repeat(planes, 3, axis=2) if planes.shape[2] == 1 else planes[..., ::-1] if order == "bgr" else planes
+        assert got.flags.c_contiguous and got.dtype == np.uint8
+        np.testing.assert_array_equal(got, expected)
