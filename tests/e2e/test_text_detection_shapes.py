@@ -24,7 +24,8 @@ import pytest
 
 from fastpath.artifacts.detection import build_text_detection, text_detection_present
 from fastpath.models.text_detection.preprocess import resized_shape
-from tests.conftest import MODEL_REPOSITORY, start_server, variant_repository
+from fastpath.triton.progress import live_progress
+from tests.conftest import MODEL_REPOSITORY, start_server, variant_repository, wait_for
 from tests.e2e.test_text_detection import MODEL, detect_bytes
 from tests.unit.models.text_detection.reference import jpeg_bytes, png_bytes, skimage_path
 
@@ -43,12 +44,21 @@ def _flat(height: int, width: int, level: int, form: str) -> bytes:
     return png_bytes(image) if form == "png" else jpeg_bytes(image, quality=85)
 
 
+def _in_flight(server) -> int:
+    """Requests the model's one instance has accepted and not answered, by its progress record."""
+    (record,) = live_progress(server.state_dir, MODEL).values()
+    assert record.accepted > 0
+    return record.in_flight
+
+
 def _assert_served_without_failures(server, page_boxes) -> None:
-    """Readiness 200, the model answers page.png with the boxes it gave before, and the log shows no failure."""
+    """Readiness 200, the model answers page.png with the boxes it gave before, its instance counts no request
+    unanswered (by its next heartbeat), and the log shows no failure."""
     assert server.is_ready(models=[MODEL])
     boxes, _, counts = detect_bytes(server, "http", [skimage_path("page.png").read_bytes()])
     np.testing.assert_array_equal(boxes, page_boxes)
     assert counts.tolist() == [len(page_boxes)]
+    assert wait_for(lambda: _in_flight(server) == 0, timeout_s=30)
     log = server.log_path.read_text()
     assert [sign for sign in FAILURE_SIGNS if sign in log] == []
 

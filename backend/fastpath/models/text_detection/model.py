@@ -40,8 +40,10 @@ from fastpath.models.text_detection.config import DetectionSchedulerConfig, Text
 from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
 from fastpath.scheduling import BatchRunner, ShapeBatchQueue, Ticket, WorkItem
+from fastpath.triton.heartbeat import Progress, start_heartbeat, stub_diagnostics
 from fastpath.triton.io import error_response, input_rows, read_input
 from fastpath.triton.scheduled import (
+    Replies,
     close_scheduled,
     metrics_flusher,
     pool_metrics,
@@ -50,7 +52,6 @@ from fastpath.triton.scheduled import (
     requested_outputs,
     scheduler_metrics,
     select_outputs,
-    send_final,
 )
 from fastpath.triton.selftest import run_self_test
 from fastpath.triton.watchdog import exit_with_server
@@ -79,6 +80,7 @@ class TextDetectionModel:
         import triton_python_backend_utils as pb_utils
 
         self._pb = pb_utils
+        log_filter = stub_diagnostics()
         run_self_test(pb_utils.Tensor)
         exit_with_server()  # a stub orphaned by a crashed or killed tritonserver exits (watchdog.py)
         model_config = json.loads(args["model_config"])
@@ -103,11 +105,13 @@ class TextDetectionModel:
                                                          args.get("model_instance_name", MODEL_NAME))
         self.handler = DetectionBatchHandler(self.detector, self.pool, on_batch=on_batch)
         queue = ShapeBatchQueue(**sched.queue_options(), max_items=sched.max_queue_texts)
+        self.progress = Progress()
         self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=args.get("model_name", MODEL_NAME),
-                                  **sched.runner_options())
+                                  on_delivered=self.progress.advance, **sched.runner_options())
         if sched.warmup:
             warm_up(self.handler, queue.costs, self.runner.clock, sched.batch_buckets)
         self.runner.start()
+        self.heartbeat = start_heartbeat(args, self.progress, sched.stall_timeout_s, on_beat=log_filter.flush)
 
     def _read_images(self, request: Any) -> list[np.ndarray]:
         present = [name for name in (ARRAY_INPUT, BYTES_INPUT) if self._pb.get_input_tensor_by_name(request, name) is not None]
@@ -134,21 +138,21 @@ class TextDetectionModel:
         """Decode, validate and resize each request's images, queue them, return at once; answers follow."""
         pb, sched = self._pb, self.scheduler_config
         arrival_s = self.runner.clock.now()  # the call's requests wait while earlier ones decode: timeouts count from here
-        for request in requests:
-            sender = request.get_response_sender()
+        replies = Replies(pb, requests, "sender", self.progress)
+        for index, request in enumerate(requests):
             try:  # a full queue answers 503 before the images are decoded, not 5-20 s late after them
                 self.runner.check_room(self._image_count(request))
             except Exception as exc:
-                send_final(pb, sender, error_response(pb, exc))
+                replies.answer(index, error_response(pb, exc))
                 continue
             try:
                 prepared = [self._prepare(image) for image in self._read_images(request)]
                 level, timeout_s = priority_level(request, sched), request_timeout_s(request, sched)
             except Exception as exc:  # a bad request fails alone
                 self.metrics.invalid_request()
-                send_final(pb, sender, error_response(pb, exc))
+                replies.answer(index, error_response(pb, exc))
                 continue
-            answer = functools.partial(self._answer, sender, requested_outputs(request))
+            answer = functools.partial(self._answer, replies, index, requested_outputs(request))
             ticket = Ticket(len(prepared), answer, is_cancelled=request.is_cancelled,
                             label=request.request_id() or "request")
             items = [WorkItem(ticket, row, image.cells, image, level, shape=image.shape_hw)
@@ -165,15 +169,15 @@ class TextDetectionModel:
                   if rows is not None]
         return counts[0] if len(counts) == 1 else 0
 
-    def _answer(self, sender: Any, wanted: frozenset[str], ticket: Ticket, detections: list[Any] | None,
+    def _answer(self, replies: Replies, index: int, wanted: frozenset[str], ticket: Ticket, detections: list[Any] | None,
                 error: BaseException | None) -> None:
         """The ticket's single answer: the request's detections as one ragged result (requested outputs only), or its error."""
         pb = self._pb
         if error is not None:
-            send_final(pb, sender, error_response(pb, error))
+            replies.answer(index, error_response(pb, error))
             return
         boxes, scores, counts = concatenate(detections)
-        send_final(pb, sender, select_outputs(pb, [
+        replies.answer(index, select_outputs(pb, [
             pb.Tensor("BOXES", boxes), pb.Tensor("SCORES", scores), pb.Tensor("BOX_COUNTS", counts)], wanted))
 
     def finalize(self) -> None:
