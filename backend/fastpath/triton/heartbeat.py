@@ -1,7 +1,8 @@
 """The stub's side of liveness: count requests in and answers out, publish them every second.
 
 :class:`Progress` is updated on the request path: ``accept`` once per ``execute()`` call, ``answer``
-once per request answered, ``advance`` once per finished batch; each is a lock and a clock read.
+once per request answered, ``advance`` once per finished batch; each is a lock and a clock read
+(``accept`` + ``answer``: 0.56 us per request on the 2-core dev machine, timeit; a beat: 3.7 us).
 :class:`Heartbeat`, a thread of its own, writes the counters as a
 :class:`~fastpath.triton.progress.ProgressRecord` every ``HEARTBEAT_S`` (one 56-byte ``pwrite``), so
 the cost does not grow with the load, and a stub that cannot run Python at all stops writing, which is
