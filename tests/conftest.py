@@ -47,6 +47,28 @@ def wait_for(predicate, timeout_s: float, poll_s: float = 0.05) -> bool:
     return False
 
 
+def variant_repository(root: Path, model: str, **parameters: str) -> Path:
+    """A model repository under ``root`` holding ``model`` as shipped except the ``config.pbtxt``
+    ``parameters`` given (each replaced, or added when the shipped config lacks it); the version
+    directories' files are symlinks to the shipped ones. Returns the repository directory."""
+    import re
+
+    source = MODEL_REPOSITORY / model
+    config = (source / "config.pbtxt").read_text()
+    for key, value in parameters.items():
+        line = f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
+        config, found = re.subn(rf'parameters \{{ key: "{key}" value: \{{ string_value: "[^"]*" \}} \}}', line, config)
+        config += "" if found else line + "\n"
+    repository = root / "repository"
+    (repository / model).mkdir(parents=True)
+    (repository / model / "config.pbtxt").write_text(config)
+    for version in (p for p in source.iterdir() if p.is_dir() and p.name.isdigit()):
+        (repository / model / version.name).mkdir()
+        for path in (p for p in version.iterdir() if p.is_file()):
+            (repository / model / version.name / path.name).symlink_to(path.resolve())
+    return repository
+
+
 def start_server(log_dir: Path, models: tuple[str, ...] = ("text_embedding", "fastpath_admin"), repository: Path = MODEL_REPOSITORY,
                  extra_args: tuple[str, ...] = (), admin_key: str = "", version_state_dir: Path | None = None):
     """Start tritonserver on free ports and wait until ``models`` are ready; caller stops it.

@@ -329,7 +329,7 @@ class AsyncClient(ClientCore):
         return await self._admin("rollback", model, timeout_s)
 
     async def status(self, model: str, *, timeout_s: float | None = None) -> dict[str, Any]:
-        """Active version(s) of ``model`` and each instance's state; see :meth:`fastpath_client.Client.status`."""
+        """Active version(s) of ``model``, each instance's state, liveness and reloads; see :meth:`fastpath_client.Client.status`."""
         return await self._admin("status", model, timeout_s)
 
     async def _admin(self, command: str, model: str, timeout_s: float | None, **fields: Any) -> dict[str, Any]:

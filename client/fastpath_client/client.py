@@ -340,7 +340,9 @@ class Client(ClientCore):
         return self._admin("rollback", model, timeout_s)
 
     def status(self, model: str, *, timeout_s: float | None = None) -> dict[str, Any]:
-        """Active version(s) of ``model`` and each instance's state and last error, from ``fastpath_admin``."""
+        """Active version(s) of ``model``, each instance's state and last error, each instance's liveness
+        (``progress``: requests in flight, seconds since its last progress, ``stalled``) and the stub
+        supervisor's reloads of the model with their causes (``recoveries``), from ``fastpath_admin``."""
         return self._admin("status", model, timeout_s)
 
     def _admin(self, command: str, model: str, timeout_s: float | None, **fields: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from fastpath.artifacts.detection import build_text_detection, text_detection_present
-from tests.conftest import MODEL_REPOSITORY, start_server
+from tests.conftest import MODEL_REPOSITORY, start_server, variant_repository
 from tests.e2e.test_scheduler import _metric_sum, _metrics
 from tests.e2e.test_text_detection import BAD_STATUS, MODEL, _split, detect_array, detect_bytes
 from tests.unit.models.text_detection.reference import png_bytes, skimage_path, skimage_rgb
@@ -177,15 +177,7 @@ def small_queue_server(tmp_path_factory):
     if not text_detection_present(MODEL_REPOSITORY):
         build_text_detection(MODEL_REPOSITORY)
     root = tmp_path_factory.mktemp("detection_small_queue")
-    version = root / "repository" / MODEL / "1"
-    version.mkdir(parents=True)
-    config = (MODEL_REPOSITORY / MODEL / "config.pbtxt").read_text()
-    (version.parent / "config.pbtxt").write_text(
-        re.sub(r'(key: "max_queue_texts" value: \{ string_value: )"[^"]*"', r'\1"16"', config))
-    for path in (MODEL_REPOSITORY / MODEL / "1").iterdir():
-        if path.is_file():
-            (version / path.name).symlink_to(path)
-    server = start_server(root, models=(MODEL,), repository=root / "repository")
+    server = start_server(root, models=(MODEL,), repository=variant_repository(root, MODEL, max_queue_texts="16"))
     try:
         yield server
     finally:

@@ -46,18 +46,19 @@ def _status(client: Any, model: str) -> dict[str, Any]:
     """``client.status(model)``, refused like ``swap`` refuses it when the model has no live instances.
 
     Raises:
-        NotLoadedError: the reply lists no instance: the model is not loaded at the client's URL (its
-            readiness endpoint says not ready), or it is loaded but is not a FastPath model with live swaps.
+        NotLoadedError: the reply lists no instance (neither one with live swaps nor one publishing
+            its progress): the model is not loaded at the client's URL (its readiness endpoint says
+            not ready), or it is loaded but is not a FastPath model.
     """
     reply = client.status(model)
-    if reply.get("instances"):
+    if reply.get("instances") or reply.get("progress"):
         return reply
     if client.ready(model):
-        raise NotLoadedError(f"model {model} at {client.url} has no live FastPath instances that swap versions: it is "
-                             "loaded, but it is not a FastPath model with live swaps (text_embedding is)")
+        raise NotLoadedError(f"model {model} at {client.url} has no live FastPath instances: it is loaded, but it is not "
+                             "a FastPath model with live swaps or a progress record (text_embedding and text_detection are)")
     raise NotLoadedError(f"model {model} is not loaded at {client.url}: it has no live FastPath instances "
-                         f"(`fastpath serve --model {model}` loads it; only FastPath models with live swaps, "
-                         "such as text_embedding, have instances to report)")
+                         f"(`fastpath serve --model {model}` loads it; only FastPath models, such as text_embedding "
+                         "and text_detection, have instances to report)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -96,7 +97,7 @@ def register(subparsers: Any) -> None:
     helps = {
         "swap": "serve VERSION of MODEL, live (load, warm, validate, flip; the old version keeps serving on failure)",
         "rollback": "go back to the version served before the last swap",
-        "status": "active version, standby, state and last error of MODEL's instances",
+        "status": "active version, standby, state, last error and liveness of MODEL's instances, and its reloads",
     }
     for command, text in helps.items():
         parser = subparsers.add_parser(command, help=text, description=text + ". " + (__doc__ or "").split("\n\n")[1])

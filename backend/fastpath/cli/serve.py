@@ -168,12 +168,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def stub_supervisor(server: TritonServer) -> StubSupervisor:
-    """A :class:`~fastpath.server.stubs.StubSupervisor` of ``server``'s python-backend stubs (not started)."""
+    """A :class:`~fastpath.server.stubs.StubSupervisor` of ``server``'s python-backend stubs (not started);
+    it records each reload in ``server``'s state directory, where the admin ``status`` reads it."""
     from fastpath.server.process import group_members
     from fastpath.server.stubs import StubSupervisor, list_stubs
+    from fastpath.swaps.control import ControlPlane
 
-    pid = server.pid
-    return StubSupervisor(lambda: list_stubs(group_members(pid)), server.api())
+    pid, state = server.pid, server.state_dir
+
+    def journal(model: str, event: dict) -> None:
+        if state is not None:
+            ControlPlane(state, model).note_recovery(event)
+
+    return StubSupervisor(lambda: list_stubs(group_members(pid)), server.api(), journal=journal)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -82,6 +82,11 @@ class SchedulerConfig:
             milliseconds (and at unload) instead of on the request path; the request path only
             records into local buffers. A scrape may trail the last batches by this much. 0:
             publish each update on the request path as it happens.
+        stall_timeout_s: liveness: the instance counts as stalled when requests are in flight and
+            none was answered and no batch finished for this many seconds, or its heartbeat (written
+            every second) is this old; ``fastpath serve`` then kills its stub and reloads the model,
+            and ``python -m fastpath.server.stubs --check`` fails (:mod:`fastpath.triton.progress`).
+            Above the longest batch the engine may take under load; 0 = not watched.
     """
 
     batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -102,6 +107,7 @@ class SchedulerConfig:
     inline_when_idle: bool = True
     metrics: bool = True
     metrics_interval_ms: int = 500
+    stall_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         buckets = self.batch_buckets
@@ -133,6 +139,7 @@ class SchedulerConfig:
         check_parameter(self.cancel_check_after_us >= 0, "cancel_check_after_us", self.cancel_check_after_us,
                         ">= 0 (0 = ask every request)")
         check_parameter(self.drain_timeout_s > 0, "drain_timeout_s", self.drain_timeout_s, "> 0")
+        check_parameter(self.stall_timeout_s >= 0, "stall_timeout_s", self.stall_timeout_s, ">= 0 seconds (0 = not watched)")
 
     def queue_options(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~fastpath.scheduling.BatchQueue` (and ``ShapeBatchQueue``)

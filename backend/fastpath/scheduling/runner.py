@@ -33,7 +33,7 @@ import collections
 import dataclasses
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastpath.errors import UnavailableError
@@ -76,6 +76,7 @@ class BatchRunner(InlineClaims):
         cancel_check_after_s: ask only tickets that waited at least this long (``answers.BatchPreparer``).
         name: thread-name prefix.
         lanes: engine threads (batches that may run at once); 1 = the handler's ``run(staged)`` only.
+        on_delivered: called after each batch is delivered or failed (the model's liveness progress).
 
     Raises:
         ValueError: ``lanes`` < 1.
@@ -83,7 +84,8 @@ class BatchRunner(InlineClaims):
 
     def __init__(self, queue: BatchQueue, handler: BatchHandler, *, clock: Clock | None = None,
                  observer: SchedulerObserver | None = None, stage_lead_s: float = 1e-3,
-                 check_cancellation: bool = True, cancel_check_after_s: float = 0.0, name: str = "fastpath", lanes: int = 1) -> None:
+                 check_cancellation: bool = True, cancel_check_after_s: float = 0.0, name: str = "fastpath", lanes: int = 1,
+                 on_delivered: Callable[[], None] | None = None) -> None:
         if lanes < 1:
             raise ValueError(f"lanes must be >= 1, got {lanes}")
         self.queue = queue
@@ -92,6 +94,7 @@ class BatchRunner(InlineClaims):
         self.clock = clock or MonotonicClock()
         self.observer = observer or SchedulerObserver()
         self.stage_lead_s = stage_lead_s
+        self._on_delivered = on_delivered
         self._answers = BatchPreparer(queue, handler, self.observer, self.clock, check_cancellation, cancel_check_after_s)
         lock = threading.RLock()  # one lock, two conditions: the completion thread is not woken by every submit
         self._cond, self._delivered = threading.Condition(lock), threading.Condition(lock)
@@ -386,4 +389,6 @@ class BatchRunner(InlineClaims):
                 self._last_busy_s = self.clock.now()
                 if self.queue.closed:  # only close() waits on a delivery (for the runner to go idle)
                     self._cond.notify_all()
+            if self._on_delivered is not None:
+                self._on_delivered()
             PROFILE.lap("scheduler.finish", mark, len(done.batch.items))

@@ -21,16 +21,26 @@ the same instance name, runs before the old one stops. A model that needs more t
 so, as when a reload fails; ``fastpath serve`` then stops the server and exits 1, so that an
 orchestrator restarts it. Not covered (Triton 2.51): requests that were inside the dead stub are
 never answered, its instance never finishes unloading, tritonserver itself sometimes aborts on a
-stub death under load (boost ``lock_exception``; 2 of ~27 kills), and a stopped
-(``SIGSTOP``) stub is not seen.
+stub death under load (boost ``lock_exception``; 2 of ~27 kills).
+
+A stub that runs but stopped answering is treated like a dead one. Triton 2.51 keeps such a model ready
+too: a stub stopped (``SIGSTOP``) leaves the requests inside it unanswered for good and fails each new
+one with "Stub process ... is not healthy"; one whose engine or scheduler is stuck answers nothing.
+Each scheduled FastPath model instance publishes a progress record (:mod:`fastpath.triton.progress`);
+when :meth:`~fastpath.triton.progress.ProgressRecord.stalled` says the instance stalled (in-flight
+requests and no answer and no finished batch, or no heartbeat, for its ``stall_timeout_s``), the
+supervisor logs why, sends the stub ``SIGUSR1`` (faulthandler prints its threads' stacks into
+tritonserver's log), kills it and reloads the model as after a death; the reload counts toward
+``max_reloads``. Each reload, with its cause, is recorded for the admin ``status``
+(:meth:`fastpath.swaps.control.ControlPlane.note_recovery`).
 A reloaded model comes back on its recorded serving version (else Triton's), as after any reload
 (fastpath.swaps.record, docs/design/hot-swap.md).
 
 The container images run ``fastpath serve`` too (docker/entrypoint.py), so this supervisor reloads
 there as well. The Kubernetes liveness probe runs ``python -m fastpath.server.stubs --check``
 (:func:`check`), which fails while a ready python-backend model version has fewer live stubs than its
-config's instances (between a death and the supervisor's reload) or a model failed to load, and the
-orchestrator restarts a container that stays that way.
+config's instances (between a death and the supervisor's reload), a stub has stalled, or a model failed
+to load, and the orchestrator restarts a container that stays that way.
 """
 
 from __future__ import annotations
@@ -38,13 +48,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from fastpath.server.triton_api import RepositoryApi, unreachable
+from fastpath.swaps.control import state_dir
+from fastpath.triton.progress import ProgressRecord, progress_path, read_progress
 
 LOG = logging.getLogger(__name__)
 STUB_EXECUTABLE = "triton_python_backend_stub"
@@ -52,14 +67,15 @@ STUB_EXECUTABLE = "triton_python_backend_stub"
 
 @dataclasses.dataclass(frozen=True)
 class Stub:
-    """One python-backend stub process: its pid, model name and version, model instance name, and
-    the pid of the tritonserver that started it."""
+    """One python-backend stub process: its pid, model name and version, model instance name, the
+    pid of the tritonserver that started it, and its ``model.py``."""
 
     pid: int
     model: str
     version: str
     instance: str
     server_pid: int = 0
+    model_file: str = dataclasses.field(default="", compare=False)
 
 
 def parse_stub_cmdline(pid: int, argv: list[str]) -> Stub | None:
@@ -72,7 +88,8 @@ def parse_stub_cmdline(pid: int, argv: list[str]) -> Stub | None:
     if len(argv) < 9 or not argv[0].endswith(STUB_EXECUTABLE):
         return None
     model_file = Path(argv[1])
-    return Stub(pid, model_file.parent.parent.name, model_file.parent.name, argv[8], int(argv[5]) if argv[5].isdigit() else 0)
+    return Stub(pid, model_file.parent.parent.name, model_file.parent.name, argv[8], int(argv[5]) if argv[5].isdigit() else 0,
+                argv[1])
 
 
 def list_stubs(pids: Iterable[int]) -> list[Stub]:
@@ -94,8 +111,27 @@ def list_stubs(pids: Iterable[int]) -> list[Stub]:
     return stubs
 
 
+def stub_progress(stub: Stub) -> ProgressRecord | None:
+    """The progress record ``stub`` publishes (:mod:`fastpath.triton.progress`), under the state
+    directory of the stub's own environment (``FASTPATH_STATE_DIR``, else the default for its model
+    repository); None when there is none (not a scheduled FastPath model, still loading, ``stall_timeout_s`` 0)."""
+    try:
+        environ = Path(f"/proc/{stub.pid}/environ").read_bytes().split(b"\0")
+    except OSError:  # gone, or another user's
+        return None
+    explicit = [entry.split(b"=", 1)[1] for entry in environ if entry.startswith(b"FASTPATH_STATE_DIR=")]
+    if explicit:
+        root = Path(os.fsdecode(explicit[0]))
+    elif stub.model_file:
+        root = state_dir(Path(stub.model_file).parent.parent.parent)
+    else:
+        return None
+    record = read_progress(progress_path(root, stub.model, stub.instance, stub.pid))
+    return record if record is not None and record.pid == stub.pid else None
+
+
 class StubSupervisor(threading.Thread):
-    """Watches tritonserver's python-backend stubs and reloads a model whose stub died (module docstring).
+    """Watches tritonserver's python-backend stubs and reloads a model whose stub died or stalled (module docstring).
 
     Args:
         stubs: returns the live stubs now (e.g. ``lambda: list_stubs(group_members(server.pid))``).
@@ -105,13 +141,24 @@ class StubSupervisor(threading.Thread):
             and Triton's own bookkeeping both happen within it).
         max_reloads, window_s: at most this many reloads of one model within ``window_s`` seconds;
             beyond that :attr:`failure` is set and the supervisor stops.
-        clock: monotonic seconds (injected by tests).
+        clock: CLOCK_MONOTONIC seconds (injected by tests; progress records use the same clock).
+        progress: a stub's progress record (:func:`stub_progress`), None when it publishes none.
+        signal_stub: sends a signal to a pid (``os.kill``; injected by tests).
+        stack_dump_wait_s: between ``SIGUSR1`` (the stalled stub prints its stacks) and ``SIGKILL``.
+        sleep: waits that long (injected by tests).
+        journal: ``journal(model, event)`` records each reload and its cause for the admin ``status``
+            (:meth:`fastpath.swaps.control.ControlPlane.note_recovery`); None records nothing.
     """
 
     def __init__(self, stubs: Callable[[], list[Stub]], api: RepositoryApi, *, poll_s: float = 0.5, grace_s: float = 2.0,
-                 max_reloads: int = 3, window_s: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 max_reloads: int = 3, window_s: float = 600.0, clock: Callable[[], float] = time.monotonic,
+                 progress: Callable[[Stub], ProgressRecord | None] = stub_progress,
+                 signal_stub: Callable[[int, int], None] = os.kill, stack_dump_wait_s: float = 0.5,
+                 sleep: Callable[[float], None] = time.sleep,
+                 journal: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         super().__init__(name="fastpath-stub-supervisor", daemon=True)
-        self._stubs, self._api, self._clock = stubs, api, clock
+        self._stubs, self._api, self._clock, self._progress = stubs, api, clock, progress
+        self._signal, self._sleep, self._journal, self.stack_dump_wait_s = signal_stub, sleep, journal, stack_dump_wait_s
         self.poll_s, self.grace_s, self.max_reloads, self.window_s = poll_s, grace_s, max_reloads, window_s
         self._known: dict[tuple[str, str, str], Stub] = {}  # (model, version, instance) -> the last stub seen
         self._missing_since: dict[tuple[str, str, str], float] = {}
@@ -136,42 +183,75 @@ class StubSupervisor(threading.Thread):
                 LOG.exception("stub supervisor: checking the stubs failed")
 
     def check(self) -> None:
-        """One look: record the live stubs, and reload the model of any instance whose stub is dead."""
+        """One look: record the live stubs, reload the model of a stalled stub, and of any instance whose stub is dead."""
         now = self._clock()
         live = {(stub.model, stub.version, stub.instance): stub for stub in self._stubs()}
         for key in live:
             self._missing_since.pop(key, None)
         self._known.update(live)
+        for key, stub in live.items():
+            if self.failure is None and key in self._known:  # not if a reload of its model just replaced it
+                self._check_progress(stub, now)
         for key, stub in list(self._known.items()):
-            if key in live:
+            if key in live or self.failure is not None:
                 continue
             since = self._missing_since.setdefault(key, now)
             if now - since < self.grace_s:
                 continue
             del self._known[key], self._missing_since[key]
             if self._api.is_ready(stub.model, stub.version):  # unloaded models are not ready: nothing to do
-                self._recover(stub, now)
+                self._recover(stub, now, "died", "its process is gone")
 
-    def _recover(self, stub: Stub, now: float) -> None:
+    def _check_progress(self, stub: Stub, now: float) -> None:
+        """Kill ``stub`` and reload its model if its progress record says it stalled while its model is ready."""
+        record = self._progress(stub)
+        why = record.stalled(now) if record is not None else None
+        if why is None or not self._api.is_ready(stub.model, stub.version):
+            return
+        LOG.error("model '%s' instance %s (stub pid %d) stopped answering: %s; Triton 2.51 keeps it ready, so its requests "
+                  "would hang or fail: printing its threads' stacks into tritonserver's log (SIGUSR1), then killing it "
+                  "(SIGKILL)", stub.model, stub.instance, stub.pid, why)
+        for signum, wait_s in ((signal.SIGUSR1, self.stack_dump_wait_s), (signal.SIGKILL, 0.0)):
+            try:
+                self._signal(stub.pid, signum)
+            except ProcessLookupError:  # it ended meanwhile: the reload below is due all the same
+                break
+            self._sleep(wait_s)
+        self._recover(stub, now, "stalled", why)
+
+    def _recover(self, stub: Stub, now: float, cause: str, detail: str) -> None:
+        """Reload ``stub``'s model after its stub ``cause`` (``died`` or ``stalled``, ``detail`` says how)."""
         recent = [t for t in self._reloads.get(stub.model, []) if now - t < self.window_s] + [now]
         self._reloads[stub.model] = recent
-        if len(recent) > self.max_reloads:
-            self.failure = (f"the python-backend stub of model '{stub.model}' died {len(recent)} times within "
-                            f"{self.window_s:.0f} s; not reloading it again")
-            LOG.error("%s", self.failure)
-            return
-        LOG.error("the python-backend stub of model '%s' (instance %s, pid %d) died while Triton kept the model ready; "
-                  "Triton 2.51 does not restart it, so every request would fail: reloading '%s'",
-                  stub.model, stub.instance, stub.pid, stub.model)
         for other in [key for key, known in self._known.items() if known.model == stub.model]:
             del self._known[other]  # the model's other instances are replaced by the reload too
             self._missing_since.pop(other, None)
+        event = {"at": time.time(), "cause": cause, "detail": detail, "instance": stub.instance, "pid": stub.pid,
+                 "version": stub.version}
+        if len(recent) > self.max_reloads:
+            self.failure = (f"the python-backend stub of model '{stub.model}' died or stalled {len(recent)} times within "
+                            f"{self.window_s:.0f} s; not reloading it again")
+            LOG.error("%s", self.failure)
+            self._note(stub.model, {**event, "outcome": f"not reloaded: {self.failure}"})
+            return
+        LOG.error("the python-backend stub of model '%s' (instance %s, pid %d) %s while Triton kept the model ready; "
+                  "Triton 2.51 does not restart it, so every request would fail: reloading '%s'",
+                  stub.model, stub.instance, stub.pid, cause, stub.model)
         if self._api.reload(stub.model):
             self.reloaded.append(stub.model)
-            LOG.warning("reloaded model '%s' after its stub died; it serves its recorded version, else Triton's", stub.model)
+            LOG.warning("reloaded model '%s' after its stub %s; it serves its recorded version, else Triton's", stub.model, cause)
+            self._note(stub.model, {**event, "outcome": "reloaded"})
         else:  # the server would stay up without the model for good: stop it, so that it is restarted
-            self.failure = f"reloading model '{stub.model}' after its python-backend stub died failed; see tritonserver's log"
+            self.failure = f"reloading model '{stub.model}' after its python-backend stub {cause} failed; see tritonserver's log"
             LOG.error("%s", self.failure)
+            self._note(stub.model, {**event, "outcome": f"reload failed: {self.failure}"})
+
+    def _note(self, model: str, event: dict[str, Any]) -> None:
+        if self._journal is not None:
+            try:
+                self._journal(model, event)
+            except OSError as exc:  # the status misses one entry; the reload itself stands
+                LOG.warning("recording the reload of model '%s' for its status failed: %s", model, exc)
 
 
 def expected_stubs(config: dict) -> int:
@@ -187,11 +267,13 @@ def expected_stubs(config: dict) -> int:
     return total
 
 
-def check(api: RepositoryApi, stubs: list[Stub]) -> list[str]:
+def check(api: RepositoryApi, stubs: list[Stub], progress: Callable[[Stub], ProgressRecord | None] = stub_progress,
+          now_s: float | None = None) -> list[str]:
     """What is wrong, one line per model version that failed to load (Triton's index: UNAVAILABLE with
-    a reason other than "unloaded"; e.g. the reload after a stub death failed) and per ready
+    a reason other than "unloaded"; e.g. the reload after a stub death failed), per ready
     python-backend model version with fewer live stubs than instances (e.g. "text_embedding version
-    1: 0 of 1 python-backend stubs alive"); empty when all is well.
+    1: 0 of 1 python-backend stubs alive"), and per stub of a ready model whose ``progress`` record
+    says it stalled at ``now_s`` (CLOCK_MONOTONIC seconds; default now); empty when all is well.
 
     Raises:
         OSError: Triton did not answer.
@@ -201,11 +283,19 @@ def check(api: RepositoryApi, stubs: list[Stub]) -> list[str]:
         alive[(stub.model, stub.version)] = alive.get((stub.model, stub.version), 0) + 1
     problems = [f"{entry['name']} version {entry.get('version', '?')} failed to load: {entry.get('reason', '')[:300]}"
                 for entry in api.index() if entry.get("state") == "UNAVAILABLE" and entry.get("reason") not in (None, "", "unloaded")]
-    for model, version in api.ready_models():
+    ready = api.ready_models()
+    for model, version in ready:
         expected = expected_stubs(api.config(model, version))
         if alive.get((model, version), 0) < expected:
             problems.append(f"{model} version {version}: {alive.get((model, version), 0)} of {expected} python-backend "
                             "stubs alive (Triton 2.51 reports it ready but fails every request)")
+    now_s = time.monotonic() if now_s is None else now_s
+    for stub in stubs:
+        record = progress(stub) if (stub.model, stub.version) in ready else None
+        why = record.stalled(now_s) if record is not None else None
+        if why is not None:
+            problems.append(f"{stub.model} version {stub.version} instance {stub.instance} (stub pid {stub.pid}) stopped "
+                            f"answering: {why}")
     return problems
 
 
@@ -216,7 +306,7 @@ def all_processes() -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m fastpath.server.stubs --check``: exit 0 when every ready python-backend model has all its
-    stubs, 1 (and a line per problem on stderr) when not or when Triton does not answer. For
+    stubs and none has stalled, 1 (and a line per problem on stderr) when not or when Triton does not answer. For
     container liveness probes; reads the admin key from ``FASTPATH_ADMIN_KEY`` (the index is part of
     the restricted repository API)."""
     parser = argparse.ArgumentParser(prog="python -m fastpath.server.stubs", description=main.__doc__)

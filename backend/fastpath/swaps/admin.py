@@ -1,7 +1,10 @@
 """The admin service behind the ``fastpath_admin`` model: swap, rollback, status, versions.
 
 A request is one JSON document, e.g. ``{"command": "swap", "model": "text_embedding", "version": 2,
-"key": "..."}``; the reply is a JSON document with the aggregated status of the model's instances.
+"key": "..."}``; the reply is a JSON document with the aggregated status of the model's instances:
+their serving versions (models with live swaps), their liveness (``progress``: requests in flight,
+seconds since the last progress and heartbeat, ``stalled`` and why; :mod:`fastpath.triton.progress`),
+and the stub supervisor's reloads of the model with their causes (``recoveries``).
 Mutating commands need the admin key (``FASTPATH_ADMIN_KEY`` in tritonserver's environment),
 compared in constant time.
 """
@@ -18,6 +21,7 @@ from typing import Any
 from fastpath.errors import FastPathError, InvalidInputError, PermissionDeniedError, SwapError, VersionRecordError
 from fastpath.swaps.control import ControlPlane
 from fastpath.swaps.record import read_record, record_path
+from fastpath.triton.progress import live_progress
 
 MUTATING = ("swap", "rollback")
 COMMANDS = (*MUTATING, "status", "versions")
@@ -137,5 +141,8 @@ class AdminService:
             recorded: dict[str, Any] | None = record.as_dict() if record else None
         except VersionRecordError as exc:
             recorded = {"error": str(exc)}
+        now_s = self._clock()  # CLOCK_MONOTONIC by default, as the progress records
+        progress = {name: record.describe(now_s) for name, record in live_progress(self.state_root, model).items()}
         return {"model": model, "active_versions": active, "active_version": active[0] if len(active) == 1 else None,
-                "recorded": recorded, "instances": instances}
+                "recorded": recorded, "instances": instances, "progress": progress,
+                "recoveries": ControlPlane(self.state_root, model).recoveries()}

@@ -7,6 +7,8 @@ server):
 
     <state>/<model>/desired.json              the latest command: {"generation", "command", "version", ...}
     <state>/<model>/instances/<name>.json     each serving instance's status, rewritten as a heartbeat
+    <state>/<model>/recoveries.json           the stub supervisor's last reloads of the model, with their causes
+    <state>/<model>/progress/<name>.<pid>     each scheduled instance's progress record (fastpath.triton.progress)
 
 The admin model (``fastpath_admin``) writes ``desired.json`` atomically (temp file + rename, posts
 serialized by a ``flock``) and waits
@@ -29,6 +31,7 @@ from typing import Any
 
 HEARTBEAT_S = 1.0
 STALE_AFTER_S = 30.0  # generous: on a saturated 2-core machine a heartbeat can lag seconds
+RECOVERIES_KEPT = 10
 
 
 def state_dir(model_repository: str | Path) -> Path:
@@ -49,10 +52,10 @@ def _write_json_atomic(path: Path, document: dict[str, Any]) -> None:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``; None when it is absent or is not a UTF-8 JSON object."""
+    """The JSON object in ``path``; None when it is absent, unreadable or not a UTF-8 JSON object."""
     try:
         document = json.loads(path.read_bytes().decode("utf-8"))
-    except (FileNotFoundError, ValueError, RecursionError):  # ValueError: not UTF-8, not JSON
+    except (OSError, ValueError, RecursionError):  # ValueError: not UTF-8, not JSON
         return None
     return document if isinstance(document, dict) else None
 
@@ -64,6 +67,7 @@ class ControlPlane:
         self.directory = Path(root) / model
         self.desired_path = self.directory / "desired.json"
         self.instances_dir = self.directory / "instances"
+        self.recoveries_path = self.directory / "recoveries.json"
 
     def desired(self) -> dict[str, Any] | None:
         """The latest command, or None."""
@@ -114,3 +118,14 @@ class ControlPlane:
             if status and now - float(status.get("heartbeat", 0)) <= STALE_AFTER_S:
                 live[status["instance"]] = status
         return live
+
+    def note_recovery(self, event: dict[str, Any]) -> None:
+        """The stub supervisor reloaded the model (or gave up): ``event`` holds when (``at``, epoch seconds),
+        the ``cause`` (``died`` or ``stalled``) and ``detail``, the stub, and the ``outcome``. The last
+        ``RECOVERIES_KEPT`` are kept; one process (``fastpath serve``) writes them."""
+        _write_json_atomic(self.recoveries_path, {"recoveries": (self.recoveries() + [event])[-RECOVERIES_KEPT:]})
+
+    def recoveries(self) -> list[dict[str, Any]]:
+        """The recorded reloads, oldest first ([] when none, or the file is damaged)."""
+        entries = (_read_json(self.recoveries_path) or {}).get("recoveries")
+        return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []

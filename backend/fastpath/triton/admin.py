@@ -18,6 +18,7 @@ from fastpath.errors import InvalidInputError
 from fastpath.swaps.admin import AdminService
 from fastpath.swaps.control import state_dir
 from fastpath.triton.io import error_response, read_input
+from fastpath.triton.logs import configure_stub_logging
 from fastpath.triton.watchdog import exit_with_server
 
 
@@ -28,6 +29,7 @@ class AdminModel:
         import triton_python_backend_utils as pb_utils
 
         self._pb = pb_utils
+        configure_stub_logging()
         exit_with_server()  # a stub orphaned by a crashed or killed tritonserver exits (watchdog.py)
         repository = Path(args["model_repository"]).parent
         self.service = AdminService(repository, state_dir(repository), os.environ.get("FASTPATH_ADMIN_KEY", ""))

@@ -16,12 +16,13 @@ import gc
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastpath.errors import InvalidInputError
 from fastpath.scheduling import SchedulerObserver
 from fastpath.scheduling.config import SchedulerConfig
+from fastpath.triton.heartbeat import Progress
 
 LOG = logging.getLogger(__name__)
 PRIORITY_PARAMETER = "fastpath_priority"
@@ -132,16 +133,20 @@ class Replies:
         mode: ``sender``: :meth:`answer` sends through the request's response sender at once and
             :meth:`result` returns None; ``return``: :meth:`answer` stores the response and
             :meth:`result` blocks until every request has one, then returns them in order.
+        progress: the instance's liveness counters: the requests are accepted now, each answer counts.
 
     Raises:
         ValueError: an unknown ``mode``.
     """
 
-    def __init__(self, pb_utils: Any, requests: Sequence[Any], mode: str) -> None:
+    def __init__(self, pb_utils: Any, requests: Sequence[Any], mode: str, progress: Progress | None = None) -> None:
         if mode not in ("sender", "return"):
             raise ValueError(f"response mode {mode!r}: expected 'sender' or 'return'")
         self._pb = pb_utils
         self._mode = mode
+        self._progress = progress
+        if progress is not None:
+            progress.accept(len(requests))
         self._senders = [r.get_response_sender() for r in requests] if mode == "sender" else []
         self._responses: list[Any] = [None] * len(requests)
         self._missing = len(requests)
@@ -159,6 +164,8 @@ class Replies:
             self._missing -= 1
             if not self._missing:
                 self._done.notify_all()
+        if self._progress is not None:
+            self._progress.answer()
         if self._mode == "sender":
             send_final(self._pb, self._senders[index], response)
 
@@ -171,11 +178,24 @@ class Replies:
             return list(self._responses)
 
 
+def answer_counted(progress: Progress, requests: Sequence[Any], execute_call: Callable[[Sequence[Any]], list[Any]]) -> list[Any]:
+    """``execute_call(requests)``, which returns one response per request, with the requests counted
+    in ``progress`` (accepted now, answered when it returns or raises: Triton then answers them)."""
+    progress.accept(len(requests))
+    try:
+        return execute_call(requests)
+    finally:
+        progress.answer(len(requests))
+
+
 def close_scheduled(model: Any) -> None:
-    """Finalize a scheduled model's shared parts, whichever ``initialize`` got to: drain its
-    ``runner`` (every accepted request answered), release staging leases its ``handler`` still
-    holds, publish and close its ``metrics_flusher``, ``metrics``/``pool_metrics`` and its
-    staging ``pool`` (leaks are logged)."""
+    """Finalize a scheduled model's shared parts, whichever ``initialize`` got to: stop its
+    ``heartbeat`` (an unloading instance is not watched for stalls), drain its ``runner`` (every
+    accepted request answered), release staging leases its ``handler`` still holds, publish and
+    close its ``metrics_flusher``, ``metrics``/``pool_metrics`` and its staging ``pool`` (leaks are logged)."""
+    heartbeat = getattr(model, "heartbeat", None)
+    if heartbeat is not None:
+        heartbeat.close()
     runner = getattr(model, "runner", None)
     if runner is not None:
         runner.close(model.scheduler_config.drain_timeout_s)

@@ -43,8 +43,10 @@ from fastpath.models.text_detection.device_batches import DeviceBatchHandler, wa
 from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
 from fastpath.scheduling import BatchRunner, ShapeBatchQueue, Ticket, WorkItem
+from fastpath.triton.heartbeat import Progress, start_heartbeat, stub_diagnostics
 from fastpath.triton.io import error_response, input_rows, read_input
 from fastpath.triton.scheduled import (
+    Replies,
     close_scheduled,
     metrics_flusher,
     pool_metrics,
@@ -53,7 +55,6 @@ from fastpath.triton.scheduled import (
     requested_outputs,
     scheduler_metrics,
     select_outputs,
-    send_final,
 )
 from fastpath.triton.selftest import run_self_test
 from fastpath.triton.watchdog import exit_with_server
@@ -82,6 +83,7 @@ class TextDetectionModel:
         import triton_python_backend_utils as pb_utils
 
         self._pb = pb_utils
+        log_filter = stub_diagnostics()
         run_self_test(pb_utils.Tensor)
         exit_with_server()  # a stub orphaned by a crashed or killed tritonserver exits (watchdog.py)
         model_config = json.loads(args["model_config"])
@@ -113,8 +115,9 @@ class TextDetectionModel:
         else:
             self.handler = DetectionBatchHandler(self.detector, self.pool, on_batch=on_batch)
         queue = ShapeBatchQueue(**sched.queue_options(), max_items=sched.max_queue_texts)
+        self.progress = Progress()
         self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=args.get("model_name", MODEL_NAME),
-                                  **sched.runner_options())
+                                  on_delivered=self.progress.advance, **sched.runner_options())
         if sched.warmup and gpu:
             shapes = [self.bucket_of(shape) for shape in self.config.capture_shapes_hw] or [(736, 736)]
             warm_up_device(self.handler, queue.costs, self.runner.clock, sched.batch_buckets, shapes)
@@ -123,6 +126,7 @@ class TextDetectionModel:
         threads = self.config.decode_threads
         self.decoders = ThreadPoolExecutor(threads, thread_name_prefix=f"{MODEL_NAME}-decode") if threads else None
         self.runner.start()
+        self.heartbeat = start_heartbeat(args, self.progress, sched.stall_timeout_s, on_beat=log_filter.flush)
 
     def bucket_of(self, shape_hw: tuple[int, int]) -> tuple[int, int]:
         """The queue key of a resized shape: its shape bucket, or the shape itself when the padded
@@ -142,12 +146,12 @@ class TextDetectionModel:
         """Queue each request's images (decoded, checked and resized here or on the decode threads); answers follow."""
         pb = self._pb
         arrival_s = self.runner.clock.now()  # the call's requests wait while earlier ones decode: timeouts count from here
-        for request in requests:
-            sender = request.get_response_sender()
+        replies = Replies(pb, requests, "sender", self.progress)
+        for index, request in enumerate(requests):
             try:  # a full queue answers 503 before the images are decoded, not 5-20 s late after them
                 self.runner.check_room(self._image_count(request))
             except Exception as exc:
-                send_final(pb, sender, error_response(pb, exc))
+                replies.answer(index, error_response(pb, exc))
                 continue
             try:
                 values, name = self._input_values(request)
@@ -155,12 +159,12 @@ class TextDetectionModel:
                            requested_outputs(request), request.is_cancelled, request.request_id() or "request")
             except Exception as exc:  # a bad request fails alone
                 self.metrics.invalid_request()
-                send_final(pb, sender, error_response(pb, exc))
+                replies.answer(index, error_response(pb, exc))
                 continue
             if self.decoders is None:
-                self._accept(sender, values, name, options, arrival_s)
+                self._accept(replies, index, values, name, options, arrival_s)
             else:  # the request's tensors are copies by now: the decode thread may outlive execute()
-                self.decoders.submit(self._accept, sender, values, name, options, arrival_s)
+                self.decoders.submit(self._accept, replies, index, values, name, options, arrival_s)
         return None
 
     def _input_values(self, request: Any) -> tuple[np.ndarray, str]:
@@ -174,17 +178,18 @@ class TextDetectionModel:
             values = np.array(values, copy=True)
         return values, present[0]
 
-    def _accept(self, sender: Any, values: np.ndarray, name: str, options: tuple, arrival_s: float) -> None:
-        """Decode, check and resize one request's images and queue them; a failure is the request's answer."""
+    def _accept(self, replies: Replies, index: int, values: np.ndarray, name: str, options: tuple, arrival_s: float) -> None:
+        """Decode, check and resize request ``index``'s images and queue them; a failure is the request's answer."""
         pb = self._pb
         level, timeout_s, wanted, is_cancelled, label = options
         try:
             prepared = [self._prepare(image) for image in self._decode(values, name)]
         except Exception as exc:  # a bad request fails alone
             self.metrics.invalid_request()
-            send_final(pb, sender, error_response(pb, exc))
+            replies.answer(index, error_response(pb, exc))
             return
-        ticket = Ticket(len(prepared), functools.partial(self._answer, sender, wanted), is_cancelled=is_cancelled, label=label)
+        ticket = Ticket(len(prepared), functools.partial(self._answer, replies, index, wanted), is_cancelled=is_cancelled,
+                        label=label)
         items = []
         for row, image in enumerate(prepared):
             bucket = self.bucket_of(image.shape_hw)
@@ -204,20 +209,20 @@ class TextDetectionModel:
         return images_from_bytes(values, **limits)
 
     def _image_count(self, request: Any) -> int:
-        """Images in the request by its input's batch dimension, without decoding (0 if malformed: _read_images says why)."""
+        """Images in the request by its input's batch dimension, without decoding (0 if malformed: _input_values says why)."""
         counts = [rows for rows in (input_rows(self._pb, request, name) for name in (ARRAY_INPUT, BYTES_INPUT))
                   if rows is not None]
         return counts[0] if len(counts) == 1 else 0
 
-    def _answer(self, sender: Any, wanted: frozenset[str], ticket: Ticket, detections: list[Any] | None,
+    def _answer(self, replies: Replies, index: int, wanted: frozenset[str], ticket: Ticket, detections: list[Any] | None,
                 error: BaseException | None) -> None:
         """The ticket's single answer: the request's detections as one ragged result (requested outputs only), or its error."""
         pb = self._pb
         if error is not None:
-            send_final(pb, sender, error_response(pb, error))
+            replies.answer(index, error_response(pb, error))
             return
         boxes, scores, counts = concatenate(detections)
-        send_final(pb, sender, select_outputs(pb, [
+        replies.answer(index, select_outputs(pb, [
             pb.Tensor("BOXES", boxes), pb.Tensor("SCORES", scores), pb.Tensor("BOX_COUNTS", counts)], wanted))
 
     def finalize(self) -> None:

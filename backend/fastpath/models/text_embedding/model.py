@@ -34,12 +34,9 @@ Request options:
 from __future__ import annotations
 
 import dataclasses
-import faulthandler
 import functools
 import json
 import logging
-import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -63,9 +60,11 @@ from fastpath.profiling import PROFILE
 from fastpath.scheduling import BatchQueue, BatchRunner, Ticket, WorkItem
 from fastpath.scheduling.config import SchedulerConfig
 from fastpath.text import decode_texts, set_tokenizer_parallelism
+from fastpath.triton.heartbeat import Progress, start_heartbeat, stub_diagnostics
 from fastpath.triton.io import error_response, input_rows, read_input
 from fastpath.triton.scheduled import (
     Replies,
+    answer_counted,
     close_scheduled,
     metrics_flusher,
     pool_metrics,
@@ -125,13 +124,7 @@ class TextEmbeddingModel:
         import triton_python_backend_utils as pb_utils
 
         self._pb = pb_utils
-        # Hang diagnosis: `kill -USR1 <stub pid>` prints every thread's Python stack to the stub's stderr;
-        # FASTPATH_STACK_DUMP=<file> also appends all stacks to that file every 15 s.
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
-        faulthandler.enable(all_threads=True)  # a crash prints every thread's stack into Triton's log
-        if os.environ.get("FASTPATH_STACK_DUMP"):
-            self._stack_file = open(os.environ["FASTPATH_STACK_DUMP"], "a")
-            faulthandler.dump_traceback_later(15, repeat=True, file=self._stack_file)
+        log_filter = stub_diagnostics()  # logging, and stack dumps on a crash or `kill -USR1 <stub pid>` (heartbeat.py)
         run_self_test(pb_utils.Tensor)
         exit_with_server()  # a stub orphaned by a crashed or killed tritonserver exits (watchdog.py)
         model_config = json.loads(args["model_config"])
@@ -177,13 +170,15 @@ class TextEmbeddingModel:
             # ONNX Runtime on the CPU runs any shape: pad to the longest text, not up to its bucket
             pad_to_longest=not self.embedder.engine.buckets,
         )
+        self.progress = Progress()
         self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=args.get("model_name", "fastpath"),
-                                  lanes=self.lanes, **sched.runner_options())
+                                  lanes=self.lanes, on_delivered=self.progress.advance, **sched.runner_options())
         if sched.warmup:
             warm_up(self.handler, queue, self.runner.clock)
         self.costs, self.length_buckets, self.pad_to_longest = queue.costs, queue.length_buckets, queue.pad_to_longest
         if sched.response_mode == "sender":  # return mode runs each execute()'s texts itself (_execute_call)
             self.runner.start()
+        self.heartbeat = start_heartbeat(args, self.progress, sched.stall_timeout_s, on_beat=log_filter.flush)
         PROFILE.reset()  # warm-up and graph capture are not serving
         if PROFILE.enabled:
             register_allocation_counters(self.pool, self.embedder.engine)
@@ -198,14 +193,14 @@ class TextEmbeddingModel:
             sender-mode call of one request finds the scheduler idle: that call runs inline.
         """
         if self.scheduler_config.response_mode == "return":
-            return self._execute_call(requests)
+            return answer_counted(self.progress, requests, self._execute_call)
         # One request in the call (Triton's batcher hands a call everything queued in Triton, so more
         # means a backlog), small enough that a second one would have fit in the call, and an idle
         # runner: run it here and skip the hand-offs and the sender.
         if not (len(requests) == 1 and 0 < self._texts_in(requests[0]) <= self.inline_max_texts and self.runner.claim_idle()):
             return self._execute(requests)
         try:
-            return self._execute_call(requests)
+            return answer_counted(self.progress, requests, self._execute_call)
         finally:
             self.runner.release_inline()
 
@@ -288,6 +283,7 @@ class TextEmbeddingModel:
         """An engine call of a planned batch finished: teach the cost model, publish the batch metrics
         (each text's queue delay: ``waited_s``, from the call's start to its first engine call)."""
         self.costs.observe(planned.batch_size, planned.length, seconds)
+        self.progress.advance()
         self.metrics.dispatched(planned, (waited_s,) * planned.texts, inline=True)
         self.metrics.batch_done(planned, seconds, None, inline=True)
 
@@ -302,7 +298,7 @@ class TextEmbeddingModel:
         """Sender mode: validate and tokenize each request and queue its texts; the scheduler answers them."""
         pb = self._pb
         started = mark = PROFILE.start()
-        replies = Replies(pb, requests, "sender")
+        replies = Replies(pb, requests, "sender", self.progress)
         accepted = []
         for index, request in enumerate(requests):
             try:
