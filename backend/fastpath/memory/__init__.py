@@ -6,6 +6,8 @@ Entry points:
 - :func:`~fastpath.memory.staging.stage`: copy a batch input's request tensors into one block.
 - :func:`~fastpath.memory.transfer.create_transfer_path` (CUDA only): one H2D copy per input per
   batch on a stream, outputs D2H into pinned blocks, events for completion, pooled device buffers.
+- :class:`~fastpath.memory.reclaim.MemoryReturner`: after each batch, idle pool blocks beyond a bound
+  and the C heap's free pages go back to the OS.
 
 See docs/design/memory.md for the policies and the H200 measurements.
 """
@@ -23,6 +25,14 @@ from fastpath.memory.allocators import (
 )
 from fastpath.memory.cuda import CudaProbe, cuda_call, probe_cuda
 from fastpath.memory.pool import BlockPool, Lease
+from fastpath.memory.reclaim import (
+    MemoryReturner,
+    ProcessMemory,
+    process_memory,
+    release_freed_heap,
+    reset_peak_rss,
+    resident_bytes,
+)
 from fastpath.memory.staging import ParallelCopier, StagedTensor, stage
 from fastpath.memory.stats import LeakedLease, LeakReport, PoolConfig, PoolStats
 
@@ -76,15 +86,21 @@ __all__ = [
     "LeakedLease",
     "Lease",
     "LeaseError",
+    "MemoryReturner",
     "PageAlignedAllocator",
     "ParallelCopier",
     "PoolConfig",
     "PoolStats",
+    "ProcessMemory",
     "StagedTensor",
     "create_host_pool",
     "cuda_ordinal",
     "cuda_call",
     "probe_cuda",
+    "process_memory",
+    "release_freed_heap",
+    "reset_peak_rss",
+    "resident_bytes",
     "select_host_allocator",
     "stage",
 ]

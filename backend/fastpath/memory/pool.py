@@ -310,6 +310,28 @@ class BlockPool:
         if to_free is not None:
             to_free[0].free(to_free[1])
 
+    def release_idle(self, keep_bytes: int = 0) -> int:
+        """Free idle blocks, largest first, until at most ``keep_bytes`` of idle blocks remain.
+
+        Leased blocks are untouched. A later lease of a freed size allocates again (a miss), so
+        ``keep_bytes`` trades resident memory for allocations: page-aligned blocks cost page faults
+        on their next use, page-locked ones a ``cudaHostAlloc``.
+
+        Returns:
+            Bytes freed (block sizes), 0 when idle blocks already fit in ``keep_bytes``.
+        """
+        with self._cond:
+            idle = sum(size * len(blocks) for size, blocks in self._free.items())
+            freed: list[Block] = []
+            for size in sorted(self._free, reverse=True):
+                while idle > keep_bytes and self._free[size]:
+                    freed.append(self._free[size].pop())
+                    idle -= size
+                    self._reserved -= size
+        for block in freed:
+            self.allocator.free(block)
+        return sum(block.nbytes for block in freed)
+
     def stats(self) -> PoolStats:
         """A consistent snapshot of counters and gauges."""
         with self._cond:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import logging
 import os
 import threading
@@ -14,6 +12,7 @@ from typing import Any
 
 from fastpath.artifacts.manifest import ChecksumCache, verify_manifest
 from fastpath.errors import VersionRecordError
+from fastpath.memory import release_freed_heap
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.golden import check_engine_io, load_text_version, validate_text_version
 from fastpath.models.text_embedding.pipeline import TextEmbedder
@@ -36,16 +35,6 @@ def lower_thread_priority(increment: int = BACKGROUND_NICE) -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + increment)
     except (OSError, AttributeError) as exc:  # not Linux, or a sandbox that forbids it: run at normal priority
         LOG.debug("could not lower the priority of %s: %s", threading.current_thread().name, exc)
-
-
-def release_freed_memory() -> None:
-    """Return freed heap pages to the OS after an engine is released (glibc ``malloc_trim``), so the
-    stub's RSS goes back to its baseline after a swap instead of keeping the old engine's arenas."""
-    libc_name = ctypes.util.find_library("c")
-    if libc_name:
-        libc = ctypes.CDLL(libc_name)
-        if hasattr(libc, "malloc_trim"):
-            libc.malloc_trim(0)
 
 
 class VersionedEmbedder:
@@ -79,7 +68,7 @@ class VersionedEmbedder:
         self.restore: dict[str, Any] | None = None  # what reading the record at load found (None: no record)
         record = self._read_record()
         active, serving = self._restore(version, record)
-        self.slots: EngineSlots[TextEmbedder] = EngineSlots(active, self.initial, on_release=release_freed_memory,
+        self.slots: EngineSlots[TextEmbedder] = EngineSlots(active, self.initial, on_release=release_freed_heap,
                                                             previous_version=record.previous_version if record else None)
         plane = ControlPlane(state_dir(self.model_dir.parent), model_name)
         # keyed by process too: during a reload the old and the new stub of one instance name both report
