@@ -9,6 +9,7 @@ library (torch, tensorrt, onnxruntime-gpu) is imported only when that runtime is
 runtime        artifact                                     loader options
 =============  ===========================================  ==========================================
 onnxruntime    ``model.onnx`` (fp32 or INT8 QDQ)            ``device`` ("cpu" | "cuda"), ``intra_op_threads``,
+                                                            ``memory_pattern``, ``arena_max_input_bytes`` (CPU),
                                                             ``batch_sizes``/``lengths`` (CUDA graphs)
 torch          ``model.fp16.safetensors``                   ``device``, ``precision``, ``batch_sizes``, ``lengths``
 tensorrt       ``model.onnx`` (built into a cached plan)    ``precision``, ``batch_sizes``, ``lengths``, ``cache_dir``

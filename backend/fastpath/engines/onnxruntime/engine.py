@@ -2,9 +2,17 @@
 
 ONNX Runtime releases the GIL inside ``InferenceSession.run``, so a worker thread can run a batch
 while the Python thread that feeds it tokenizes the next one.
+
+Memory (docs/design/text_detection.md, "Memory"): by default a session allocates from ONNX Runtime's
+CPU memory arena, which keeps every byte it ever grew to for the next call. With
+``arena_max_input_bytes`` set, calls whose inputs are larger run in another ``InferenceSession`` of
+the same model, built without the arena, so their working memory goes back to the C allocator when
+the call ends.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import onnxruntime as ort
@@ -40,28 +48,49 @@ class OnnxRuntimeEngine(Engine):
         lanes: extra sessions for :meth:`infer_lane` (0: none), ``lane_threads`` intra-op threads
             each. Each holds its own copy of the weights (all-MiniLM-L6-v2 fp32: ~90 MB per lane).
         lane_threads: intra-op threads per lane session (>= 1).
+        memory_pattern: ONNX Runtime's ``enable_mem_pattern`` for the arena sessions (main and lanes):
+            plan each input shape's intermediate tensors into one block. With dynamic shapes the
+            arena then keeps the first call's tensors and the later calls' block side by side.
+        arena_max_input_bytes: None: every call runs in the arena session. Otherwise a call whose
+            inputs total more bytes runs in another session, without the CPU arena (with the memory
+            pattern, which that session needs to stay fast), so its working memory is freed when it
+            returns; smaller calls keep the arena's speed and the arena stays the size they need.
+
+    Attributes:
+        calls_without_arena: calls run in the session without the arena so far.
 
     Raises:
-        EngineError: the file is missing or not a loadable ONNX model.
+        EngineError: the file is missing or not a loadable ONNX model, or a negative ``arena_max_input_bytes``.
     """
 
     name = "onnxruntime"
 
     def __init__(self, path: str, *, intra_op_threads: int = 0, providers: tuple[str | tuple[str, dict], ...] = ("CPUExecutionProvider",),
-                 allow_spinning: bool = True, lanes: int = 0, lane_threads: int = 1) -> None:
+                 allow_spinning: bool = True, lanes: int = 0, lane_threads: int = 1, memory_pattern: bool = True,
+                 arena_max_input_bytes: int | None = None) -> None:
         if lanes < 0 or lane_threads < 1:
             raise EngineError(f"ONNX Runtime engine lanes must be >= 0 with >= 1 thread each, got {lanes} x {lane_threads}")
-        self._session: ort.InferenceSession | None = _session(path, providers, intra_op_threads, allow_spinning)
+        if arena_max_input_bytes is not None and arena_max_input_bytes < 0:
+            raise EngineError(f"ONNX Runtime engine arena_max_input_bytes must be >= 0 (or None), got {arena_max_input_bytes}")
+        arena = _Memory(arena=True, pattern=memory_pattern)
+        self._session: ort.InferenceSession | None = _session(path, providers, intra_op_threads, allow_spinning, arena)
         # With one intra-op thread the calling thread does all the work: no worker spins and no operator
         # waits at a barrier for a thread the OS gave to another process (docs/design/scheduler.md).
-        self._lane_sessions = [_session(path, providers, lane_threads, allow_spinning and lane_threads > 1)
+        self._lane_sessions = [_session(path, providers, lane_threads, allow_spinning and lane_threads > 1, arena)
                                for _ in range(lanes)]
+        self.arena_max_input_bytes = arena_max_input_bytes
+        self._unpooled = (None if arena_max_input_bytes is None else
+                          _session(path, providers, intra_op_threads, allow_spinning, _Memory(arena=False, pattern=True)))
+        self.calls_without_arena = 0
         self.lanes = lanes
         self._inputs = tuple(_spec(n) for n in self._session.get_inputs())
         self._outputs = tuple(_spec(n) for n in self._session.get_outputs())
         self._wanted = frozenset(spec.name for spec in self._inputs)
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._unpooled is not None and sum(value.nbytes for value in feeds.values()) > self.arena_max_input_bytes:
+            self.calls_without_arena += 1
+            return self._run(self._unpooled, feeds)
         return self._run(self._session, feeds)
 
     def infer_lane(self, feeds: dict[str, np.ndarray], lane: int) -> dict[str, np.ndarray]:
@@ -81,12 +110,23 @@ class OnnxRuntimeEngine(Engine):
     def close(self) -> None:
         self._session = None
         self._lane_sessions = []
+        self._unpooled = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Memory:
+    """A session's allocation options: ONNX Runtime's ``enable_cpu_mem_arena`` and ``enable_mem_pattern``."""
+
+    arena: bool
+    pattern: bool
 
 
 def _session(path: str, providers: tuple[str | tuple[str, dict], ...], intra_op_threads: int,
-             allow_spinning: bool) -> ort.InferenceSession:
+             allow_spinning: bool, memory: _Memory) -> ort.InferenceSession:
     """An ``InferenceSession`` with FastPath's options; raises EngineError when the model does not load."""
     options = ort.SessionOptions()
+    options.enable_cpu_mem_arena = memory.arena
+    options.enable_mem_pattern = memory.pattern
     options.intra_op_num_threads = ort_intra_op_threads(intra_op_threads)
     # ONNX Runtime's documented session option: worker threads busy-wait for the next operator
     # ("1", its default) or sleep ("0"), which leaves the cores to Triton, clients and tokenization.

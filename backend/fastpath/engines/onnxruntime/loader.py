@@ -16,6 +16,8 @@ def load(
     allow_spinning: bool = True,
     lanes: int = 0,
     lane_threads: int = 1,
+    memory_pattern: bool = True,
+    arena_max_input_bytes: int | None = None,
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
     lengths: tuple[int, ...] = (16, 32, 64, 128, 256),
     check_addresses: bool = False,
@@ -30,6 +32,8 @@ def load(
         allow_spinning: CPU only: ONNX Runtime's ``session.intra_op.allow_spinning`` (worker threads
             busy-wait between operators when True, ONNX Runtime's default).
         lanes, lane_threads: CPU only: extra sessions for ``infer_lane`` (see OnnxRuntimeEngine).
+        memory_pattern, arena_max_input_bytes: CPU only: ONNX Runtime's memory pattern, and the input size
+            above which a call runs without the CPU memory arena (see OnnxRuntimeEngine).
         batch_sizes, lengths: the CUDA graph buckets (CUDA only).
         check_addresses: verify bound buffers never move between capture and replay (CUDA only).
 
@@ -39,7 +43,8 @@ def load(
     """
     if device == "cpu":
         return OnnxRuntimeEngine(path, intra_op_threads=intra_op_threads, allow_spinning=allow_spinning, lanes=lanes,
-                                 lane_threads=lane_threads)
+                                 lane_threads=lane_threads, memory_pattern=memory_pattern,
+                                 arena_max_input_bytes=arena_max_input_bytes)
     if device.startswith("cuda"):
         from fastpath.engines.onnxruntime.cuda_graphs import OnnxRuntimeCudaGraphEngine
 
