@@ -36,6 +36,7 @@ SIGNATURES = {b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG"}
 READERS = {"PNG": PngImagePlugin.PngImageFile, "JPEG": JpegImagePlugin.JpegImageFile}
 ARRAY_INPUT = "IMAGE"
 BYTES_INPUT = "IMAGE_BYTES"
+CONVERT_CHUNK_PIXELS = 1 << 18  # 16-bit scaling and alpha compositing run over this many pixels at a time
 
 
 def check_pixel_limits(sizes_hw: Sequence[tuple[int, int]], *, tensor: str, max_image_pixels: int, max_request_pixels: int,
@@ -123,16 +124,36 @@ def decoder_message(data: bytes, kind: str) -> str:
     return ""
 
 
+def _row_chunks(height: int, width: int) -> list[slice]:
+    """Row ranges of at most ``CONVERT_CHUNK_PIXELS`` pixels (one row at least), covering ``height`` rows."""
+    rows = max(1, CONVERT_CHUNK_PIXELS // width)
+    return [slice(start, start + rows) for start in range(0, height, rows)]
+
+
 def _scale_16_to_8(samples: np.ndarray) -> np.ndarray:
-    """uint16 -> uint8 by round(v / 257), which maps 0..65535 onto 0..255 exactly at both ends."""
-    return ((samples.astype(np.uint32) + 128) // 257).astype(np.uint8)
+    """uint16 -> uint8 by round(v / 257), which maps 0..65535 onto 0..255 exactly at both ends.
+
+    Computed in row chunks, so the uint32 scratch is bounded by ``CONVERT_CHUNK_PIXELS``, not the image.
+    """
+    out = np.empty(samples.shape, np.uint8)
+    for rows in _row_chunks(samples.shape[0], samples.shape[1]):
+        wide = samples[rows].astype(np.uint32)
+        wide += 128
+        wide //= 257
+        out[rows] = wide
+    return out
 
 
 def _over_white(color: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """Composite uint8 ``color`` [H, W, C] with uint8 ``alpha`` [H, W] over a white background."""
-    a = alpha.astype(np.uint16)[..., None]
-    blended = (color.astype(np.uint16) * a + 255 * (255 - a) + 127) // 255
-    return blended.astype(np.uint8)
+    """Composite uint8 ``color`` [H, W, C] with uint8 ``alpha`` [H, W] over a white background.
+
+    Computed in row chunks, so the uint16 scratch is bounded by ``CONVERT_CHUNK_PIXELS``, not the image.
+    """
+    out = np.empty(color.shape, np.uint8)
+    for rows in _row_chunks(color.shape[0], color.shape[1]):
+        a = alpha[rows].astype(np.uint16)[..., None]
+        out[rows] = (color[rows].astype(np.uint16) * a + 255 * (255 - a) + 127) // 255
+    return out
 
 
 def to_rgb8(image: np.ndarray, *, channel_order: str, where: str) -> np.ndarray:

@@ -64,6 +64,27 @@ def test_sixteen_bit_is_scaled_by_257():
     assert to_rgb8(samples, channel_order="rgb", where="t")[0, :, 0].tolist() == [0, 0, 1, 100, 255]
 
 
+def test_conversions_of_images_larger_than_a_chunk_equal_the_whole_image_formula_with_bounded_scratch():
+    """16-bit BGRA over several row chunks (with a last partial one): the result equals round(v / 257) then
+    alpha over white computed on the whole image at once, and the conversion allocates at most the
+    8-bit copy (4 B/px), the RGB result (3 B/px) and one chunk's scratch (48 B/px of CONVERT_CHUNK_PIXELS)."""
+    import tracemalloc
+
+    height, width = 2 * image_module.CONVERT_CHUNK_PIXELS // 1000 + 7, 1000
+    image = np.random.default_rng(3).integers(0, 65536, (height, width, 4), dtype=np.uint16)
+    scaled = ((image.astype(np.uint32) + 128) // 257).astype(np.uint16)
+    alpha = scaled[..., 3:]
+    expected = ((scaled[..., 2::-1] * alpha + 255 * (255 - alpha) + 127) // 255).astype(np.uint8)
+    tracemalloc.start()
+    try:
+        out = to_rgb8(image, channel_order="bgr", where="t")
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(out, expected)
+    assert peak_bytes <= height * width * (4 + 3) + image_module.CONVERT_CHUNK_PIXELS * 48
+
+
 @pytest.mark.parametrize(
     ("array", "match"),
     [
