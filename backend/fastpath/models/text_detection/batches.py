@@ -41,12 +41,13 @@ class StagedBatch:
     """A batch input in a staging-pool block.
 
     Attributes:
-        feed: float32 [batch_size, 3, h, w] view over ``lease`` (valid until release).
+        feed: float32 [batch_size, 3, h, w] view over ``lease``; None once :meth:`DetectionBatchHandler.run`
+            released the lease.
         lease: the pool lease.
         images: real images (rows ``0..images-1``; the rest are filler).
     """
 
-    feed: np.ndarray
+    feed: np.ndarray | None
     lease: Lease
     images: int
 
@@ -128,6 +129,7 @@ class DetectionBatchHandler:
         try:
             return self.detector.infer(staged.feed)[: staged.images]
         finally:
+            staged.feed = None  # no view outlives the lease: an idle block can then be freed at once
             staged.lease.release()
 
     def finish(self, batch: Batch, maps: np.ndarray) -> None:

@@ -15,6 +15,7 @@ NETWORK_STRIDE_PX = 32  # DB's backbone downsamples by 32: each resized side is 
 LIMIT_TYPES = ("max", "min")  # PaddleOCR DetResizeForTest limit_type: cap the longer side / raise the shorter side
 DEFAULT_MAX_RESIZED_PIXELS = 2048 * 1024  # resized h * w cap: 24 MiB of float32 input per image
 UINT8_ARTIFACT = "model.uint8.onnx"  # the GPU engine's artifact: uint8 RGB input, normalized in the graph
+MIB = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -80,6 +81,16 @@ class TextDetectionConfig:
         capture_shapes_px: resized (height, width) pairs whose graphs are captured at load for every
             batch bucket, e.g. ``736x1312`` (a 1280x720 photo under min/736); other shapes run without a
             graph (see ``cuda_graph_after_runs``). Written ``HxW,HxW``.
+        arena_max_input_bytes: engine calls whose float32 input is at most this many bytes use ONNX
+            Runtime's CPU memory arena (fastest; the arena keeps what such calls needed, about
+            200 bytes per input pixel); larger calls run in a session without the arena, whose
+            memory is freed when the call ends (docs/design/text_detection.md, "Memory"). The default,
+            32 MiB, keeps batches of two typical photos (2 x 736x1472) on the arena.
+        staging_keep_idle_bytes: idle staging-pool bytes kept after each batch for the next ones;
+            idle blocks beyond it are freed, largest first.
+        heap_trim_growth_bytes: after a batch, glibc ``malloc_trim(0)`` returns the C heap's free pages
+            to the OS when the stub's resident set grew this much since the last trim (or when a
+            staging block was just freed).
     """
 
     runtime: str = "onnxruntime"
@@ -108,6 +119,9 @@ class TextDetectionConfig:
     decode_threads: int = 0
     post_threads: int = 0
     capture_shapes_px: tuple[str, ...] = ()
+    arena_max_input_bytes: int = 32 * MIB
+    staging_keep_idle_bytes: int = 64 * MIB
+    heap_trim_growth_bytes: int = 64 * MIB
 
     def __post_init__(self) -> None:
         check_parameter(self.runtime in RUNTIMES, "runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
@@ -144,6 +158,10 @@ class TextDetectionConfig:
             parts = text.lower().split("x")
             check_parameter(len(parts) == 2 and all(p.isdigit() and int(p) % NETWORK_STRIDE_PX == 0 and int(p) > 0 for p in parts),
                             "capture_shapes_px", text, f"HxW with H and W positive multiples of {NETWORK_STRIDE_PX}, e.g. 736x1312")
+        check_parameter(self.arena_max_input_bytes >= 0, "arena_max_input_bytes", self.arena_max_input_bytes,
+                        ">= 0 bytes (0: no call uses the arena)")
+        check_parameter(self.staging_keep_idle_bytes >= 0, "staging_keep_idle_bytes", self.staging_keep_idle_bytes, ">= 0 bytes")
+        check_parameter(self.heap_trim_growth_bytes >= 1, "heap_trim_growth_bytes", self.heap_trim_growth_bytes, ">= 1 byte")
 
     @property
     def capture_shapes_hw(self) -> tuple[tuple[int, int], ...]:
@@ -157,6 +175,13 @@ class TextDetectionConfig:
         if self.limit_type == "max":
             return min(self.limit_side_len_px**2, self.max_resized_pixels)
         return self.max_resized_pixels
+
+    def cpu_engine_options(self) -> dict[str, object]:
+        """``load_engine`` options of the CPU engine: threads, and calls above ``arena_max_input_bytes``
+        without the arena. ONNX Runtime's memory pattern is off: with this model's dynamic shapes it
+        made the arena keep a second copy of each shape's tensors, and calls ran 2-6% faster without it."""
+        return {"intra_op_threads": self.intra_op_threads, "memory_pattern": False,
+                "arena_max_input_bytes": self.arena_max_input_bytes}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

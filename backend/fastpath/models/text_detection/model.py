@@ -19,11 +19,15 @@ request gets its own 400 at once), hands one work item per image to FastPath's s
 staging pool, run the engine, post-process, and answer each request through its response sender
 once its last image is done. A full queue is 503 / UNAVAILABLE; an engine error fails only the
 requests of that batch; ``finalize`` drains. Request options ``timeout`` and ``fastpath_priority``
-as for ``text_embedding`` (:mod:`fastpath.triton.scheduled`). Design: docs/design/text_detection.md.
+as for ``text_embedding`` (:mod:`fastpath.triton.scheduled`). After each batch a
+:class:`~fastpath.memory.MemoryReturner` frees idle staging blocks beyond ``staging_keep_idle_bytes``
+and trims the C heap, so the stub returns near its idle size after a peak; the peak itself is
+bounded by :mod:`fastpath.models.text_detection.budget`. Design: docs/design/text_detection.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -36,8 +40,9 @@ import numpy as np
 from fastpath.config import instance_device, parse_sections, triton_parameters
 from fastpath.errors import ConfigError, InvalidInputError
 from fastpath.graphs import ImageSideBuckets
-from fastpath.memory import PoolConfig, create_host_pool
+from fastpath.memory import MemoryReturner, PoolConfig, create_host_pool
 from fastpath.models.text_detection.batches import DetectionBatchHandler, check_staging_fits, warm_up
+from fastpath.models.text_detection.budget import peak_budget
 from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, DetectionSchedulerConfig, TextDetectionConfig
 from fastpath.models.text_detection.device_batches import DeviceBatchHandler, warm_up_device
 from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
@@ -70,6 +75,28 @@ def staging_pool_config(config: TextDetectionConfig) -> PoolConfig:
                       wait_timeout_s=config.staging_wait_timeout_s)
 
 
+def check_scheduler_fits(config: TextDetectionConfig, sched: DetectionSchedulerConfig) -> None:
+    """Refuse batch buckets above ``max_batch_images`` and a queue that cannot hold the largest request.
+
+    Raises:
+        ConfigError: naming the parameter, its value and what to change.
+    """
+    if sched.batch_buckets[-1] > config.max_batch_images:
+        raise ConfigError(f"config.pbtxt parameter 'batch_buckets' = {sched.batch_buckets}: its largest bucket exceeds "
+                          f"max_batch_images={config.max_batch_images}; drop the larger buckets or raise max_batch_images")
+    if config.max_images_per_request > sched.max_queue_texts:
+        raise ConfigError(f"config.pbtxt parameter 'max_queue_texts' = {sched.max_queue_texts} (queued images) is below "
+                          f"max_images_per_request={config.max_images_per_request}: the largest request could never be "
+                          "queued; raise max_queue_texts")
+
+
+def _after_batch(memory: MemoryReturner, on_metrics: Any) -> None:
+    """The per-batch hook: give memory back first, so that pushed pool metrics show what stays."""
+    memory.after_batch()
+    if on_metrics is not None:
+        on_metrics()
+
+
 class TextDetectionModel:
     """The python-backend model class; ``model.py`` re-exports it as ``TritonPythonModel``."""
 
@@ -90,13 +117,7 @@ class TextDetectionModel:
         self.config, self.scheduler_config = parse_sections(triton_parameters(model_config), TextDetectionConfig,
                                                             DetectionSchedulerConfig)
         sched = self.scheduler_config
-        if sched.batch_buckets[-1] > self.config.max_batch_images:
-            raise ConfigError(f"config.pbtxt parameter 'batch_buckets' = {sched.batch_buckets}: its largest bucket exceeds "
-                              f"max_batch_images={self.config.max_batch_images}; drop the larger buckets or raise max_batch_images")
-        if self.config.max_images_per_request > sched.max_queue_texts:
-            raise ConfigError(f"config.pbtxt parameter 'max_queue_texts' = {sched.max_queue_texts} (queued images) is below "
-                              f"max_images_per_request={self.config.max_images_per_request}: the largest request could never be "
-                              "queued; raise max_queue_texts")
+        check_scheduler_fits(self.config, sched)
         self.model_version = args["model_version"]
         # KIND_GPU: ONNX Runtime's CUDA EP on the GPU Triton assigned (model.uint8.onnx, device_batches.py)
         self.device = instance_device(args, None, runtime=self.config.runtime, gpu_runtimes=("onnxruntime",))
@@ -106,14 +127,10 @@ class TextDetectionModel:
                                                     device=self.device, batch_sizes=sched.batch_buckets)
         self.pool = create_host_pool(staging_pool_config(self.config), name="staging", device=self.device if gpu else None)
         check_staging_fits(self.pool, sched.batch_buckets[-1], self.config.largest_resized_pixels)
-        self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, MODEL_NAME)
-        self.metrics = scheduler_metrics(pb_utils, args, sched, MODEL_NAME)
-        self.metrics_flusher, on_batch = metrics_flusher(sched, self.metrics, self.pool_metrics,
-                                                         args.get("model_instance_name", MODEL_NAME))
-        if gpu:
-            self.handler = DeviceBatchHandler(self.detector, self.pool, on_batch=on_batch, post_threads=self.config.post_threads)
-        else:
-            self.handler = DetectionBatchHandler(self.detector, self.pool, on_batch=on_batch)
+        budget = peak_budget(self.config, sched.batch_buckets)
+        LOG.info("text_detection memory budget: at most %d MiB above the idle stub for any legal request (%s)",
+                 budget.total_bytes >> 20, ", ".join(f"{k} {v >> 20} MiB" for k, v in dataclasses.asdict(budget).items()))
+        self.handler = self._batch_handler(args, gpu)
         queue = ShapeBatchQueue(**sched.queue_options(), max_items=sched.max_queue_texts)
         self.progress = Progress()
         self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=args.get("model_name", MODEL_NAME),
@@ -123,10 +140,25 @@ class TextDetectionModel:
             warm_up_device(self.handler, queue.costs, self.runner.clock, sched.batch_buckets, shapes)
         elif sched.warmup:
             warm_up(self.handler, queue.costs, self.runner.clock, sched.batch_buckets)
+        self.memory.after_batch()  # the idle stub starts trimmed, its level measured after the warm-up
         threads = self.config.decode_threads
         self.decoders = ThreadPoolExecutor(threads, thread_name_prefix=f"{MODEL_NAME}-decode") if threads else None
         self.runner.start()
         self.heartbeat = start_heartbeat(args, self.progress, sched.stall_timeout_s, on_beat=log_filter.flush)
+
+    def _batch_handler(self, args: dict[str, str], gpu: bool) -> DetectionBatchHandler | DeviceBatchHandler:
+        """Metrics, the memory returner, and the batch handler (device or host) whose per-batch hook runs both."""
+        sched = self.scheduler_config
+        self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, MODEL_NAME)
+        self.metrics = scheduler_metrics(self._pb, args, sched, MODEL_NAME)
+        self.metrics_flusher, on_metrics = metrics_flusher(sched, self.metrics, self.pool_metrics,
+                                                           args.get("model_instance_name", MODEL_NAME))
+        self.memory = MemoryReturner([self.pool], keep_idle_bytes=self.config.staging_keep_idle_bytes,
+                                     trim_growth_bytes=self.config.heap_trim_growth_bytes)
+        on_batch = functools.partial(_after_batch, self.memory, on_metrics)
+        if gpu:
+            return DeviceBatchHandler(self.detector, self.pool, on_batch=on_batch, post_threads=self.config.post_threads)
+        return DetectionBatchHandler(self.detector, self.pool, on_batch=on_batch)
 
     def bucket_of(self, shape_hw: tuple[int, int]) -> tuple[int, int]:
         """The queue key of a resized shape: its shape bucket, or the shape itself when the padded

@@ -179,7 +179,7 @@ class TextDetector:
                                                         batch_sizes=batch_sizes, max_graphs=config.max_cuda_graphs,
                                                         graph_after_runs=config.cuda_graph_after_runs, tf32=config.cuda_tf32)
         else:
-            engine = load_engine(config.runtime, str(path), intra_op_threads=config.intra_op_threads)
+            engine = load_engine(config.runtime, str(path), **config.cpu_engine_options())
         try:
             return cls(engine, config)
         except ArtifactError:

@@ -144,6 +144,19 @@ def test_close_releases_leases_of_batches_staged_but_never_run(detector):
     assert pool.stats().outstanding == 0
 
 
+def test_a_run_batch_leaves_no_view_of_its_block_so_the_idle_block_can_be_freed_at_once(detector):
+    """Invariant: once run() returned, the batch's staging block is idle and no view of it is alive, so
+    BlockPool.release_idle frees it immediately (no deferred free) while the staged batch object still exists."""
+    pool = make_pool()
+    handler = DetectionBatchHandler(detector, pool)
+    image = detector.prepare(np.zeros((64, 96, 3), np.uint8))
+    staged = handler.stage_images([image], 1)
+    handler.run(staged)
+    assert staged.feed is None and pool.stats().outstanding == 0
+    assert pool.release_idle(keep_bytes=0) == pool.size_class(feed_bytes(1, (64, 96)))
+    assert pool.allocator.frees == 1 and pool.allocator.deferred_frees == 0
+
+
 def test_warm_up_seeds_the_cost_model_per_batch_size_and_shape(detector):
     pool, costs = make_pool(), CostModel()
     warm_up(DetectionBatchHandler(detector, pool), costs, MonotonicClock(), (1, 2, 4), shapes_hw=((64, 64), (128, 96)))

@@ -28,6 +28,12 @@ def test_limit_type_and_largest_resized_pixels():
     assert (config.limit_type, config.limit_side_len_px, config.largest_resized_pixels) == ("min", 736, 2048 * 1024)
 
 
+def test_cpu_engine_options_carry_the_arena_bound_and_turn_the_memory_pattern_off():
+    config = parse_parameters(TextDetectionConfig, {"arena_max_input_bytes": "1048576", "intra_op_threads": "2"})
+    assert config.cpu_engine_options() == {"intra_op_threads": 2, "memory_pattern": False, "arena_max_input_bytes": 1 << 20}
+    assert parse_parameters(TextDetectionConfig, {}).arena_max_input_bytes == 32 << 20
+
+
 def test_unknown_key_is_named():
     with pytest.raises(ConfigError, match="'limit_side_len'.*known parameters:.*limit_side_len_px"):
         parse_parameters(TextDetectionConfig, {"limit_side_len": "960"})
@@ -46,6 +52,9 @@ def test_unknown_key_is_named():
         ("limit_type", "MIN", "one of max, min"),
         ("limit_side_len_px", "-32", "a multiple of 32"),
         ("max_resized_pixels", "1023", ">= 1024"),
+        ("arena_max_input_bytes", "-1", ">= 0 bytes"),
+        ("staging_keep_idle_bytes", "-4096", ">= 0 bytes"),
+        ("heap_trim_growth_bytes", "0", ">= 1 byte"),
     ],
 )
 def test_invalid_values_name_key_value_and_expectation(key, value, match):
