@@ -11,6 +11,7 @@ and within steady_budget, and a second such request must not raise either.
 
 from __future__ import annotations
 
+import os
 import time
 
 import cv2
@@ -20,7 +21,7 @@ import tritonclient.http as httpclient
 
 from fastpath.memory import process_memory, reset_peak_rss
 from fastpath.models.text_detection.budget import RequestShape, peak_budget, predict_peak, steady_budget
-from fastpath.server.process import group_members
+from fastpath.server.process import GLIBC_TUNABLES, group_members
 from fastpath.server.stubs import list_stubs
 from tests.conftest import wait_for
 from tests.e2e import test_text_detection
@@ -35,7 +36,7 @@ MIB = 1 << 20
 server = test_text_detection.server  # a tritonserver serving text_detection alone, for this module
 
 
-def _detect(server, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def detect(server, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One HTTP request of uint8 [N, H, W, 3]; returns (BOXES, BOX_COUNTS)."""
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=600, connection_timeout=600)
     tensor = httpclient.InferInput("IMAGE", list(batch.shape), "UINT8")
@@ -47,7 +48,7 @@ def _detect(server, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         client.close()
 
 
-def _settled_rss(pid: int, timeout_s: float = 60.0) -> int:
+def settled_rss(pid: int, timeout_s: float = 60.0) -> int:
     """The stub's VmRSS once it has stopped changing by more than 1 MiB for a second (the memory returner
     runs after the response of a request's last batch has gone out)."""
     readings: list[int] = []
@@ -61,7 +62,7 @@ def _settled_rss(pid: int, timeout_s: float = 60.0) -> int:
     return readings[-1]
 
 
-def _largest_request() -> np.ndarray:
+def largest_request() -> np.ndarray:
     """16 real photos resized to 1400x1400, RGB: the second eight repeat the first eight."""
     photos = [cv2.resize(skimage_rgb(name), (SIDE_PX, SIDE_PX), interpolation=cv2.INTER_LINEAR) for name in PHOTOS]
     return np.ascontiguousarray(np.stack(photos + photos))
@@ -70,20 +71,23 @@ def _largest_request() -> np.ndarray:
 def test_largest_legal_request_peaks_as_predicted_and_the_stub_returns_near_idle(server):
     config, sched = shipped()
     (stub,) = [s for s in list_stubs(group_members(server.pid)) if s.model == MODEL]
+    tunables = os.environ.get("GLIBC_TUNABLES", GLIBC_TUNABLES)  # what fastpath serve gives every stub
+    with open(f"/proc/{stub.pid}/environ", "rb") as environ:
+        assert f"GLIBC_TUNABLES={tunables}".encode() in environ.read().split(b"\0")
     page = skimage_rgb("page.png")[None]
-    _detect(server, page)  # warm-up request
-    idle = _settled_rss(stub.pid)
+    detect(server, page)  # warm-up request
+    idle = settled_rss(stub.pid)
     request = RequestShape(images=16, height=SIDE_PX, width=SIDE_PX)
     predicted = predict_peak(config, sched.batch_buckets, request).total_bytes
-    batch = _largest_request()
+    batch = largest_request()
 
     for attempt in range(2):
         reset_peak_rss(stub.pid)
         start_s = time.monotonic()
-        boxes, counts = _detect(server, batch)
+        boxes, counts = detect(server, batch)
         seconds = time.monotonic() - start_s
         peak = process_memory(stub.pid).peak_rss_bytes - idle
-        steady = _settled_rss(stub.pid)
+        steady = settled_rss(stub.pid)
         print(f"request {attempt}: {seconds:.1f} s; idle {idle >> 20} MiB, peak +{peak >> 20} MiB "
               f"(predicted +{predicted >> 20}), steady {steady >> 20} MiB = {steady / idle:.2f}x idle")
         edges = np.concatenate([[0], np.cumsum(counts)])
