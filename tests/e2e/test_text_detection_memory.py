@@ -77,6 +77,8 @@ def test_largest_legal_request_peaks_as_predicted_and_the_stub_returns_near_idle
     page = skimage_rgb("page.png")[None]
     detect(server, page)  # warm-up request
     idle = settled_rss(stub.pid)
+    budget_mib = peak_budget(config, sched.batch_buckets).total_bytes >> 20  # logged at load, for operators
+    assert f"text_detection memory budget: at most {budget_mib} MiB" in server.log_path.read_text()
     request = RequestShape(images=16, height=SIDE_PX, width=SIDE_PX)
     predicted = predict_peak(config, sched.batch_buckets, request).total_bytes
     batch = largest_request()

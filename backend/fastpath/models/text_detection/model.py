@@ -42,7 +42,7 @@ from fastpath.errors import ConfigError, InvalidInputError
 from fastpath.graphs import ImageSideBuckets
 from fastpath.memory import MemoryReturner, PoolConfig, create_host_pool
 from fastpath.models.text_detection.batches import DetectionBatchHandler, check_staging_fits, warm_up
-from fastpath.models.text_detection.budget import peak_budget
+from fastpath.models.text_detection.budget import MemoryBudget, peak_budget
 from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, DetectionSchedulerConfig, TextDetectionConfig
 from fastpath.models.text_detection.device_batches import DeviceBatchHandler, warm_up_device
 from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
@@ -90,6 +90,17 @@ def check_scheduler_fits(config: TextDetectionConfig, sched: DetectionSchedulerC
                           "queued; raise max_queue_texts")
 
 
+def _log_budget(pb_utils: Any, budget: MemoryBudget) -> None:
+    """Write the memory budget to Triton's log (the stub's Python logging is not configured to show INFO)."""
+    terms = ", ".join(f"{term} {value >> 20} MiB" for term, value in dataclasses.asdict(budget).items())
+    message = f"text_detection memory budget: at most {budget.total_bytes >> 20} MiB above the idle stub for any legal request ({terms})"
+    logger = getattr(pb_utils, "Logger", None)
+    if logger is not None:
+        logger.log_info(message)
+    else:
+        LOG.info("%s", message)
+
+
 def _after_batch(memory: MemoryReturner, on_metrics: Any) -> None:
     """The per-batch hook: give memory back first, so that pushed pool metrics show what stays."""
     memory.after_batch()
@@ -127,9 +138,8 @@ class TextDetectionModel:
                                                     device=self.device, batch_sizes=sched.batch_buckets)
         self.pool = create_host_pool(staging_pool_config(self.config), name="staging", device=self.device if gpu else None)
         check_staging_fits(self.pool, sched.batch_buckets[-1], self.config.largest_resized_pixels)
-        budget = peak_budget(self.config, sched.batch_buckets)
-        LOG.info("text_detection memory budget: at most %d MiB above the idle stub for any legal request (%s)",
-                 budget.total_bytes >> 20, ", ".join(f"{k} {v >> 20} MiB" for k, v in dataclasses.asdict(budget).items()))
+        if not gpu:  # the budget's engine terms are the CPU engine's (on a GPU they are device memory)
+            _log_budget(pb_utils, peak_budget(self.config, sched.batch_buckets))
         self.handler = self._batch_handler(args, gpu)
         queue = ShapeBatchQueue(**sched.queue_options(), max_items=sched.max_queue_texts)
         self.progress = Progress()
