@@ -6,8 +6,9 @@ the smallest bucket >= n (a call may be padded up with filler rows); there are k
 calls, and a call's float32 input is F = r * 3 * p * 4 bytes. The peak above the idle stub is the sum of
 (:func:`predict_peak`):
 
-    request      n * h * w * c          the IMAGE tensor in Triton's shared memory; IMAGE_BYTES:
-                                        3 x the files (shared memory, Python bytes, one file re-joined)
+    request      n * h * w * c          the IMAGE tensor in Triton's shared memory (twice with decode_threads:
+                                        the copy handed to the decode thread); IMAGE_BYTES: 3 x the files
+                                        (shared memory, Python bytes, one file re-joined)
     converted    n * h * w * 3          RGB copies of images that are not 8-bit RGB tensors (a request's
                  + decoded + scratch    images all at once); IMAGE_BYTES: one decoded image
                                         (h * w * c * s, and its 8-bit copy when s = 2) at a time
@@ -21,7 +22,9 @@ calls, and a call's float32 input is F = r * 3 * p * 4 bytes. The peak above the
     postprocess  4 * p                  DB post-processing of one image
 
 E and A are measured (ONNX Runtime 1.32, PP-OCRv4 det; docs/design/text_detection.md, "Memory"): a
-property of the artifact, not of the config. The configured caps bound every term, which
+property of the artifact, not of the config. The budget is a CPU instance's: on a GPU the engine's
+working memory is device memory. With shape buckets (``bucket_sides_px``) a call runs at its bucket's
+size: pass that as ``resized_pixels``. The configured caps bound every term, which
 :func:`peak_budget` adds up for the worst legal request; :func:`steady_budget` bounds what stays
 once a request was answered.
 """
@@ -132,6 +135,14 @@ def _shared_bytes(request: RequestShape) -> int:
     return request.images * request.height * request.width * request.channels * request.bytes_per_sample
 
 
+def _request_copies(config: TextDetectionConfig, request: RequestShape) -> int:
+    """How many times the stub holds the request's shared-memory bytes: files 3x; a tensor once, or twice
+    when decode threads take a copy of it (``decode_threads`` > 0)."""
+    if request.encoded_bytes is not None:
+        return ENCODED_COPIES
+    return 2 if config.decode_threads else 1
+
+
 def _converted_bytes(request: RequestShape) -> int:
     pixels = request.height * request.width
     encoded = request.encoded_bytes is not None
@@ -157,7 +168,7 @@ def predict_peak(config: TextDetectionConfig, batch_buckets: Sequence[int], requ
     calls = math.ceil(request.images / max(batch_buckets))
     feed = feed_size(rows, pixels)
     return MemoryBudget(
-        request_bytes=_shared_bytes(request) * (ENCODED_COPIES if request.encoded_bytes is not None else 1),
+        request_bytes=_shared_bytes(request) * _request_copies(config, request),
         converted_bytes=_converted_bytes(request),
         resized_bytes=request.images * pixels * RGB_CHANNELS,
         staging_bytes=staged_blocks(config, calls, feed) * feed,

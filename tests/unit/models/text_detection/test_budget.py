@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from hypothesis import given, settings
@@ -60,6 +61,15 @@ def test_small_calls_are_counted_at_the_arena_rate_and_padded_to_their_bucket():
     assert three.staging_bytes == 4 * 3 * 736 * 1472 * 4
 
 
+def test_decode_threads_hold_a_copy_of_the_request_tensor():
+    """With decode_threads, execute() hands the decode thread a copy of the IMAGE tensor: the request term doubles."""
+    config, sched = shipped()
+    request = RequestShape(images=16, height=1400, width=1400)
+    threaded = dataclasses.replace(config, decode_threads=4)
+    assert (predict_peak(threaded, sched.batch_buckets, request).request_bytes
+            == 2 * predict_peak(config, sched.batch_buckets, request).request_bytes == 2 * 16 * 1400 * 1400 * 3)
+
+
 def test_files_count_their_copies_and_one_decoded_image():
     """IMAGE_BYTES: 3 x the files; the RGB copies of all images, one decoded 16-bit RGBA image (8 B/px) and its
     8-bit copy (4 B/px), and one conversion chunk of scratch."""
@@ -87,6 +97,7 @@ CONFIGS = [
     TextDetectionConfig(),  # max/960
     TextDetectionConfig(limit_type="min", limit_side_len_px=736, max_request_pixels=1 << 24, max_images_per_request=6),
     TextDetectionConfig(limit_type="min", limit_side_len_px=736, arena_max_input_bytes=1 << 30, max_batch_images=4),
+    TextDetectionConfig(limit_type="min", limit_side_len_px=736, decode_threads=8, max_batch_images=16),
 ]
 
 
