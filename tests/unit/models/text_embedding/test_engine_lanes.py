@@ -3,7 +3,7 @@ checked against the main session before it serves (initial load and live swaps a
 
 import pytest
 
-from fastpath.engines.onnxruntime.engine import _session
+from fastpath.engines.onnxruntime.engine import _Memory, _session
 from fastpath.errors import EngineError
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.pipeline import TextEmbedder
@@ -21,7 +21,7 @@ def test_lanes_match_the_main_session_and_a_lane_that_differs_is_named():
         if not INT8_ONNX.is_file():
             pytest.skip(f"{INT8_ONNX} is missing (make test builds it); the mismatch half needs a second real model")
         # a lane that runs another artifact (the INT8 build) must be caught before it serves
-        embedder.engine._lane_sessions[1] = _session(str(INT8_ONNX), ("CPUExecutionProvider",), 1, False)
+        embedder.engine._lane_sessions[1] = _session(str(INT8_ONNX), ("CPUExecutionProvider",), 1, False, _Memory(arena=True, pattern=True))
         with pytest.raises(EngineError, match=r"engine lane 1 differs from the main session by .* \(max abs, expected <= 0.0001\)"):
             embedder.check_lanes()
     finally:
