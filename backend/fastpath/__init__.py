@@ -1,15 +1,20 @@
-"""FastPath: a Python backend for NVIDIA Triton Inference Server.
+"""FastPath: a Python backend for NVIDIA Triton Inference Server (docs/architecture.md).
 
-Packages:
-    config       typed, validated model configuration built from ``config.pbtxt`` parameters.
-    errors       the exception hierarchy (one root, typed subclasses).
+Packages, from the commands down to the building blocks:
+    cli          ``fastpath`` commands: build, serve, swap/rollback/status, bench.
+    server       the ``tritonserver`` process: start, stop, device selection, the stub supervisor.
+    models       one folder per served model (text_embedding, text_detection): config, pipeline, batch
+                 handler and the ``TritonPythonModel`` that ``model_repository/<model>/N/model.py`` re-exports.
+    swaps        live version swaps: serving slots, the control plane, the serving-version record.
+    triton       python-backend plumbing the models share: request I/O, answers, metrics, liveness, logging.
+    scheduling   FastPath's batch scheduler: queues, the cost model, the driver threads (injected clock).
+    engines      one folder per runtime (ONNX Runtime, PyTorch, TensorRT) behind one interface.
+    graphs       bucket sets and snapping, CUDA graph capture and replay.
+    memory       pinned host and device memory: the staging pool, allocators, ``cuda_call``, memory return.
     text         tokenization for text models (HF ``tokenizers``).
-    engines      one module per runtime (ONNX Runtime, PyTorch, TensorRT) behind one interface.
-    models       model pipelines (text embedding) independent of Triton.
-    scheduling   FastPath's batch scheduler policy (pure Python, injected clock).
-    memory       the host staging pool (page-locked where CUDA exists).
-    triton       the ``TritonPythonModel`` adapter used by ``model_repository/*/N/model.py``.
-    server       starts and stops the ``tritonserver`` process.
+    config, errors, profiling
+                 typed configuration from ``config.pbtxt`` parameters; the exception hierarchy; phase timing.
+    artifacts    the build side (export, quantization, manifests), used by ``fastpath build``.
 """
 
 __version__ = "0.1.0"
