@@ -3,7 +3,8 @@
 import pytest
 
 from fastpath.errors import ConfigError
-from fastpath.graphs import Bucket, BucketGrid
+from fastpath.graphs import Bucket, BucketGrid, ImageSideBuckets
+from fastpath.graphs.buckets import Sizes, batch_sizes_of
 
 
 @pytest.fixture
@@ -57,3 +58,42 @@ def test_capture_order_is_largest_first_by_tokens_then_batch(grid):
 def test_invalid_sizes_are_refused_with_the_value(batches, lengths):
     with pytest.raises(ConfigError, match="positive integers"):
         BucketGrid(batches, lengths)
+
+
+@pytest.mark.parametrize(
+    ("value", "up", "up_or_largest", "down", "above"),
+    [(0, 1, 1, None, 1), (1, 1, 1, 1, 2), (3, 4, 4, 2, 4), (4, 4, 4, 4, 8), (7, 8, 8, 4, 8), (8, 8, 8, 8, None),
+     (9, None, 8, 8, None)],
+)
+def test_sizes_snap_to_the_nearest_bucket_in_each_direction(value, up, up_or_largest, down, above):
+    """Invariants: up >= value and down <= value are the nearest sizes on each side (None past the ends);
+    above > value; up_or_largest is up, or the largest past it."""
+    sizes = Sizes((1, 2, 4, 8))
+    assert (sizes.up(value), sizes.up_or_largest(value), sizes.down(value), sizes.above(value)) == (up, up_or_largest, down, above)
+    assert sizes == (1, 2, 4, 8) and sizes.largest == 8 and sizes.position(value) == sum(s < value for s in sizes)
+
+
+@pytest.mark.parametrize("values", [(), (2, 1), (1, 1, 2), (0, 4)])
+def test_sizes_refuse_a_list_that_is_not_strictly_increasing_positive_naming_it(values):
+    with pytest.raises(ConfigError, match=r"batch_buckets = .*: expected a strictly increasing list of positive integers"):
+        Sizes(values, name="batch_buckets")
+
+
+def test_sizes_within_what_an_engine_captured_or_refused_with_what_a_size_would_cost():
+    """Invariant: a subset of the captured sizes passes unchanged; any other size is refused, naming the
+    parameter, its value, the captured sizes and the padding the engine would add."""
+    assert Sizes((1, 2, 8)).within((1, 2, 4, 8), name="batch_buckets") == (1, 2, 8)
+    with pytest.raises(ConfigError, match=r"'batch_buckets' = 1,3,6: 3, 6 are not among the sizes the engine captured "
+                                          r"\(1,2,4,8\), so a batch of 3 would be padded again to 4; use a subset of them"):
+        Sizes((1, 3, 6)).within((8, 4, 2, 1), name="batch_buckets")
+    with pytest.raises(ConfigError, match=r"16 is not among .* so a batch of 16 would have no bucket"):
+        Sizes((1, 16)).within((1, 2, 4, 8), name="batch_buckets")
+
+
+def test_grid_and_image_sides_snap_through_sizes():
+    grid = BucketGrid((8, 1, 4, 2), (128, 16))
+    assert isinstance(grid.batch_sizes, Sizes) and isinstance(grid.lengths, Sizes)
+    assert batch_sizes_of(grid.buckets) == (1, 2, 4, 8)
+    sides = ImageSideBuckets((640, 320, 960))
+    assert [sides.snap_side(side) for side in (32, 320, 352, 960, 992)] == [320, 320, 640, 960, 992]
+    assert ImageSideBuckets(()).snap((352, 96)) == (352, 96)  # no buckets: every image keeps its shape

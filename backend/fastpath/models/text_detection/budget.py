@@ -31,11 +31,11 @@ once a request was answered.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
 from collections.abc import Sequence
 
+from fastpath.graphs.buckets import Sizes
 from fastpath.models.text_detection.config import TextDetectionConfig
 from fastpath.models.text_detection.image import CONVERT_CHUNK_PIXELS
 from fastpath.models.text_detection.preprocess import resized_shape
@@ -93,10 +93,9 @@ class MemoryBudget:
         return sum(dataclasses.asdict(self).values())
 
 
-def call_rows(images: int, batch_buckets: Sequence[int]) -> int:
+def call_rows(images: int, batch_sizes: Sequence[int]) -> int:
     """Rows of the largest engine call for ``images`` queued images of one shape (filler rows included)."""
-    buckets = sorted(batch_buckets)
-    return buckets[-1] if images >= buckets[-1] else buckets[bisect.bisect_left(buckets, images)]
+    return Sizes(sorted(batch_sizes), name="batch_sizes").up_or_largest(images)
 
 
 def feed_size(rows: int, resized_pixels: int) -> int:
@@ -155,17 +154,17 @@ def _converted_bytes(request: RequestShape) -> int:
         min(pixels, CONVERT_CHUNK_PIXELS) * CONVERT_SCRATCH_BYTES_PER_PIXEL if scratch else 0)
 
 
-def predict_peak(config: TextDetectionConfig, batch_buckets: Sequence[int], request: RequestShape) -> MemoryBudget:
+def predict_peak(config: TextDetectionConfig, batch_sizes: Sequence[int], request: RequestShape) -> MemoryBudget:
     """The stub's peak above its idle size while it serves ``request`` alone.
 
     Args:
         config: the model's parameters.
-        batch_buckets: the scheduler's engine batch sizes (``DetectionSchedulerConfig.batch_buckets``).
+        batch_sizes: the scheduler's engine batch sizes (``SchedulerConfig.batch_sizes``).
         request: what the request carries.
     """
     pixels = _resized_pixels(config, request)
-    rows = call_rows(request.images, batch_buckets)
-    calls = math.ceil(request.images / max(batch_buckets))
+    rows = call_rows(request.images, batch_sizes)
+    calls = math.ceil(request.images / max(batch_sizes))
     feed = feed_size(rows, pixels)
     return MemoryBudget(
         request_bytes=_shared_bytes(request) * _request_copies(config, request),
@@ -178,7 +177,7 @@ def predict_peak(config: TextDetectionConfig, batch_buckets: Sequence[int], requ
     )
 
 
-def peak_budget(config: TextDetectionConfig, batch_buckets: Sequence[int]) -> MemoryBudget:
+def peak_budget(config: TextDetectionConfig, batch_sizes: Sequence[int]) -> MemoryBudget:
     """Per term, the most any legal request reaches, plus :func:`arena_bytes`: the total bounds the stub's
     peak above its idle size for every request the caps accept (IMAGE_BYTES files taken no larger than
     their samples).
@@ -192,7 +191,7 @@ def peak_budget(config: TextDetectionConfig, batch_buckets: Sequence[int]) -> Me
     images = config.max_images_per_request
     request_pixels = min(config.max_request_pixels, images * config.max_image_pixels)
     image_pixels = min(config.max_image_pixels, request_pixels)
-    pixels, rows = config.largest_resized_pixels, max(batch_buckets)
+    pixels, rows = config.largest_resized_pixels, max(batch_sizes)
     feed = feed_size(rows, pixels)
     samples = MAX_CHANNELS * MAX_BYTES_PER_SAMPLE
     arena_rows_pixels = min(rows * pixels, config.arena_max_input_bytes // (RGB_CHANNELS * FLOAT32_BYTES))
@@ -209,7 +208,7 @@ def peak_budget(config: TextDetectionConfig, batch_buckets: Sequence[int]) -> Me
     )
 
 
-def steady_budget(config: TextDetectionConfig, batch_buckets: Sequence[int], request: RequestShape) -> int:
+def steady_budget(config: TextDetectionConfig, batch_sizes: Sequence[int], request: RequestShape) -> int:
     """Bytes above the idle stub that may stay once ``request`` (the largest one served) was answered.
 
     Triton's python-backend shared memory keeps the largest request mapped; the staging pool keeps
@@ -217,6 +216,6 @@ def steady_budget(config: TextDetectionConfig, batch_buckets: Sequence[int], req
     that followed it; later batches may grow the C heap by up to ``heap_trim_growth_bytes`` before
     the next trim; the arena keeps what calls of at most ``arena_max_input_bytes`` needed.
     """
-    last_call = call_rows(request.images, batch_buckets) * _resized_pixels(config, request) * (RGB_CHANNELS + FLOAT32_BYTES)
+    last_call = call_rows(request.images, batch_sizes) * _resized_pixels(config, request) * (RGB_CHANNELS + FLOAT32_BYTES)
     return (_shared_bytes(request) + config.staging_keep_idle_bytes + last_call + config.heap_trim_growth_bytes
             + arena_bytes(config))

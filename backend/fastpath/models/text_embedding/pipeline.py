@@ -13,7 +13,6 @@ and from the mean, so a text's embedding does not depend on its batch neighbours
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from tokenizers import Encoding
 from fastpath.engines import Engine, load_engine
 from fastpath.engines.cpus import process_cpus
 from fastpath.errors import ArtifactError, EngineError
+from fastpath.graphs.buckets import Sizes
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.text import TextTokenizer
 
@@ -57,10 +57,10 @@ def padded_length(longest: int, buckets: Sequence[int], max_seq_length: int) -> 
         buckets: strictly increasing bucket lengths in tokens.
         max_seq_length: no batch pads beyond this.
     """
-    index = bisect.bisect_left(buckets, longest)
-    if index == len(buckets):
+    bucket = Sizes(buckets, name="length_buckets_tokens").up(longest)
+    if bucket is None:
         return longest
-    return min(buckets[index], max(longest, max_seq_length))
+    return min(bucket, max(longest, max_seq_length))
 
 
 def plan_batches(lengths: Sequence[int], max_batch: int) -> list[list[int]]:
