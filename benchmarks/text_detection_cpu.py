@@ -7,7 +7,7 @@ Run from the repository root with the artifacts built (about 6 minutes on a 2-co
 Both variants run side by side in this one run, each in its own tritonserver (both up throughout; see
 :func:`run` for why not one server), same artifact, same ONNX Runtime settings:
 
-    fastpath   model_repository/text_detection: execute() decodes/resizes and queues; ShapeBatchQueue
+    fastpath   model_repository/text_detection: execute() decodes/resizes and queues; ExactShapePolicy
                batches images of one resized shape across requests; one staging-pool block per batch
     sync       benchmarks/models/sync_detection: an execute() without the scheduler, blocking, one request
                per engine call (Triton hands a max_batch_size-0 model one request at a time)

@@ -1,6 +1,6 @@
 """text_detection under any sequence of image shapes, through a real tritonserver.
 
-FastPath's queue for images (``ShapeBatchQueue``) keeps one bucket per resized shape and forgets
+FastPath's batch policy for images (``ExactShapePolicy``) keeps one bucket per resized shape and forgets
 idle buckets once a new shape would make more than ``max_idle_shapes`` (64), never the bucket of a
 shape the arriving request uses. Invariant checked here: whatever the order, mix and concurrency of
 image shapes, every request is answered HTTP 200 with one ``BOX_COUNTS`` entry per image (0 for an
@@ -30,7 +30,7 @@ from tests.e2e.test_text_detection import MODEL, detect_bytes
 from tests.unit.models.text_detection.reference import jpeg_bytes, png_bytes, skimage_path
 
 pytestmark = pytest.mark.e2e
-MAX_IDLE_SHAPES = 64  # ShapeBatchQueue's default; config.pbtxt does not set it
+MAX_IDLE_SHAPES = 64  # ExactShapePolicy's default; config.pbtxt does not set it
 FAILURE_SIGNS = ("Traceback", "KeyError", "should return >= 0", "cannot send more than one response", "Stub process")
 
 

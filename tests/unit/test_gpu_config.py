@@ -4,7 +4,9 @@ version policy are config.pbtxt's, and it sets the GPU serving path."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from typing import NamedTuple
 
 import pytest
 from google.protobuf import json_format, text_format
@@ -12,8 +14,10 @@ from tritonclient.grpc import model_config_pb2
 
 from fastpath.cli.common import DEFAULT_REPOSITORY
 from fastpath.config import parse_sections, triton_parameters
+from fastpath.errors import ConfigError
+from fastpath.graphs import Bucket, BucketGrid
 from fastpath.models.text_embedding.config import TextEmbeddingConfig, placed_config
-from fastpath.models.text_embedding.pipeline import engine_options
+from fastpath.models.text_embedding.pipeline import engine_options, scheduler_grid
 from fastpath.scheduling.config import SchedulerConfig
 
 MODEL = DEFAULT_REPOSITORY / "text_embedding"
@@ -64,6 +68,30 @@ def test_fastpath_accepts_its_parameters_and_places_each_instance_on_its_gpu(gpu
         options = engine_options(placed)
         assert options["device"] == f"cuda:{device_id}"
         assert options["batch_sizes"] == (1, 2, 4, 8, 16, 32, 64) and options["lengths"] == (16, 32, 64, 128, 256)
+
+
+class LoadedEngine(NamedTuple):
+    """What ``scheduler_grid`` reads of a loaded engine: the shapes it captured (``Engine.buckets``)."""
+
+    buckets: tuple[Bucket, ...]
+
+
+def test_the_scheduler_batches_only_on_batch_sizes_the_gpu_engine_captured(gpu):
+    """Invariant: every batch the scheduler forms runs on a captured CUDA graph as it is. batch_buckets must
+    be a subset of the batch sizes the torch engine captures (engine_options: powers of two up to
+    max_batch_texts); "1,3,6" would have the engine pad a batch of 3 again to 4 and is refused at load,
+    naming the value and the captured sizes. An engine that captured nothing runs any size."""
+    config, sched = parse_sections(triton_parameters(as_triton_json(gpu)), TextEmbeddingConfig, SchedulerConfig)
+    args = {"model_config": as_triton_json(gpu), "model_instance_kind": "GPU", "model_instance_device_id": "0"}
+    options = engine_options(placed_config(config, args))
+    captured = LoadedEngine(BucketGrid(options["batch_sizes"], options["lengths"]).buckets)  # TorchEngine's graphs on a GPU
+    grid = scheduler_grid(config, sched, captured)
+    assert grid.batch_sizes == (1, 2, 4, 8, 16, 32, 64) and grid.lengths == (16, 32, 64, 128, 256)
+    odd = dataclasses.replace(sched, batch_buckets=(1, 3, 6))
+    with pytest.raises(ConfigError, match=r"'batch_buckets' = 1,3,6: 3, 6 are not among the sizes the engine captured "
+                                          r"\(1,2,4,8,16,32,64\), so a batch of 3 would be padded again to 4"):
+        scheduler_grid(config, odd, captured)
+    assert scheduler_grid(config, odd, LoadedEngine(())).batch_sizes == (1, 3, 6)
 
 
 def test_the_cpu_config_stays_on_the_cpu(cpu):

@@ -54,12 +54,12 @@ def _metric(name, **labels):
 def _batch(texts: int, tokens: int, size: int, length: int) -> Batch:
     ticket = Ticket(texts, lambda *args: None)
     items = tuple(WorkItem(ticket, row, tokens) for row in range(texts))
-    return Batch(items, size, length, "full", 0.0, 0.001)
+    return Batch(items=items, batch_size=size, length=length, rule="full", formed_s=0.0, predicted_s=0.001)
 
 
 def test_buffered_metrics_publish_nothing_until_flush_then_everything_once():
     RecordingPbUtils.calls.clear()
-    metrics = SchedulerMetrics(RecordingPbUtils, model="m", version="1", batch_buckets=(1, 2, 4), buffered=True)
+    metrics = SchedulerMetrics(RecordingPbUtils, model="m", version="1", batch_sizes=(1, 2, 4), buffered=True)
     for _ in range(3):
         batch = _batch(3, 10, 4, 16)
         metrics.dispatched(batch, [0.001, 0.002, 0.003])
@@ -95,7 +95,7 @@ def test_buffered_metrics_publish_nothing_until_flush_then_everything_once():
 
 def test_unbuffered_metrics_publish_on_the_calling_thread():
     RecordingPbUtils.calls.clear()
-    metrics = SchedulerMetrics(RecordingPbUtils, model="m", version="1", batch_buckets=(1, 2), buffered=False)
+    metrics = SchedulerMetrics(RecordingPbUtils, model="m", version="1", batch_sizes=(1, 2), buffered=False)
     metrics.dispatched(_batch(2, 7, 2, 16), [0.004, 0.001])
     assert _metric("fastpath_real_tokens_total").value == 14 and _metric("fastpath_queue_delay_seconds").observations == [0.004]
     metrics.close()
@@ -105,7 +105,7 @@ def test_inline_texts_are_counted_apart_from_queued_ones():
     """Texts that execute() ran itself (inside Triton's compute_infer) go to path="inline"; the scheduler's
     to path="queued": a bench subtracts only the queued ones from what Triton's statistics miss."""
     RecordingPbUtils.calls.clear()
-    metrics = SchedulerMetrics(RecordingPbUtils, model="m", version="1", batch_buckets=(1, 2, 4), buffered=False)
+    metrics = SchedulerMetrics(RecordingPbUtils, model="m", version="1", batch_sizes=(1, 2, 4), buffered=False)
     inline, queued = _batch(2, 5, 2, 8), _batch(4, 5, 4, 8)
     metrics.dispatched(inline, [0.001, 0.001], inline=True)
     metrics.batch_done(inline, 0.010, None, inline=True)

@@ -29,7 +29,7 @@ class BatchPreparer:
     """Stages a :class:`Decision`'s batch and answers the texts that leave it.
 
     Args:
-        queue: the runner's queue (batch-size snapping and the cost model for a shrunk batch).
+        queue: the runner's queue (its policy's batch sizes and cost model re-price a shrunk batch).
         handler: the model's ``stage`` callback.
         observer: metrics hooks (``dispatched``, ``rejected``).
         clock: the runner's time source (timeout messages of texts that expire without a batch).
@@ -106,7 +106,7 @@ class BatchPreparer:
             return batch
         if not keep:
             return None
-        size = self.queue.snap_up(len(keep))
+        size = self.queue.policy.rows_for(len(keep))
         return dataclasses.replace(batch, items=tuple(keep), batch_size=size,
                                    predicted_s=self.queue.costs.estimate(size, batch.length))
 

@@ -1,6 +1,8 @@
 """What the scheduler's policy core hands its driver: a :class:`Batch` to run, inside a :class:`Decision`.
 
-Formed by :meth:`fastpath.scheduling.queue.BatchQueue.next_batch`; staged, run and answered by
+Formed by a batch policy (:mod:`fastpath.scheduling.policy`) through
+:meth:`fastpath.scheduling.queue.BatchQueue.next_batch`, or planned for a whole call
+(:meth:`fastpath.scheduling.call_plan.CallPlanPolicy.plan`); staged, run and answered by
 :class:`~fastpath.scheduling.runner.BatchRunner` through the model's
 :class:`~fastpath.scheduling.hooks.BatchHandler`.
 """
@@ -14,14 +16,15 @@ from fastpath.scheduling.tickets import WorkItem
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Batch:
-    """Texts that run as one engine call.
+    """Texts (or images) that run as one engine call.
 
     Attributes:
         items: the real texts, in row order; rows ``len(items)..batch_size-1`` are filler.
-        batch_size: the batch bucket the engine runs (>= ``len(items)``).
+        batch_size: the batch size the engine runs (>= ``len(items)``).
         length: padded sequence length in tokens (a length bucket, or the longest text beyond the last;
-            the longest text with ``BatchQueue(pad_to_longest=True)``).
-        rule: why it runs now: ``deadline`` | ``full`` | ``drain`` | ``delay`` | ``idle``.
+            the longest text with ``pad_to_longest``); an image bucket's 32x32 cells.
+        rule: why it runs now: ``deadline`` | ``full`` | ``drain`` | ``delay`` | ``idle`` (the cost
+            rules, :mod:`fastpath.scheduling.rules`), ``plan`` (a planned call), or the policy's own.
         formed_s: clock time the batch was formed.
         predicted_s: predicted engine seconds for [batch_size, length].
     """

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from fastpath.config import check_parameter
+from fastpath.errors import ConfigError
+from fastpath.graphs.buckets import Sizes
 from fastpath.scheduling.costs import CostModel
 
 RESPONSE_MODES = ("sender", "return")
@@ -22,7 +25,8 @@ class SchedulerConfig:
     Attributes:
         batch_buckets: batch sizes the engine runs (its CUDA-graph / optimization-profile sizes);
             a batch is cut or padded with filler rows to one of them. The largest is the most texts
-            per engine call.
+            per engine call. Read through :meth:`batch_sizes`, which checks them against the
+            engine's limit and its captured sizes.
         max_queue_delay_us: the longest a text waits for a fuller batch while the engine is free
             (Triton ``dynamic_batching.max_queue_delay_microseconds``).
         max_queue_texts: queue bound in texts; a request that does not fit is rejected with
@@ -141,14 +145,34 @@ class SchedulerConfig:
         check_parameter(self.drain_timeout_s > 0, "drain_timeout_s", self.drain_timeout_s, "> 0")
         check_parameter(self.stall_timeout_s >= 0, "stall_timeout_s", self.stall_timeout_s, ">= 0 seconds (0 = not watched)")
 
-    def queue_options(self) -> dict[str, Any]:
-        """The keyword arguments of :class:`~fastpath.scheduling.BatchQueue` (and ``ShapeBatchQueue``)
-        this config sets, in seconds: ``batch_buckets``, a fresh ``costs`` model, ``max_queue_delay_s``,
-        ``deadline_margin_s`` and ``min_padding_gain``. The queue bound and the length buckets are
-        the model's to add (texts or images)."""
-        return {"batch_buckets": self.batch_buckets, "costs": CostModel(self.cost_ewma_alpha),
-                "max_queue_delay_s": self.max_queue_delay_us * 1e-6, "deadline_margin_s": self.deadline_margin_us * 1e-6,
-                "min_padding_gain": self.min_padding_gain}
+    def batch_sizes(self, *, max_rows: int, max_rows_name: str, captured: Iterable[int] = ()) -> Sizes:
+        """``batch_buckets`` as the batch sizes the model's scheduler runs, checked against its engine.
+
+        Args:
+            max_rows: the most rows the model's engine takes in one call.
+            max_rows_name: the parameter that sets ``max_rows`` (for the message).
+            captured: the batch sizes the loaded engine captured (CUDA graphs, optimization
+                profiles); empty when it runs any size. A batch size outside them would be padded
+                again by the engine, so each bucket must be one of them.
+
+        Raises:
+            ConfigError: the largest bucket exceeds ``max_rows``, or a bucket is not among
+                ``captured``; the message names the parameter, its value and what to change.
+        """
+        sizes = Sizes(self.batch_buckets, name="batch_buckets")
+        if sizes.largest > max_rows:
+            raise ConfigError(f"config.pbtxt parameter 'batch_buckets' = {sizes}: its largest bucket exceeds "
+                              f"{max_rows_name}={max_rows}; drop the larger buckets or raise {max_rows_name}")
+        captured = tuple(captured)
+        return sizes.within(captured, name="batch_buckets", owner="the engine") if captured else sizes
+
+    def policy_options(self) -> dict[str, Any]:
+        """The keyword arguments of the cost-rule batch policies (:class:`~fastpath.scheduling.LengthBucketPolicy`,
+        :class:`~fastpath.scheduling.ExactShapePolicy`) this config sets, in seconds: a fresh ``costs``
+        model, ``max_queue_delay_s``, ``deadline_margin_s`` and ``min_padding_gain``. The batch sizes
+        (:meth:`batch_sizes`) and the buckets are the model's to add."""
+        return {"costs": CostModel(self.cost_ewma_alpha), "max_queue_delay_s": self.max_queue_delay_us * 1e-6,
+                "deadline_margin_s": self.deadline_margin_us * 1e-6, "min_padding_gain": self.min_padding_gain}
 
     def runner_options(self) -> dict[str, Any]:
         """The keyword arguments of :class:`~fastpath.scheduling.BatchRunner` this config sets, in

@@ -5,7 +5,7 @@ cheaper run by Triton's ``execute()`` thread itself than handed to the scheduler
 :meth:`InlineClaims.claim_idle` takes an idle runner for one such call, :meth:`~InlineClaims.drain_inline`
 runs queued batches on it, :meth:`~InlineClaims.release_inline` gives the queue back to the
 threads. text_embedding runs a claimed call's texts itself, outside the queue
-(:mod:`fastpath.models.text_embedding.call_plan`); the claim keeps the threads off the engine meanwhile.
+(:mod:`fastpath.scheduling.call_plan`); the claim keeps the threads off the engine meanwhile.
 """
 
 from __future__ import annotations

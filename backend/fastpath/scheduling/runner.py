@@ -67,7 +67,7 @@ class BatchRunner(InlineClaims):
     """Runs a :class:`BatchQueue`'s batches through a :class:`BatchHandler` on three threads.
 
     Args:
-        queue: the policy core (owned by the runner from now on).
+        queue: the queue and its batch policy (owned by the runner from now on).
         handler: stage/run/finish callbacks of the model.
         clock: time source; :class:`~fastpath.scheduling.clock.FakeClock` in tests.
         observer: metrics hooks.

@@ -100,7 +100,8 @@ class WorkItem:
     """One text (or image) waiting in the scheduler.
 
     Attributes:
-        ticket: the request this text belongs to.
+        ticket: the request this text belongs to; None for the texts of a call planned outside the
+            queue (:meth:`~fastpath.scheduling.call_plan.CallPlanPolicy.plan`, whose caller answers them).
         row: the text's row within its request.
         tokens: token count the engine will see ([CLS] and [SEP] included), >= 1.
         payload: what the batch handler needs to stage the text (e.g. a ``tokenizers.Encoding``).
@@ -108,11 +109,11 @@ class WorkItem:
         arrival_s: clock time the request was accepted.
         deadline_s: clock time the request times out in the queue (arrival + Triton timeout),
             or None for no timeout.
-        shape: exact bucket key for :class:`~fastpath.scheduling.shapes.ShapeBatchQueue` (e.g. an
+        shape: exact bucket key for :class:`~fastpath.scheduling.shapes.ExactShapePolicy` (e.g. an
             image's resized (height, width) in pixels); None for length-bucketed texts.
     """
 
-    ticket: Ticket
+    ticket: Ticket | None
     row: int
     tokens: int
     payload: Any = None
@@ -121,3 +122,8 @@ class WorkItem:
     deadline_s: float | None = None
     seq: int = -1  # queue order, assigned on submit
     shape: tuple[int, ...] | None = None
+
+
+def rank_key(item: WorkItem) -> tuple[int, int]:
+    """Queue order: priority level (1 = highest), then arrival (``seq``)."""
+    return (item.priority_level, item.seq)

@@ -97,12 +97,12 @@ class SchedulerMetrics(SchedulerObserver):
         pb_utils: the ``triton_python_backend_utils`` module.
         model: model name label.
         version: model version label (each series also gets :func:`stub_labels`).
-        batch_buckets: the engine's batch sizes (histogram buckets of ``fastpath_batch_size``).
+        batch_sizes: the scheduler's batch sizes (histogram buckets of ``fastpath_batch_size``).
         buffered: record into local buffers that :meth:`flush` publishes (from a
             :class:`MetricsFlusher`); False: publish each update at once, on the caller's thread.
     """
 
-    def __init__(self, pb_utils: Any, *, model: str, version: str, batch_buckets: Sequence[int],
+    def __init__(self, pb_utils: Any, *, model: str, version: str, batch_sizes: Sequence[int],
                  buffered: bool = False) -> None:
         family = pb_utils.MetricFamily
         self._labels = {"model": model, "version": version, **stub_labels()}
@@ -122,7 +122,7 @@ class SchedulerMetrics(SchedulerObserver):
         self._make = make
         self._histogram = family.HISTOGRAM
         self._batch_size = make("fastpath_batch_size", "Real texts per engine call", family.HISTOGRAM,
-                                [float(b) for b in batch_buckets])
+                                [float(b) for b in batch_sizes])
         self._padding = make("fastpath_batch_padding_ratio", "Padded tokens that are not real text, per engine call",
                              family.HISTOGRAM, RATIO_BUCKETS)
         self._padded_tokens = make("fastpath_padded_tokens_total", "Tokens processed by the engine, padding included",

@@ -70,15 +70,17 @@ def send_final(pb_utils: Any, sender: Any, response: Any) -> None:
         LOG.exception("sending a response failed")
 
 
-def scheduler_metrics(pb_utils: Any, args: dict[str, str], sched: SchedulerConfig, default_model: str) -> SchedulerObserver:
-    """Scheduler metrics on Triton's metrics port; a no-op observer when the server has metrics off or ``sched.metrics`` is false."""
+def scheduler_metrics(pb_utils: Any, args: dict[str, str], sched: SchedulerConfig, default_model: str,
+                      batch_sizes: Sequence[int]) -> SchedulerObserver:
+    """Scheduler metrics on Triton's metrics port (``batch_sizes``: the scheduler's batch sizes, the batch-size
+    histogram's buckets); a no-op observer when the server has metrics off or ``sched.metrics`` is false."""
     from fastpath.triton.metrics import SchedulerMetrics
 
     if not sched.metrics:
         return SchedulerObserver()
     try:
         return SchedulerMetrics(pb_utils, model=args.get("model_name", default_model), version=args["model_version"],
-                                batch_buckets=sched.batch_buckets, buffered=sched.metrics_interval_ms > 0)
+                                batch_sizes=batch_sizes, buffered=sched.metrics_interval_ms > 0)
     except Exception as exc:  # metrics disabled on the server (--allow-metrics=false): serve anyway
         LOG.warning("FastPath scheduler metrics are off: %s", exc)
         return SchedulerObserver()

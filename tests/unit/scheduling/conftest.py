@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from fastpath.scheduling import BatchQueue, CostModel, FakeClock, Ticket, WorkItem
+from fastpath.scheduling import BatchQueue, CostModel, FakeClock, LengthBucketPolicy, Ticket, WorkItem
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 LENGTH_BUCKETS = (16, 32, 64, 128, 256)
@@ -54,11 +54,13 @@ def clock() -> FakeClock:
 
 
 def make_queue(costs: dict = CPU, *, max_queue_delay_s: float = 2e-3, max_texts: int = 1024,
-               deadline_margin_s: float = 0.0, batch_buckets=BATCH_BUCKETS, length_buckets=LENGTH_BUCKETS,
-               min_padding_gain: float = 1.0) -> BatchQueue:
-    return BatchQueue(batch_buckets=batch_buckets, length_buckets=length_buckets, costs=CostModel(0.2, **costs),
-                      max_queue_delay_s=max_queue_delay_s, max_texts=max_texts, deadline_margin_s=deadline_margin_s,
-                      min_padding_gain=min_padding_gain)
+               deadline_margin_s: float = 0.0, batch_sizes=BATCH_BUCKETS, length_buckets=LENGTH_BUCKETS,
+               min_padding_gain: float = 1.0, pad_to_longest: bool = False) -> BatchQueue:
+    """A queue of texts under the length-bucket policy, as text_embedding's sender mode builds it."""
+    policy = LengthBucketPolicy(batch_sizes=batch_sizes, length_buckets=length_buckets, costs=CostModel(0.2, **costs),
+                                max_queue_delay_s=max_queue_delay_s, deadline_margin_s=deadline_margin_s,
+                                min_padding_gain=min_padding_gain, pad_to_longest=pad_to_longest)
+    return BatchQueue(policy, max_items=max_texts)
 
 
 def request(answers, tokens: list[int], *, priority_level: int = 0, cancelled=None, label: str = "") -> list[WorkItem]:

@@ -138,7 +138,7 @@ def test_timed_out_texts_leave_the_queue_as_expired(answers, clock):
 
 
 def test_higher_priority_runs_first_and_lower_fills_the_rest(answers, clock):
-    queue = make_queue(CPU, max_queue_delay_s=0.0, batch_buckets=(1, 2))
+    queue = make_queue(CPU, max_queue_delay_s=0.0, batch_sizes=(1, 2))
     low = [submit(queue, clock, request(answers, [10], priority_level=2))[0] for _ in range(3)]
     (high,) = submit(queue, clock, request(answers, [10], priority_level=1))
     assert queue.next_batch(clock.now()).batch.items == (high, low[0])
@@ -175,9 +175,9 @@ def test_texts_of_an_answered_ticket_are_dropped(answers, clock):
 
 
 def test_bucket_lists_are_validated():
-    with pytest.raises(ValueError, match="batch_buckets must start at 1"):
-        make_queue(batch_buckets=(2, 4))
-    with pytest.raises(ValueError, match="length_buckets must be strictly increasing"):
+    with pytest.raises(ValueError, match="batch_sizes must start at 1"):
+        make_queue(batch_sizes=(2, 4))
+    with pytest.raises(ValueError, match="length_buckets = 32,16: expected a strictly increasing"):
         make_queue(length_buckets=(32, 16))
 
 
@@ -195,8 +195,7 @@ def test_min_padding_gain_keeps_a_modest_predicted_gain_from_buying_padding(answ
 def test_pad_to_longest_pads_a_batch_to_its_longest_text_not_its_bucket(clock, answers):
     """Engines that run any shape (ONNX Runtime on the CPU) pad to the longest text; others to the bucket."""
     for pad_to_longest, length in ((True, 13), (False, 16)):
-        queue = make_queue(CPU, max_queue_delay_s=0.0)
-        queue.pad_to_longest = pad_to_longest
+        queue = make_queue(CPU, max_queue_delay_s=0.0, pad_to_longest=pad_to_longest)
         submit(queue, clock, request(answers, [10, 13, 11, 12]))
         batch = queue.next_batch(clock.now()).batch
         assert (len(batch.items), batch.length, batch.padded_tokens) == (4, length, 4 * length)
@@ -243,14 +242,12 @@ def test_a_lone_flushed_text_forms_the_batch_the_full_rules_would(answers, clock
     rule 'deadline' when its timeout is at risk, else 'drain'."""
     batches = []
     for shortcut in (True, False):
-        queue = make_queue(CPU)
-        queue.pad_to_longest = pad_to_longest
+        queue = make_queue(CPU, pad_to_longest=pad_to_longest)
         (item,) = submit(queue, clock, request(answers, [tokens]), timeout_s=timeout_s)
         if shortcut:
             batch = queue.next_batch(clock.now(), flush=True).batch
-        else:  # the general rules, as next_batch applies them to a backlog
-            risks = list(queue._deadline_risks(clock.now()))
-            batch = queue._form(queue._best(item), item, "deadline" if risks else "drain", clock.now())
+        else:  # the general rules, as the policy applies them to a backlog
+            batch = queue.policy.decide(queue, clock.now(), flush=True)
         assert len(queue) == 0 and item.ticket.started and batch.items == (item,)
         batches.append((batch.batch_size, batch.length, batch.rule, batch.predicted_s))
     assert batches[0] == batches[1]
@@ -263,7 +260,8 @@ def test_a_lone_flushed_text_forms_the_batch_the_full_rules_would(answers, clock
 
 def _keep_full(queue, clock, answers, tokens=20, priority_level=0):
     """Refill one length bucket to a full largest batch (sustained load of 64-text requests)."""
-    missing = queue.max_batch - sum(1 for g in queue._groups for item in g if item.tokens == tokens)
+    queued = sum(1 for bucket in queue.buckets() for item in bucket.items if item.tokens == tokens)
+    missing = queue.policy.batch_sizes.largest - queued
     return submit(queue, clock, request(answers, [tokens] * missing, priority_level=priority_level)) if missing > 0 else []
 
 

@@ -2,14 +2,16 @@
 
 Hypothesis drives random sequences of submits (random shapes or lengths, random sizes, with and without
 timeouts), batch takes, clock steps, cancellations, expiries, closes and drains against a
-:class:`ShapeBatchQueue` (over many more distinct shapes than ``max_idle_shapes``, so idle buckets are
-forgotten all the time) and a :class:`BatchQueue`. After every step:
+a :class:`BatchQueue` under the :class:`ExactShapePolicy` (over many more distinct shapes than
+``max_idle_shapes``, so idle buckets are forgotten all the time) and one under the
+:class:`LengthBucketPolicy`. After every step:
 
 * ``len(queue)`` equals the items its buckets hold, and equals the items accepted and not yet taken
   out (by a batch, an expiry or a drain), counted independently here;
 * a refused submit (queue full, closed) left none of its items in the queue;
-* the bucket tables agree with each other and every queued item sits in the bucket of its key;
-* a batch holds items of one shape (``ShapeBatchQueue``), never more than ``batch_size`` of them;
+* the bucket table agrees with itself, every queued item sits in the bucket of its key, and idle
+  shape buckets are forgotten (the table stays bounded while hundreds of shapes pass through);
+* a batch holds items of one shape (``ExactShapePolicy``), never more than ``batch_size`` of them;
 * no ticket was answered twice.
 
 At teardown the queue is closed and drained as the runner does, and every request that was offered
@@ -23,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from fastpath.errors import UnavailableError
-from fastpath.scheduling import BatchQueue, CostModel, FakeClock, ShapeBatchQueue, Ticket, WorkItem
+from fastpath.scheduling import BatchQueue, CostModel, ExactShapePolicy, FakeClock, LengthBucketPolicy, Ticket, WorkItem
 
 from .conftest import CPU, GPU
 
@@ -32,6 +34,10 @@ MAX_IDLE_SHAPES = 6  # far fewer than the shapes drawn: eviction runs on most su
 MAX_ITEMS = 24
 PROPERTY_SETTINGS = settings(max_examples=150, stateful_step_count=60, deadline=None,
                              suppress_health_check=[HealthCheck.too_slow])
+
+
+def _queued(queue: BatchQueue) -> list[WorkItem]:
+    return [item for bucket in queue.buckets() for item in bucket.items]
 
 
 class _Answers:
@@ -77,7 +83,7 @@ class QueueMachine(RuleBasedStateMachine):
             self.queue.submit(items, now, engine_busy=bool(self.held))
         except UnavailableError as exc:
             assert len(self.queue) == before, "a refused request changed the queue's count"
-            assert not any(item in group for group in self.queue._groups for item in items), "a refused request left items behind"
+            assert not any(item in _queued(self.queue) for item in items), "a refused request left items behind"
             ticket.fail(exc)  # what the models do: the refusal is the request's one answer
             return
         self.held.update((id(item), item) for item in items)
@@ -130,7 +136,7 @@ class QueueMachine(RuleBasedStateMachine):
             assert self.held.pop(id(item), None) is item
             item.ticket.fail(RuntimeError("timeout"))
         for key, item in list(self.held.items()):  # answered tickets' items may leave at any expiry pass
-            if item.ticket.done and not any(item is queued for group in self.queue._groups for queued in group):
+            if item.ticket.done and not any(item is queued for queued in _queued(self.queue)):
                 del self.held[key]
 
     def _check_batch(self, batch) -> None:
@@ -140,13 +146,15 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def counts_equal_items_held(self) -> None:
-        queued = [item for group in self.queue._groups for item in group]
+        queued = _queued(self.queue)
         assert len(self.queue) == len(queued) >= 0
         assert {id(item) for item in queued} == set(self.held)
-        assert len(self.queue._rates) == len(self.queue._groups) == len(self.queue.length_buckets)
-        for index, group in enumerate(self.queue._groups):
-            for item in group:
-                assert self.queue.bucket_of(item) == index
+        buckets = self.queue.buckets()
+        assert self.queue.bucket_keys() == tuple(bucket.key for bucket in buckets)
+        for bucket in buckets:
+            assert self.queue.bucket(bucket.key) is bucket
+            for item in bucket.items:
+                assert self.queue.policy.bucket_of(item) == (bucket.key, bucket.length)
 
     def teardown(self) -> None:
         if not hasattr(self, "queue"):
@@ -162,9 +170,10 @@ class QueueMachine(RuleBasedStateMachine):
 
 
 class ShapeQueueMachine(QueueMachine):
-    def make_queue(self, costs: dict, delay_s: float) -> ShapeBatchQueue:
-        return ShapeBatchQueue(batch_buckets=(1, 2, 4, 8), costs=CostModel(0.2, **costs), max_queue_delay_s=delay_s,
-                               max_items=MAX_ITEMS, min_padding_gain=1.0, max_idle_shapes=MAX_IDLE_SHAPES)
+    def make_queue(self, costs: dict, delay_s: float) -> BatchQueue:
+        policy = ExactShapePolicy(batch_sizes=(1, 2, 4, 8), costs=CostModel(0.2, **costs), max_queue_delay_s=delay_s,
+                                  min_padding_gain=1.0, max_idle_shapes=MAX_IDLE_SHAPES)
+        return BatchQueue(policy, max_items=MAX_ITEMS, unit="images")
 
     def make_items(self, ticket: Ticket, keys: list) -> list[WorkItem]:
         return [WorkItem(ticket, row, (h // 32) * (w // 32), payload=(h, w), shape=(h, w)) for row, (h, w) in enumerate(keys)]
@@ -179,16 +188,16 @@ class ShapeQueueMachine(QueueMachine):
         assert len({item.shape for item in batch.items}) == 1, "a batch mixed shapes"
 
     @invariant()
-    def shape_tables_agree(self) -> None:
-        queue = self.queue
-        assert len(queue._shapes) == len(queue._groups) == len(queue._index)
-        assert all(queue._index[shape] == i for i, shape in enumerate(queue._shapes))
+    def idle_shapes_are_forgotten(self) -> None:
+        # a new shape past MAX_IDLE_SHAPES buckets drops the empty ones, leaving at most one per queued item
+        assert len(self.queue.buckets()) <= max(MAX_IDLE_SHAPES, MAX_ITEMS)
 
 
 class LengthQueueMachine(QueueMachine):
     def make_queue(self, costs: dict, delay_s: float) -> BatchQueue:
-        return BatchQueue(batch_buckets=(1, 2, 4, 8, 16), length_buckets=(16, 32, 64, 128, 256), costs=CostModel(0.2, **costs),
-                          max_queue_delay_s=delay_s, max_texts=MAX_ITEMS, min_padding_gain=1.0)
+        policy = LengthBucketPolicy(batch_sizes=(1, 2, 4, 8, 16), length_buckets=(16, 32, 64, 128, 256),
+                                    costs=CostModel(0.2, **costs), max_queue_delay_s=delay_s, min_padding_gain=1.0)
+        return BatchQueue(policy, max_items=MAX_ITEMS)
 
     def make_items(self, ticket: Ticket, keys: list) -> list[WorkItem]:
         return [WorkItem(ticket, row, tokens, payload=tokens) for row, tokens in enumerate(keys)]

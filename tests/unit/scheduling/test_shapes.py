@@ -1,4 +1,4 @@
-"""ShapeBatchQueue: exact-shape buckets (resized image sizes) on a fake clock.
+"""ExactShapePolicy in a BatchQueue: exact-shape buckets (resized image sizes) on a fake clock.
 
 Items carry ``shape`` = resized (height, width) and ``tokens`` = 32x32 cells, as text_detection
 submits them. Costs are the CPU and GPU shapes of tests/unit/scheduling/conftest.py.
@@ -9,15 +9,17 @@ from __future__ import annotations
 import pytest
 
 from fastpath.errors import UnavailableError
-from fastpath.scheduling import CostModel, ShapeBatchQueue, Ticket, WorkItem
+from fastpath.scheduling import BatchQueue, CostModel, ExactShapePolicy, Ticket, WorkItem
 
 from .conftest import CPU, GPU, submit
 
 
-def make_queue(costs: dict = CPU, *, max_queue_delay_s: float = 0.0, max_items: int = 64, batch_buckets=(1, 2, 4, 8),
-               max_idle_shapes: int = 64) -> ShapeBatchQueue:
-    return ShapeBatchQueue(batch_buckets=batch_buckets, costs=CostModel(0.2, **costs), max_queue_delay_s=max_queue_delay_s,
-                           max_items=max_items, min_padding_gain=1.0, max_idle_shapes=max_idle_shapes)
+def make_queue(costs: dict = CPU, *, max_queue_delay_s: float = 0.0, max_items: int = 64, batch_sizes=(1, 2, 4, 8),
+               max_idle_shapes: int = 64) -> BatchQueue:
+    """A queue of images under the exact-shape policy, as text_detection builds it."""
+    policy = ExactShapePolicy(batch_sizes=batch_sizes, costs=CostModel(0.2, **costs), max_queue_delay_s=max_queue_delay_s,
+                              min_padding_gain=1.0, max_idle_shapes=max_idle_shapes)
+    return BatchQueue(policy, max_items=max_items, unit="images")
 
 
 def images(answers, *shapes: tuple[int, int], label: str = "") -> list[WorkItem]:
@@ -102,7 +104,7 @@ def test_idle_shape_buckets_are_forgotten_beyond_max_idle_shapes(answers, clock)
     submit(queue, clock, images(answers, (64, 64)))
     assert queue.next_batch(clock.now()).batch.items == (waiting,)  # (32, 32) is now empty, (64, 64) queued
     submit(queue, clock, images(answers, (96, 96)))
-    assert queue.shapes == ((64, 64), (96, 96))
+    assert queue.bucket_keys() == ((64, 64), (96, 96))
     assert [b.items[0].shape for b in drain(queue, clock)] == [(64, 64), (96, 96)]
 
 
@@ -111,7 +113,7 @@ def test_a_request_of_new_shapes_beyond_max_idle_shapes_keeps_all_its_buckets(an
     (old,) = submit(queue, clock, images(answers, (32, 32)))
     queue.next_batch(clock.now())  # (32, 32) is now idle
     items = submit(queue, clock, images(answers, (64, 64), (96, 96), (64, 64)))
-    assert queue.shapes == ((64, 64), (96, 96)) and old.shape not in queue.shapes
+    assert queue.bucket_keys() == ((64, 64), (96, 96)) and old.shape not in queue.bucket_keys()
     batches = drain(queue, clock)
     assert sorted((b.items[0].shape, len(b.items)) for b in batches) == [((64, 64), 2), ((96, 96), 1)]
     assert {id(item) for b in batches for item in b.items} == {id(item) for item in items}
@@ -135,8 +137,6 @@ def test_items_without_a_shape_or_with_inconsistent_tokens_are_refused(answers, 
     submit(queue, clock, images(answers, (64, 64)))
     with pytest.raises(ValueError, match="same tokens"):
         queue.submit([WorkItem(ticket, 0, 5, shape=(64, 64))], clock.now())
-    with pytest.raises(TypeError, match="keyed by WorkItem.shape"):
-        queue.group_of(4)
     assert len(queue) == 1
 
 

@@ -1,7 +1,7 @@
 """Scheduler batches for text detection: stage into the host staging pool, run, post-process.
 
 :class:`DetectionBatchHandler` is the :class:`~fastpath.scheduling.BatchHandler` of
-``text_detection``. A batch (from :class:`~fastpath.scheduling.ShapeBatchQueue`) holds
+``text_detection``. A batch (from :class:`~fastpath.scheduling.ExactShapePolicy`) holds
 :class:`~fastpath.models.text_detection.pipeline.PreparedImage` payloads of one resized shape (h, w):
 
     stage   lease one block of ``batch_size * 3 * h * w * 4`` bytes from the host staging pool
@@ -151,7 +151,7 @@ class DetectionBatchHandler:
         return len(leftover)
 
 
-def warm_up(handler: DetectionBatchHandler, costs: Any, clock: Any, batch_buckets: Sequence[int],
+def warm_up(handler: DetectionBatchHandler, costs: Any, clock: Any, batch_sizes: Sequence[int],
             shapes_hw: Sequence[tuple[int, int]] = ((320, 320), (640, 640))) -> None:
     """Run a few batch shapes through the pool and engine to warm them and seed the cost model.
 
@@ -159,7 +159,7 @@ def warm_up(handler: DetectionBatchHandler, costs: Any, clock: Any, batch_bucket
     timed run whose seconds seed ``costs`` at (batch size, 32x32 cells of the shape). About a
     second on an idle 2-core CPU with the defaults.
     """
-    sizes = [size for size in batch_buckets if size in (1, 2)]
+    sizes = [size for size in batch_sizes if size in (1, 2)]
     for height, width in shapes_hw:
         image = handler.detector.prepare(np.full((height, width, 3), 255, np.uint8))
         for size in sizes:

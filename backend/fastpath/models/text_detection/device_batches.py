@@ -1,7 +1,7 @@
 """Scheduler batches for text detection on a GPU: uint8 staging, one H2D, graph replay, one D2H.
 
 :class:`DeviceBatchHandler` is the :class:`~fastpath.scheduling.BatchHandler` of a ``KIND_GPU``
-``text_detection`` instance. A batch (from :class:`~fastpath.scheduling.ShapeBatchQueue`, keyed by
+``text_detection`` instance. A batch (from :class:`~fastpath.scheduling.ExactShapePolicy`, keyed by
 the *shape bucket* (Hb, Wb) of :class:`~fastpath.graphs.ImageSideBuckets`) holds
 :class:`~fastpath.models.text_detection.pipeline.PreparedImage` payloads whose resized (h, w) fit in
 the bucket:

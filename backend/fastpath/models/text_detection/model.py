@@ -14,7 +14,7 @@ SCORES [0].
 
 ``execute`` decodes, validates and resizes each request's images in Triton's thread (a bad
 request gets its own 400 at once), hands one work item per image to FastPath's scheduler
-(:class:`~fastpath.scheduling.ShapeBatchQueue`: batches of one resized shape, sizes snapped to
+(:class:`~fastpath.scheduling.ExactShapePolicy`: batches of one resized shape, sizes snapped to
 ``batch_buckets``) and returns ``None``. The scheduler's threads stage each batch into the host
 staging pool, run the engine, post-process, and answer each request through its response sender
 once its last image is done. A full queue is 503 / UNAVAILABLE; an engine error fails only the
@@ -40,6 +40,7 @@ import numpy as np
 from fastpath.config import instance_device, parse_sections, triton_parameters
 from fastpath.errors import ConfigError, InvalidInputError
 from fastpath.graphs import ImageSideBuckets
+from fastpath.graphs.buckets import Sizes
 from fastpath.memory import MemoryReturner, PoolConfig, create_host_pool
 from fastpath.models.text_detection.batches import DetectionBatchHandler, check_staging_fits, warm_up
 from fastpath.models.text_detection.budget import MemoryBudget, peak_budget
@@ -47,7 +48,7 @@ from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, DetectionSc
 from fastpath.models.text_detection.device_batches import DeviceBatchHandler, warm_up_device
 from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
-from fastpath.scheduling import BatchRunner, ShapeBatchQueue, Ticket, WorkItem
+from fastpath.scheduling import BatchQueue, BatchRunner, ExactShapePolicy, Ticket, WorkItem
 from fastpath.triton.heartbeat import Progress, start_heartbeat, stub_diagnostics
 from fastpath.triton.io import error_response, input_rows, read_input
 from fastpath.triton.scheduled import (
@@ -75,19 +76,19 @@ def staging_pool_config(config: TextDetectionConfig) -> PoolConfig:
                       wait_timeout_s=config.staging_wait_timeout_s)
 
 
-def check_scheduler_fits(config: TextDetectionConfig, sched: DetectionSchedulerConfig) -> None:
-    """Refuse batch buckets above ``max_batch_images`` and a queue that cannot hold the largest request.
+def check_scheduler_fits(config: TextDetectionConfig, sched: DetectionSchedulerConfig) -> Sizes:
+    """The scheduler's batch sizes (the GPU engine captures its graphs for them); refuses batch buckets
+    above ``max_batch_images`` and a queue that cannot hold the largest request.
 
     Raises:
         ConfigError: naming the parameter, its value and what to change.
     """
-    if sched.batch_buckets[-1] > config.max_batch_images:
-        raise ConfigError(f"config.pbtxt parameter 'batch_buckets' = {sched.batch_buckets}: its largest bucket exceeds "
-                          f"max_batch_images={config.max_batch_images}; drop the larger buckets or raise max_batch_images")
+    sizes = sched.batch_sizes(max_rows=config.max_batch_images, max_rows_name="max_batch_images")
     if config.max_images_per_request > sched.max_queue_texts:
         raise ConfigError(f"config.pbtxt parameter 'max_queue_texts' = {sched.max_queue_texts} (queued images) is below "
                           f"max_images_per_request={config.max_images_per_request}: the largest request could never be "
                           "queued; raise max_queue_texts")
+    return sizes
 
 
 def _log_budget(pb_utils: Any, budget: MemoryBudget) -> None:
@@ -128,28 +129,29 @@ class TextDetectionModel:
         self.config, self.scheduler_config = parse_sections(triton_parameters(model_config), TextDetectionConfig,
                                                             DetectionSchedulerConfig)
         sched = self.scheduler_config
-        check_scheduler_fits(self.config, sched)
+        self.batch_sizes = check_scheduler_fits(self.config, sched)
         self.model_version = args["model_version"]
         # KIND_GPU: ONNX Runtime's CUDA EP on the GPU Triton assigned (model.uint8.onnx, device_batches.py)
         self.device = instance_device(args, None, runtime=self.config.runtime, gpu_runtimes=("onnxruntime",))
         gpu = self.device.startswith("cuda")
         self.buckets = ImageSideBuckets(self.config.bucket_sides_px)
         self.detector = TextDetector.from_directory(Path(args["model_repository"]) / self.model_version, self.config,
-                                                    device=self.device, batch_sizes=sched.batch_buckets)
+                                                    device=self.device, batch_sizes=self.batch_sizes)
         self.pool = create_host_pool(staging_pool_config(self.config), name="staging", device=self.device if gpu else None)
-        check_staging_fits(self.pool, sched.batch_buckets[-1], self.config.largest_resized_pixels)
+        check_staging_fits(self.pool, self.batch_sizes.largest, self.config.largest_resized_pixels)
         if not gpu:  # the budget's engine terms are the CPU engine's (on a GPU they are device memory)
-            _log_budget(pb_utils, peak_budget(self.config, sched.batch_buckets))
+            _log_budget(pb_utils, peak_budget(self.config, self.batch_sizes))
         self.handler = self._batch_handler(args, gpu)
-        queue = ShapeBatchQueue(**sched.queue_options(), max_items=sched.max_queue_texts)
+        queue = BatchQueue(ExactShapePolicy(batch_sizes=self.batch_sizes, **sched.policy_options()),
+                           max_items=sched.max_queue_texts, unit="images")
         self.progress = Progress()
         self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=args.get("model_name", MODEL_NAME),
                                   on_delivered=self.progress.advance, **sched.runner_options())
         if sched.warmup and gpu:
             shapes = [self.bucket_of(shape) for shape in self.config.capture_shapes_hw] or [(736, 736)]
-            warm_up_device(self.handler, queue.costs, self.runner.clock, sched.batch_buckets, shapes)
+            warm_up_device(self.handler, queue.costs, self.runner.clock, self.batch_sizes, shapes)
         elif sched.warmup:
-            warm_up(self.handler, queue.costs, self.runner.clock, sched.batch_buckets)
+            warm_up(self.handler, queue.costs, self.runner.clock, self.batch_sizes)
         self.memory.after_batch()  # the idle stub starts trimmed, its level measured after the warm-up
         threads = self.config.decode_threads
         self.decoders = ThreadPoolExecutor(threads, thread_name_prefix=f"{MODEL_NAME}-decode") if threads else None
@@ -160,7 +162,7 @@ class TextDetectionModel:
         """Metrics, the memory returner, and the batch handler (device or host) whose per-batch hook runs both."""
         sched = self.scheduler_config
         self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, MODEL_NAME)
-        self.metrics = scheduler_metrics(self._pb, args, sched, MODEL_NAME)
+        self.metrics = scheduler_metrics(self._pb, args, sched, MODEL_NAME, self.batch_sizes)
         self.metrics_flusher, on_metrics = metrics_flusher(sched, self.metrics, self.pool_metrics,
                                                            args.get("model_instance_name", MODEL_NAME))
         self.memory = MemoryReturner([self.pool], keep_idle_bytes=self.config.staging_keep_idle_bytes,

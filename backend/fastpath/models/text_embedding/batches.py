@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from fastpath.errors import EngineError
+from fastpath.graphs.buckets import BucketGrid
 from fastpath.memory import BlockPool, Lease, PoolConfig
-from fastpath.models.text_embedding.call_plan import PlannedBatch
 from fastpath.models.text_embedding.pipeline import EMBEDDING_DIM
 from fastpath.models.text_embedding.versions import VersionedEmbedder
 from fastpath.profiling import PROFILE
-from fastpath.scheduling import Batch, BatchQueue
+from fastpath.scheduling import Batch, CostModel
 from fastpath.text import EncodedBatch
 
 TOKEN_INPUTS = 3  # input_ids, attention_mask, token_type_ids: int64 [rows, length] each
@@ -51,6 +51,22 @@ class EmbeddingRow:
     token_count: int
     truncated: bool
     version: int
+
+
+# output name -> (EmbeddingRow field, dtype) of the [n, 1] outputs
+_ROW_OUTPUTS = {"TOKEN_COUNT": ("token_count", np.int32), "TRUNCATED": ("truncated", np.bool_),
+                "MODEL_VERSION": ("version", np.int32)}
+
+
+def output_array(name: str, rows: list[EmbeddingRow]) -> np.ndarray:
+    """Output ``name`` of a request from its rows: ``EMBEDDING`` float32 [n, 384]; ``TOKEN_COUNT`` int32,
+    ``TRUNCATED`` bool and ``MODEL_VERSION`` int32, each [n, 1] (:mod:`fastpath.models.text_embedding.model`)."""
+    if name == "EMBEDDING":
+        # one row: a [1, 384] view of the batch output (pb.Tensor copies it into the stub's shared memory)
+        stacked = rows[0].embedding[None] if len(rows) == 1 else np.stack([row.embedding for row in rows])
+        return stacked.astype(np.float32, copy=False)
+    field, dtype = _ROW_OUTPUTS[name]
+    return np.array([[getattr(row, field)] for row in rows], dtype=dtype)
 
 
 @dataclasses.dataclass(eq=False)
@@ -146,18 +162,18 @@ class EmbeddingBatchHandler:
             lease.release()
         return len(leases)
 
-    def run_plan(self, encodings: list[Any], plan: list[PlannedBatch],
-                 ran: Callable[[PlannedBatch, float], None]) -> tuple[np.ndarray, int]:
-        """Run one ``execute()`` call's planned batches (:func:`~fastpath.models.text_embedding.call_plan.plan_call`)
+    def run_plan(self, count: int, plan: list[Batch], ran: Callable[[Batch, float], None]) -> tuple[np.ndarray, int]:
+        """Run one ``execute()`` call's planned batches (:meth:`~fastpath.scheduling.CallPlanPolicy.plan`)
         on one model version, so every row of the call shares it (no swap can flip between them).
 
         Args:
-            encodings: the call's texts, tokenized.
-            plan: its batches; each index of ``encodings`` in exactly one.
+            count: the call's texts.
+            plan: its batches; each item's ``payload`` is a text's encoding and ``row`` its position
+                in the call, each of ``0 .. count-1`` in exactly one batch.
             ran: called after each engine call with the batch and its engine seconds (cost model, metrics).
 
         Returns:
-            (float32 [len(encodings), 384] in the order of ``encodings``, the model version).
+            (float32 [count, 384] in the order of the call's texts, the model version).
 
         Raises:
             UnavailableError: the staging pool stayed exhausted (retryable).
@@ -168,7 +184,7 @@ class EmbeddingBatchHandler:
             engine = embedder.engine
             name = engine.outputs[0].name
             for planned in plan:
-                staged = self.stage_encodings([encodings[i] for i in planned.indices], planned.batch_size, planned.length)
+                staged = self.stage_encodings([item.payload for item in planned.items], planned.batch_size, planned.length)
                 mark = PROFILE.start()
                 try:
                     begin = time.perf_counter()
@@ -181,12 +197,13 @@ class EmbeddingBatchHandler:
                 PROFILE.lap("engine.infer", mark)
                 if output.shape != (planned.batch_size, EMBEDDING_DIM):
                     raise EngineError(f"engine returned {name} of shape {output.shape}; expected ({planned.batch_size}, {EMBEDDING_DIM})")
-                if len(plan) == 1 and planned.indices == tuple(range(len(encodings))):
+                rows = [item.row for item in planned.items]
+                if len(plan) == 1 and rows == list(range(count)):
                     embeddings = output[: planned.texts]  # already in order: no scatter, no second array
                 else:
                     if embeddings is None:
-                        embeddings = np.empty((len(encodings), EMBEDDING_DIM), dtype=np.float32)
-                    embeddings[list(planned.indices)] = output[: planned.texts]
+                        embeddings = np.empty((count, EMBEDDING_DIM), dtype=np.float32)
+                    embeddings[rows] = output[: planned.texts]
                 ran(planned, seconds)
         return embeddings, version
 
@@ -214,19 +231,19 @@ def register_allocation_counters(pool: BlockPool, engine: Any) -> None:
         PROFILE.counter("torch.device_allocations", lambda: allocated() - start)
 
 
-def warm_up(handler: EmbeddingBatchHandler, queue: BatchQueue, clock: Any) -> None:
-    """Run a few batch shapes to warm the engine and seed the cost model (engine lanes were warmed
-    at load: ``TextEmbedder.check_lanes``).
+def warm_up(handler: EmbeddingBatchHandler, grid: BucketGrid, costs: CostModel, clock: Any) -> None:
+    """Run a few of ``grid``'s batch shapes to warm the engine and seed ``costs`` (engine lanes were
+    warmed at load: ``TextEmbedder.check_lanes``).
 
     Six shapes (batch 1/4/16 x two lengths), each run three times; the fastest of the last two
     seeds the model (on a shared machine other work only ever adds time). Well under a second on
     an idle 2-core CPU.
     """
-    lengths = [b for b in queue.length_buckets if b >= 16][:1] + [b for b in queue.length_buckets if b >= 48][:1]
-    sizes = [b for b in queue.batch_buckets if b in (1, 4, 16)]
-    for length in dict.fromkeys(lengths or queue.length_buckets[:1]):
+    lengths = [grid.lengths.up(16), grid.lengths.up(48)]
+    sizes = [b for b in grid.batch_sizes if b in (1, 4, 16)]
+    for length in dict.fromkeys(length for length in lengths if length is not None) or grid.lengths[:1]:
         for size in sizes:
-            shape = Batch((), size, length, "warmup", 0.0, 0.0)
+            shape = Batch(items=(), batch_size=size, length=length, rule="warmup", formed_s=0.0, predicted_s=0.0)
             handler.run(handler.stage(shape))
             timings = []
             for _ in range(2):
@@ -234,4 +251,4 @@ def warm_up(handler: EmbeddingBatchHandler, queue: BatchQueue, clock: Any) -> No
                 start_s = clock.now()
                 handler.run(staged)
                 timings.append(clock.now() - start_s)
-            queue.costs.observe(size, length, min(timings))
+            costs.observe(size, length, min(timings))

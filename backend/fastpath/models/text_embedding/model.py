@@ -44,20 +44,21 @@ from typing import Any
 import numpy as np
 
 from fastpath.config import parse_sections, triton_parameters
-from fastpath.errors import ConfigError, QueueTimeoutError
+from fastpath.errors import QueueTimeoutError
 from fastpath.memory import create_host_pool
 from fastpath.models.text_embedding.batches import (
     EmbeddingBatchHandler,
     EmbeddingRow,
+    output_array,
     register_allocation_counters,
     staging_pool_config,
     warm_up,
 )
-from fastpath.models.text_embedding.call_plan import PlannedBatch, plan_call
 from fastpath.models.text_embedding.config import TextEmbeddingConfig, placed_config
+from fastpath.models.text_embedding.pipeline import scheduler_grid
 from fastpath.models.text_embedding.versions import VersionedEmbedder
 from fastpath.profiling import PROFILE
-from fastpath.scheduling import BatchQueue, BatchRunner, Ticket, WorkItem
+from fastpath.scheduling import Batch, BatchQueue, BatchRunner, CallPlanPolicy, LengthBucketPolicy, Ticket, WorkItem
 from fastpath.scheduling.config import SchedulerConfig
 from fastpath.text import decode_texts, set_tokenizer_parallelism
 from fastpath.triton.heartbeat import Progress, start_heartbeat, stub_diagnostics
@@ -80,15 +81,6 @@ LOG = logging.getLogger(__name__)
 INPUT_NAME = "TEXT"
 
 
-def scheduler_length_buckets(buckets: tuple[int, ...], max_seq_length: int) -> tuple[int, ...]:
-    """The padded lengths batches can have: the config's buckets clipped to ``max_seq_length``, plus it.
-
-    Matches :func:`fastpath.models.text_embedding.pipeline.padded_length` for every text of at most
-    ``max_seq_length`` tokens (the tokenizer truncates there).
-    """
-    return tuple(sorted({min(b, max_seq_length) for b in buckets} | {max_seq_length}))
-
-
 OUTPUT_NAMES = ("EMBEDDING", "TOKEN_COUNT", "TRUNCATED", "MODEL_VERSION")
 # A request's texts run in the batches of their length buckets, so a swap's flip can fall between
 # them, and one response could mix versions (MODEL_VERSION [2, 1, 2, 2]: fp32 and INT8 rows).
@@ -96,19 +88,24 @@ OUTPUT_NAMES = ("EMBEDDING", "TOKEN_COUNT", "TRUNCATED", "MODEL_VERSION")
 MAX_VERSION_RERUNS = 2
 
 
-# output name -> (EmbeddingRow field, dtype) of the [n, 1] outputs
-_ROW_OUTPUTS = {"TOKEN_COUNT": ("token_count", np.int32), "TRUNCATED": ("truncated", np.bool_),
-                "MODEL_VERSION": ("version", np.int32)}
+@dataclasses.dataclass(frozen=True)
+class Rerun:
+    """A request's state for version reruns: its encodings, its priority level, and its reruns so far."""
+
+    encodings: list[Any]
+    level: int
+    reruns: int = 0
 
 
-def _output_array(name: str, rows: list[EmbeddingRow]) -> np.ndarray:
-    """Output ``name`` of a request from its rows; see the module docstring."""
-    if name == "EMBEDDING":
-        # one row: a [1, 384] view of the batch output (pb.Tensor copies it into the stub's shared memory)
-        stacked = rows[0].embedding[None] if len(rows) == 1 else np.stack([row.embedding for row in rows])
-        return stacked.astype(np.float32, copy=False)
-    field, dtype = _ROW_OUTPUTS[name]
-    return np.array([[getattr(row, field)] for row in rows], dtype=dtype)
+@dataclasses.dataclass(frozen=True)
+class Accepted:
+    """A sender-mode request that passed validation: its position in the call, its texts and options."""
+
+    index: int
+    request: Any
+    texts: list[str]
+    level: int
+    timeout_s: float | None
 
 
 class TextEmbeddingModel:
@@ -142,11 +139,6 @@ class TextEmbeddingModel:
             LOG.warning("inline_when_idle is off for %s: it needs dynamic_batching in config.pbtxt "
                         "(max_queue_delay_microseconds: 0 adds no delay)", args.get("model_name", "text_embedding"))
         set_tokenizer_parallelism(self.config.tokenizer_parallelism, self.config.tokenizer_threads)
-        if sched.batch_buckets[-1] > self.config.max_batch_texts:
-            raise ConfigError(
-                f"config.pbtxt parameter 'batch_buckets' = {sched.batch_buckets}: its largest bucket exceeds "
-                f"max_batch_texts={self.config.max_batch_texts}; drop the larger buckets or raise max_batch_texts"
-            )
         if sched.response_mode == "return" and self.config.concurrent_batches == 0:
             # execute() runs its batches one after another on the main session: lanes would sit unused
             self.config = dataclasses.replace(self.config, concurrent_batches=1)
@@ -154,34 +146,39 @@ class TextEmbeddingModel:
                                           instance=args.get("model_instance_name", "text_embedding_0"),
                                           model_name=args.get("model_name", "text_embedding"))
         self.embedder = self.versions.initial
-        self.lanes = max(1, self.embedder.engine.lanes)
+        self.grid = scheduler_grid(self.config, sched, self.embedder.engine)  # refuses batch sizes the engine lacks
         self.model_version = args["model_version"]
         self.profile_name = args.get("model_instance_name", "text_embedding")
-        self.pool = create_host_pool(staging_pool_config(sched.batch_buckets[-1], self.config.max_seq_length), name="staging",
-                                     device=self.config.device)
-        self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, "text_embedding")
-        self.metrics = scheduler_metrics(self._pb, args, sched, "text_embedding")
-        self.metrics_flusher, on_batch = metrics_flusher(sched, self.metrics, self.pool_metrics, self.profile_name)
-        self.handler = EmbeddingBatchHandler(self.versions, self.pool, on_batch=on_batch)
-        queue = BatchQueue(
-            **sched.queue_options(),
-            length_buckets=scheduler_length_buckets(self.config.length_buckets_tokens, self.config.max_seq_length),
-            max_texts=sched.max_queue_texts,
-            # ONNX Runtime on the CPU runs any shape: pad to the longest text, not up to its bucket
-            pad_to_longest=not self.embedder.engine.buckets,
-        )
-        self.progress = Progress()
-        self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=args.get("model_name", "fastpath"),
-                                  lanes=self.lanes, on_delivered=self.progress.advance, **sched.runner_options())
-        if sched.warmup:
-            warm_up(self.handler, queue, self.runner.clock)
-        self.costs, self.length_buckets, self.pad_to_longest = queue.costs, queue.length_buckets, queue.pad_to_longest
+        self._build_scheduler(args)
         if sched.response_mode == "sender":  # return mode runs each execute()'s texts itself (_execute_call)
             self.runner.start()
         self.heartbeat = start_heartbeat(args, self.progress, sched.stall_timeout_s, on_beat=log_filter.flush)
         PROFILE.reset()  # warm-up and graph capture are not serving
         if PROFILE.enabled:
             register_allocation_counters(self.pool, self.embedder.engine)
+
+    def _build_scheduler(self, args: dict[str, str]) -> None:
+        """On :attr:`grid`: the staging pool, metrics, batch handler, the queue with its length-bucket
+        policy, the call planner (return mode and inline calls; it shares the queue's cost model) and
+        the runner (not started); then the warm-up, when on."""
+        sched, engine = self.scheduler_config, self.embedder.engine
+        self.lanes = max(1, engine.lanes)
+        self.pool = create_host_pool(staging_pool_config(self.grid.max_batch, self.config.max_seq_length), name="staging",
+                                     device=self.config.device)
+        self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, "text_embedding")
+        self.metrics = scheduler_metrics(self._pb, args, sched, "text_embedding", self.grid.batch_sizes)
+        self.metrics_flusher, on_batch = metrics_flusher(sched, self.metrics, self.pool_metrics, self.profile_name)
+        self.handler = EmbeddingBatchHandler(self.versions, self.pool, on_batch=on_batch)
+        # ONNX Runtime on the CPU runs any shape: pad to the longest text, not up to its bucket
+        shapes = {"batch_sizes": self.grid.batch_sizes, "length_buckets": self.grid.lengths, "pad_to_longest": not engine.buckets}
+        queue = BatchQueue(LengthBucketPolicy(**shapes, **sched.policy_options()), max_items=sched.max_queue_texts)
+        self.costs = queue.costs
+        self.planner = CallPlanPolicy(**shapes, costs=self.costs)
+        self.progress = Progress()
+        self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=args.get("model_name", "fastpath"),
+                                  lanes=self.lanes, on_delivered=self.progress.advance, **sched.runner_options())
+        if sched.warmup:
+            warm_up(self.handler, self.grid, self.costs, self.runner.clock)
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         """Answer the call's requests; see ``response_mode`` for how answers return.
@@ -209,7 +206,7 @@ class TextEmbeddingModel:
         return input_rows(self._pb, request, INPUT_NAME) or 0
 
     def _execute_call(self, requests: list[Any]) -> list[Any]:
-        """Run every text of the call now, in the batches :func:`plan_call` picks, and return the responses.
+        """Run every text of the call now, in the batches the call planner picks, and return the responses.
 
         One tokenizer call for all texts, one version lease for all batches (every row of the call
         comes from one model version), and each response's outputs are row slices of the call's
@@ -223,34 +220,17 @@ class TextEmbeddingModel:
         started = mark = PROFILE.start()
         arrival_s = time.perf_counter()
         responses: list[Any] = [None] * len(requests)
-        texts: list[str] = []
-        spans = []  # (request index, first text, end, requested outputs)
-        for index, request in enumerate(requests):
-            try:
-                decoded = decode_texts(read_input(pb, request, INPUT_NAME), tensor=INPUT_NAME,
-                                       max_text_bytes=self.config.max_text_bytes)
-                if request.parameters() not in ("", "{}"):
-                    priority_level(request, self.scheduler_config)  # raises on a bad value
-                timeout_s = request_timeout_s(request, self.scheduler_config)
-            except Exception as exc:  # a bad request fails alone
-                self.metrics.invalid_request()
-                responses[index] = error_response(pb, exc)
-                continue
-            if timeout_s is not None and time.perf_counter() - arrival_s > timeout_s:
-                self._expire(responses, index, len(decoded), time.perf_counter() - arrival_s, timeout_s)
-                continue
-            spans.append((index, len(texts), len(texts) + len(decoded), requested_outputs(request)))
-            texts.extend(decoded)
+        texts, spans = self._read_call(requests, arrival_s, responses)
         mark = PROFILE.lap("execute.decode", mark, len(requests))
         if spans:
             try:
                 encodings = self.embedder.tokenizer.encode(texts, parallel=self._parallel(len(texts)))
                 mark = PROFILE.lap("execute.tokenize", mark, len(texts))
                 lengths = [len(e.ids) for e in encodings]
-                plan = plan_call(lengths, length_buckets=self.length_buckets, batch_buckets=self.scheduler_config.batch_buckets,
-                                 estimate=self._shape_cost, pad_to_longest=self.pad_to_longest)
+                rows = [WorkItem(None, row, tokens, encoding) for row, (tokens, encoding) in enumerate(zip(lengths, encodings))]
+                plan = self.planner.plan(rows, time.perf_counter())
                 waited_s = time.perf_counter() - arrival_s
-                embeddings, version = self.handler.run_plan(encodings, plan, functools.partial(self._ran, waited_s))
+                embeddings, version = self.handler.run_plan(len(encodings), plan, functools.partial(self._ran, waited_s))
             except Exception as exc:
                 LOG.error("a call of %d texts failed: %s", len(texts), exc)
                 for index, *_ in spans:
@@ -270,16 +250,35 @@ class TextEmbeddingModel:
             PROFILE.dump(self.profile_name, force=False)
         return responses
 
+    def _read_call(self, requests: list[Any], arrival_s: float, responses: list[Any]) -> tuple[list[str], list[tuple]]:
+        """The call's texts in request order, and each readable request's (index, first text, end,
+        requested outputs); a bad or timed-out request gets its response in ``responses`` now."""
+        texts: list[str] = []
+        spans = []
+        for index, request in enumerate(requests):
+            try:
+                decoded = decode_texts(read_input(self._pb, request, INPUT_NAME), tensor=INPUT_NAME,
+                                       max_text_bytes=self.config.max_text_bytes)
+                if request.parameters() not in ("", "{}"):
+                    priority_level(request, self.scheduler_config)  # raises on a bad value
+                timeout_s = request_timeout_s(request, self.scheduler_config)
+            except Exception as exc:  # a bad request fails alone
+                self.metrics.invalid_request()
+                responses[index] = error_response(self._pb, exc)
+                continue
+            if timeout_s is not None and time.perf_counter() - arrival_s > timeout_s:
+                self._expire(responses, index, len(decoded), time.perf_counter() - arrival_s, timeout_s)
+                continue
+            spans.append((index, len(texts), len(texts) + len(decoded), requested_outputs(request)))
+            texts.extend(decoded)
+        return texts, spans
+
     def _parallel(self, texts: int) -> bool | None:
         """Whether a call of ``texts`` texts tokenizes on the Rayon pool (None: parallelism is off)."""
         config = self.config
         return texts >= config.tokenizer_parallel_min_texts if config.tokenizer_parallelism else None
 
-    def _shape_cost(self, batch_size: int, length: int) -> float:
-        """Uncontended predicted seconds of a [batch_size, length] engine call (the cost model's floor)."""
-        return self.costs.estimate(batch_size, length, floor=True)
-
-    def _ran(self, waited_s: float, planned: PlannedBatch, seconds: float) -> None:
+    def _ran(self, waited_s: float, planned: Batch, seconds: float) -> None:
         """An engine call of a planned batch finished: teach the cost model, publish the batch metrics
         (each text's queue delay: ``waited_s``, from the call's start to its first engine call)."""
         self.costs.observe(planned.batch_size, planned.length, seconds)
@@ -299,35 +298,36 @@ class TextEmbeddingModel:
         pb = self._pb
         started = mark = PROFILE.start()
         replies = Replies(pb, requests, "sender", self.progress)
-        accepted = []
+        accepted: list[Accepted] = []
         for index, request in enumerate(requests):
             try:
                 texts = decode_texts(read_input(pb, request, INPUT_NAME), tensor=INPUT_NAME,
                                      max_text_bytes=self.config.max_text_bytes)
-                accepted.append((index, request, texts, priority_level(request, self.scheduler_config),
-                                 request_timeout_s(request, self.scheduler_config)))
+                accepted.append(Accepted(index, request, texts, priority_level(request, self.scheduler_config),
+                                         request_timeout_s(request, self.scheduler_config)))
             except Exception as exc:  # a bad request fails alone
                 self.metrics.invalid_request()
                 replies.answer(index, error_response(pb, exc))
         mark = PROFILE.lap("execute.decode", mark, len(requests))
         try:
-            texts = [text for entry in accepted for text in entry[2]]
+            texts = [text for entry in accepted for text in entry.texts]
             encodings = self.embedder.tokenizer.encode(texts, parallel=self._parallel(len(texts))) if texts else []
         except Exception as exc:
-            for index, *_ in accepted:
-                replies.answer(index, error_response(pb, exc))
+            for entry in accepted:
+                replies.answer(entry.index, error_response(pb, exc))
             accepted = []
         mark = PROFILE.lap("execute.tokenize", mark, len(encodings))
         start = 0
-        for index, request, texts, level, timeout_s in accepted:
-            answer = functools.partial(self._answer, replies, index, requested_outputs(request),
-                                       (encodings[start:start + len(texts)], level, 0))
-            ticket = Ticket(len(texts), answer, is_cancelled=request.is_cancelled, label=request.request_id() or "request")
-            items = [WorkItem(ticket, row, len(encodings[start + row].ids), encodings[start + row], level)
-                     for row in range(len(texts))]
-            start += len(texts)
+        for entry in accepted:
+            request, count = entry.request, len(entry.texts)
+            answer = functools.partial(self._answer, replies, entry.index, requested_outputs(request),
+                                       Rerun(encodings[start:start + count], entry.level))
+            ticket = Ticket(count, answer, is_cancelled=request.is_cancelled, label=request.request_id() or "request")
+            items = [WorkItem(ticket, row, len(encodings[start + row].ids), encodings[start + row], entry.level)
+                     for row in range(count)]
+            start += count
             try:
-                self.runner.submit(items, timeout_s=timeout_s)
+                self.runner.submit(items, timeout_s=entry.timeout_s)
             except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
                 ticket.fail(exc)  # through the ticket: the request is answered once, whatever the queue kept
         PROFILE.lap("execute.submit", mark, len(accepted))
@@ -336,33 +336,31 @@ class TextEmbeddingModel:
             PROFILE.dump(self.profile_name, force=False)
         return replies.result()
 
-    def _answer(self, replies: Replies, index: int, wanted: frozenset[str], rerun: tuple[list[Any], int, int],
+    def _answer(self, replies: Replies, index: int, wanted: frozenset[str], rerun: Rerun,
                 ticket: Ticket | None, rows: list[EmbeddingRow] | None, error: BaseException | None) -> None:
         """The request's single answer: its rows stacked into the requested outputs, or its error.
 
-        ``rerun`` = (the request's encodings, its priority level, reruns so far): rows from
-        different model versions (a swap flipped between the request's batches) send the rows not
-        from the active version through the scheduler again first (``MAX_VERSION_RERUNS``).
+        Rows from different model versions (a swap flipped between the request's batches) send the
+        rows not from the active version through the scheduler again first, at most
+        ``MAX_VERSION_RERUNS`` times (``rerun`` counts them).
         """
         pb = self._pb
         if error is not None:
             replies.answer(index, error_response(pb, error))
             return
-        if len({row.version for row in rows}) > 1 and rerun[2] < MAX_VERSION_RERUNS and self._rerun(replies, index, wanted, rerun, rows):
+        if len({row.version for row in rows}) > 1 and rerun.reruns < MAX_VERSION_RERUNS and self._rerun(replies, index, wanted, rerun, rows):
             return
         mark = PROFILE.start()
         # Only the requested outputs are built (each pb.Tensor is a copy into the stub's shared memory)
         # and sent: an unrequested output sent after execute() returned killed the 2.51 stub (scheduled.py).
         replies.answer(index, pb.InferenceResponse(output_tensors=[
-            pb.Tensor(name, _output_array(name, rows)) for name in OUTPUT_NAMES if not wanted or name in wanted]))
+            pb.Tensor(name, output_array(name, rows)) for name in OUTPUT_NAMES if not wanted or name in wanted]))
         PROFILE.lap("respond", mark)
 
-    def _rerun(self, replies: Replies, index: int, wanted: frozenset[str], rerun: tuple[list[Any], int, int],
-               rows: list[EmbeddingRow]) -> bool:
+    def _rerun(self, replies: Replies, index: int, wanted: frozenset[str], rerun: Rerun, rows: list[EmbeddingRow]) -> bool:
         """Run the rows not from the active version again; their results replace them, then
         :meth:`_answer` runs once more. False when the scheduler refuses them (shutting down, queue
         full): the request is then answered with the rows it has, each labelled with its version."""
-        encodings, level, reruns = rerun
         active = self.versions.slots.active_version
         stale = [index for index, row in enumerate(rows) if row.version != active]
 
@@ -371,10 +369,12 @@ class TextEmbeddingModel:
             for row, value in zip(stale, new_rows or ()):
                 merged[row] = value
             # an error here (shutdown) keeps the rows already computed: a mixed answer beats none
-            self._answer(replies, index, wanted, (encodings, level, MAX_VERSION_RERUNS if error else reruns + 1), None, merged, None)
+            reruns = MAX_VERSION_RERUNS if error else rerun.reruns + 1
+            self._answer(replies, index, wanted, dataclasses.replace(rerun, reruns=reruns), None, merged, None)
 
         ticket = Ticket(len(stale), done, label="version rerun")
-        items = [WorkItem(ticket, k, len(encodings[row].ids), encodings[row], level) for k, row in enumerate(stale)]
+        encodings = rerun.encodings
+        items = [WorkItem(ticket, k, len(encodings[row].ids), encodings[row], rerun.level) for k, row in enumerate(stale)]
         try:
             self.runner.submit(items, timeout_s=None)
         except Exception:  # queue full or closing: answer with what we have

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tokenizers import Encoding
@@ -23,9 +24,12 @@ from tokenizers import Encoding
 from fastpath.engines import Engine, load_engine
 from fastpath.engines.cpus import process_cpus
 from fastpath.errors import ArtifactError, EngineError
-from fastpath.graphs.buckets import Sizes
+from fastpath.graphs.buckets import BucketGrid, Sizes, batch_sizes_of
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.text import TextTokenizer
+
+if TYPE_CHECKING:
+    from fastpath.scheduling.config import SchedulerConfig
 
 EMBEDDING_DIM = 384  # all-MiniLM-L6-v2 hidden size (config.json "hidden_size")
 
@@ -61,6 +65,31 @@ def padded_length(longest: int, buckets: Sequence[int], max_seq_length: int) -> 
     if bucket is None:
         return longest
     return min(bucket, max(longest, max_seq_length))
+
+
+def scheduler_length_buckets(buckets: Sequence[int], max_seq_length: int) -> tuple[int, ...]:
+    """The padded lengths batches can have: the config's buckets clipped to ``max_seq_length``, plus it.
+
+    Matches :func:`padded_length` for every text of at most ``max_seq_length`` tokens (the
+    tokenizer truncates there).
+    """
+    return tuple(sorted({min(b, max_seq_length) for b in buckets} | {max_seq_length}))
+
+
+def scheduler_grid(config: TextEmbeddingConfig, sched: SchedulerConfig, engine: Engine) -> BucketGrid:
+    """The (batch size, padded length) grid the model's scheduler batches on, from its loaded engine.
+
+    Batch sizes: ``batch_buckets``, each at most ``max_batch_texts`` and, where the engine captured
+    shapes (CUDA graphs, TensorRT profiles), one of the batch sizes it captured, so no batch is
+    padded twice. Lengths: :func:`scheduler_length_buckets`.
+
+    Raises:
+        ConfigError: ``batch_buckets`` exceeds ``max_batch_texts`` or is not a subset of the
+            engine's captured batch sizes (see :meth:`SchedulerConfig.batch_sizes`).
+    """
+    sizes = sched.batch_sizes(max_rows=config.max_batch_texts, max_rows_name="max_batch_texts",
+                              captured=batch_sizes_of(engine.buckets))
+    return BucketGrid(sizes, scheduler_length_buckets(config.length_buckets_tokens, config.max_seq_length))
 
 
 def plan_batches(lengths: Sequence[int], max_batch: int) -> list[list[int]]:

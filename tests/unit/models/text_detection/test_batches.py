@@ -1,6 +1,6 @@
 """DetectionBatchHandler with the real PP-OCRv4 artifact, a real staging pool and the real BatchRunner.
 
-What text_detection serves, without Triton: images bucketed by resized shape (ShapeBatchQueue),
+What text_detection serves, without Triton: images bucketed by resized shape (ExactShapePolicy),
 staged into one pool block per batch, one engine call, DB post-processing per image. Every result
 must equal the same image detected alone (``TextDetector.detect([image])``), byte for byte.
 """
@@ -18,7 +18,7 @@ from fastpath.memory import BlockPool, PageAlignedAllocator, PoolConfig
 from fastpath.models.text_detection.batches import DetectionBatchHandler, check_staging_fits, feed_bytes, warm_up
 from fastpath.models.text_detection.config import TextDetectionConfig
 from fastpath.models.text_detection.pipeline import TextDetector
-from fastpath.scheduling import BatchRunner, CostModel, MonotonicClock, ShapeBatchQueue, Ticket, WorkItem
+from fastpath.scheduling import BatchQueue, BatchRunner, CostModel, ExactShapePolicy, MonotonicClock, Ticket, WorkItem
 from tests.unit.models.text_detection.reference import skimage_rgb
 
 CONFIG = TextDetectionConfig(intra_op_threads=1)
@@ -87,7 +87,7 @@ def test_scheduled_requests_of_mixed_shapes_equal_each_image_alone_and_release_e
                 "coffee": [coffee], "text": [text], "white": [white, white]}
     pool, answers = make_pool(), Answers()
     handler = DetectionBatchHandler(detector, pool)
-    queue = ShapeBatchQueue(batch_buckets=(1, 2, 4), costs=CostModel(), max_queue_delay_s=0.0, max_items=64)
+    queue = BatchQueue(ExactShapePolicy(batch_sizes=(1, 2, 4), costs=CostModel(), max_queue_delay_s=0.0), max_items=64)
     runner = BatchRunner(queue, handler, clock=MonotonicClock(), name="test-detection").start()
     try:
         for label, images in requests.items():
@@ -111,7 +111,7 @@ def test_a_batch_that_cannot_be_staged_fails_alone_with_503_and_the_next_one_run
     after the block returns, the next request is served normally."""
     pool, answers = make_pool(capacity_bytes=8 * MIB, wait_timeout_s=0.0), Answers()
     handler = DetectionBatchHandler(detector, pool)
-    queue = ShapeBatchQueue(batch_buckets=(1, 2), costs=CostModel(), max_queue_delay_s=0.0, max_items=16)
+    queue = BatchQueue(ExactShapePolicy(batch_sizes=(1, 2), costs=CostModel(), max_queue_delay_s=0.0), max_items=16)
     runner = BatchRunner(queue, handler, clock=MonotonicClock(), name="test-detection").start()
     page = skimage_rgb("page.png")
     try:

@@ -32,7 +32,7 @@ def _batch(tokenizer, texts, size, length):
     answers = []
     ticket = Ticket(len(texts), lambda t, rows, error: answers.append((rows, error)))
     items = tuple(WorkItem(ticket, row, len(e.ids), e) for row, e in enumerate(tokenizer.encode(texts)))
-    return Batch(items, size, length, "test", 0.0, 0.0), answers
+    return Batch(items=items, batch_size=size, length=length, rule="test", formed_s=0.0, predicted_s=0.0), answers
 
 
 def test_batches_are_staged_in_one_pool_block_and_answer_like_the_plain_engine(versions):
