@@ -5,19 +5,15 @@ policy shares: the queue bound, all-or-nothing submits, timeouts, close and drai
 :class:`BatchPolicy` decides the rest: which bucket an item joins, and, whenever an engine is free
 (or about to be), which queued items run together now, or until when it is worth waiting.
 
-Implementations (each one module; a model hands an instance to ``BatchQueue(policy, ...)``):
+Implementations, one module each (a model hands an instance to ``BatchQueue(policy, ...)``):
 
-=====================  =================================  ==============================================
-policy                 module                             what runs next
-=====================  =================================  ==============================================
-``LengthBucketPolicy``  :mod:`~fastpath.scheduling.lengths`   texts in length buckets; neighbouring buckets
-                                                          merge, batches are cut or padded, and waiting
-                                                          happens, where the cost model predicts a gain
-``ExactShapePolicy``    :mod:`~fastpath.scheduling.shapes`    the same rules, one bucket per exact shape,
-                                                          never merged (text_detection's images)
-``CallPlanPolicy``      :mod:`~fastpath.scheduling.call_plan` everything queued, now, cut into the calls of
-                                                          least predicted time (``response_mode=return``)
-=====================  =================================  ==============================================
+* :class:`~fastpath.scheduling.lengths.LengthBucketPolicy`: texts in length buckets; neighbouring
+  buckets merge, batches are cut or padded, and waiting happens, where the cost model predicts a gain
+  (the cost rules, :mod:`fastpath.scheduling.rules`);
+* :class:`~fastpath.scheduling.shapes.ExactShapePolicy`: the same rules, one bucket per exact shape,
+  never merged (text_detection's images);
+* :class:`~fastpath.scheduling.call_plan.CallPlanPolicy`: everything queued, now, cut into the
+  engine calls of least predicted total time (text_embedding's ``response_mode=return``).
 """
 
 from __future__ import annotations
