@@ -7,7 +7,8 @@ Packages, from the commands down to the building blocks:
                  handler and the ``TritonPythonModel`` that ``model_repository/<model>/N/model.py`` re-exports.
     swaps        live version swaps: serving slots, the control plane, the serving-version record.
     triton       python-backend plumbing the models share: request I/O, answers, metrics, liveness, logging.
-    scheduling   FastPath's batch scheduler: queues, the cost model, the driver threads (injected clock).
+    scheduling   FastPath's batch scheduler: the queue, the batch policies behind one interface, the cost model,
+                 the driver threads (injected clock).
     engines      one folder per runtime (ONNX Runtime, PyTorch, TensorRT) behind one interface.
     graphs       bucket sets and snapping, CUDA graph capture and replay.
     memory       pinned host and device memory: the staging pool, allocators, ``cuda_call``, memory return.
