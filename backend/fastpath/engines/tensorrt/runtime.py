@@ -73,7 +73,7 @@ class TensorRTEngine(Engine):
                  intra_op_threads: int = 0) -> None:
         trt = require_tensorrt()
         runtime = cudart()
-        from fastpath.artifacts.manifest import sha256_file
+        from fastpath.manifest import sha256_file
 
         onnx_path = Path(path)
         cuda_call(runtime.cudaSetDevice(device_id))
