@@ -155,6 +155,7 @@ def test_a_new_runtime_is_one_folder_and_one_registry_line(registry, tmp_path):
 
 
 def test_a_loader_module_without_load_is_named(registry):
+    """A registry line naming a module without load(path, **options) fails with ConfigError naming the module."""
     register_runtime("no-load", "fastpath.engines.base")
     with pytest.raises(ConfigError, match="runtime 'no-load': its loader module fastpath.engines.base has no load"):
         load_engine("no-load", "model.onnx")
