@@ -9,13 +9,15 @@ Packages, from the commands down to the building blocks:
     triton       python-backend plumbing the models share: request I/O, answers, metrics, liveness, logging.
     scheduling   FastPath's batch scheduler: the queue, the batch policies behind one interface, the cost model,
                  the driver threads (injected clock).
-    engines      one folder per runtime (ONNX Runtime, PyTorch, TensorRT) behind one interface.
+    engines      one folder per runtime (ONNX Runtime, PyTorch, TensorRT), each a loader and its engines,
+                 behind one interface.
     graphs       bucket sets and snapping, CUDA graph capture and replay.
     memory       pinned host and device memory: the staging pool, allocators, ``cuda_call``, memory return.
     text         tokenization for text models (HF ``tokenizers``).
-    config, errors, profiling
-                 typed configuration from ``config.pbtxt`` parameters; the exception hierarchy; phase timing.
-    artifacts    the build side (export, quantization, manifests), used by ``fastpath build``.
+    config, errors, manifest, profiling
+                 typed configuration from ``config.pbtxt`` parameters; the exception hierarchy; a version's
+                 file list and checksums (written by the build, verified before serving); phase timing.
+    artifacts    the build side (export, quantization, the accuracy gate); only ``fastpath build`` imports it.
 """
 
 __version__ = "0.1.0"

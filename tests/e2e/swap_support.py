@@ -29,7 +29,7 @@ def link_version(source: Path, target: Path) -> None:
 
 def make_swap_repository(root: Path, versions: dict[int, Path]) -> Path:
     """A model repository with text_embedding (the given versions, each with golden inputs) and fastpath_admin."""
-    from fastpath.artifacts.manifest import read_manifest
+    from fastpath.manifest import read_manifest
     from fastpath.models.text_embedding.config import TextEmbeddingConfig
     from fastpath.models.text_embedding.golden import add_golden
     from fastpath.models.text_embedding.pipeline import TextEmbedder

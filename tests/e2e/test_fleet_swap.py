@@ -33,7 +33,7 @@ def fleet(tmp_path_factory):
             root = tmp_path_factory.mktemp(f"replica{index}")
             repository = make_swap_repository(root, {1: MODELS / "text_embedding" / "1", 2: V2 if (V2 / "manifest.json").exists() else MODELS / "text_embedding" / "1"})
             if index == 1:  # replica 2: a version 2 whose golden outputs no longer match
-                from fastpath.artifacts.manifest import read_manifest, write_manifest
+                from fastpath.manifest import read_manifest, write_manifest
                 from fastpath.models.text_embedding.golden import write_golden
 
                 version_dir = repository / "text_embedding" / "2"

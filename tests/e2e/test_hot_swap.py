@@ -135,7 +135,7 @@ def _corrupt_versions(model_dir: Path) -> dict[int, str]:
     link_version(model_dir / "1", model_dir / "5")
     with np.load(model_dir / "5" / "golden.npz") as golden:
         texts, embeddings = golden["texts"], golden["embeddings"]
-    from fastpath.artifacts.manifest import read_manifest, write_manifest
+    from fastpath.manifest import read_manifest, write_manifest
     from fastpath.models.text_embedding.golden import write_golden
 
     (model_dir / "5" / "golden.npz").unlink()

@@ -89,6 +89,42 @@ def test_the_cycle_check_finds_a_lazy_import_cycle(tmp_path):
     assert import_cycles(package) == [["pkg.a", "pkg.b"]]
 
 
+def build_side_importers(root: Path, build_package: str, allowed: tuple[str, ...]) -> dict[str, list[str]]:
+    """Modules of ``root`` outside ``build_package`` and ``allowed`` that import ``build_package`` or one of its
+    modules (imports inside functions included), with what each imports."""
+    files = {_module_name(p, root): p for p in root.rglob("*.py")}
+    found = {}
+    for name, path in sorted(files.items()):
+        if name == build_package or name.startswith(build_package + ".") or name in allowed:
+            continue
+        imported = sorted(m for m in _imports(ast.parse(path.read_text()), set(files))
+                          if m == build_package or m.startswith(build_package + "."))
+        if imported:
+            found[name] = imported
+    return found
+
+
+def test_only_the_build_cli_imports_the_build_side():
+    """Invariant: no serving module imports fastpath.artifacts (the build side); only fastpath.cli.build and
+    fastpath.artifacts itself do. Serving reads a build's manifest through fastpath.manifest."""
+    root = ROOT / "backend" / "fastpath"
+    assert build_side_importers(root, "fastpath.artifacts", allowed=("fastpath.cli.build",)) == {}
+
+
+def test_the_build_side_check_finds_a_lazy_import(tmp_path):
+    """The check itself: a lazy ``from pkg.build.x import y`` and a ``from pkg import build`` are found; the
+    allowed module and the build package's own modules are not."""
+    package = tmp_path / "pkg"
+    (package / "build").mkdir(parents=True)
+    for name in ("__init__.py", "build/__init__.py", "build/x.py", "cli.py"):
+        (package / name).write_text("")
+    (package / "build" / "x.py").write_text("from pkg import serve\n")
+    (package / "cli.py").write_text("from pkg.build import x\n")
+    (package / "serve.py").write_text("def f():\n    from pkg.build.x import y\n")
+    (package / "other.py").write_text("from pkg import build\n")
+    assert build_side_importers(package, "pkg.build", allowed=("pkg.cli",)) == {"pkg.other": ["pkg.build"], "pkg.serve": ["pkg.build.x"]}
+
+
 @pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.name)
 def test_every_module_stays_under_the_size_limit(package):
     """Invariant: no module of the product is longer than MAX_MODULE_LINES lines (split by responsibility)."""

@@ -19,8 +19,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from fastpath.artifacts.manifest import MANIFEST_NAME, sha256_file, write_manifest
 from fastpath.errors import ArtifactError
+from fastpath.manifest import MANIFEST_NAME, sha256_file, write_manifest
 from fastpath.models.text_detection.config import UINT8_ARTIFACT
 
 SOURCE_PACKAGE = "rapidocr-onnxruntime"

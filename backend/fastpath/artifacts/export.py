@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from fastpath.artifacts.accuracy import check_gate
-from fastpath.artifacts.manifest import write_manifest
 from fastpath.artifacts.torch_weights import TORCH_ARTIFACT, evaluation_texts, export_torch_weights, fp32_version_accuracy
 from fastpath.engines.torch.engine import DEFAULT_BATCH_SIZES, DEFAULT_LENGTHS
+from fastpath.manifest import write_manifest
 
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 ONNX_OUTPUT = "embedding"
@@ -74,7 +74,7 @@ def _fp32_metadata(model_dir: Path, accuracy: dict, export_seconds: float) -> di
 
     import torch
 
-    from fastpath.artifacts.manifest import sha256_file
+    from fastpath.manifest import sha256_file
 
     return {
         "model": "sentence-transformers/all-MiniLM-L6-v2",

@@ -9,7 +9,7 @@ creation is most of what a live swap still costs (docs/design/hot-swap.md).
 ``model.onnx`` stays the canonical artifact (quantization, TensorRT and the accuracy reports read
 it). The copy is derived from it and listed in the manifest (sha256 and size of both files, like
 every artifact) with the sha256 of the ``model.onnx`` it was made from, under ``external_data``;
-:func:`external_data_artifact` returns the copy only while that source is the manifest's current
+:func:`fastpath.manifest.external_data_artifact` (the reader serving uses) returns the copy only while that source is the manifest's current
 ``model.onnx``, so a version whose ``model.onnx`` was replaced and re-listed never loads a stale copy.
 """
 
@@ -18,24 +18,12 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
-from fastpath.artifacts.manifest import read_manifest, verify_manifest, write_manifest
+from fastpath.manifest import external_data_artifact, read_manifest, verify_manifest, write_manifest
 
 GRAPH_NAME = "model.external.onnx"
 DATA_NAME = "model.external.onnx.data"
 SIZE_THRESHOLD_BYTES = 1024  # smaller tensors stay in the graph file
-
-
-def external_data_artifact(manifest: dict[str, Any], source: str = "model.onnx") -> str | None:
-    """The copy's graph file name if the manifest lists a copy made from its current ``source``, else None."""
-    entry = manifest.get("external_data") or {}
-    files = manifest.get("files") or {}
-    if entry.get("source") != source or source not in files or entry.get("source_sha256") != files[source]:
-        return None
-    if entry.get("file") not in files or entry.get("data") not in files:
-        return None
-    return str(entry["file"])
 
 
 def add_external_data_copy(version_dir: Path, source: str = "model.onnx") -> bool:

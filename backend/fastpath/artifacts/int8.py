@@ -32,10 +32,10 @@ import numpy as np
 
 from fastpath.artifacts.accuracy import AccuracyReport, check_gate, embed_batches, report
 from fastpath.artifacts.heldout import calibration_extras, heldout_texts, split_heldout
-from fastpath.artifacts.manifest import verify_manifest, write_manifest
 from fastpath.artifacts.quantize import RECIPES, QuantRecipe, quantize_int8, text_batches
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import AccuracyGateError, ArtifactError
+from fastpath.manifest import verify_manifest, write_manifest
 from fastpath.text import TextTokenizer
 from fastpath.text.corpus import pydoc_sentences, split_sentences
 

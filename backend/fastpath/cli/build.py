@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _complete(version_dir: Path, required: tuple[str, ...]) -> bool:
     """True when the version's manifest verifies and lists every required file."""
-    from fastpath.artifacts.manifest import verify_manifest
+    from fastpath.manifest import verify_manifest
 
     try:
         verify_manifest(version_dir, required=required)
@@ -59,7 +59,7 @@ def _complete(version_dir: Path, required: tuple[str, ...]) -> bool:
 
 def verify_repository(repository: Path) -> int:
     """Verify the manifest of every numbered version directory; return the number of failures."""
-    from fastpath.artifacts.manifest import verify_manifest
+    from fastpath.manifest import verify_manifest
 
     failures = 0
     for version_dir in sorted(p for p in repository.glob("*/*") if p.is_dir() and p.name.isdigit()):
@@ -85,7 +85,7 @@ def _add_external_data(version_dir: Path) -> None:
 
 def _int8_current(int8_dir: Path, fp32_dir: Path) -> bool:
     """True when version 2 verifies and was quantized from version 1's current model.onnx."""
-    from fastpath.artifacts.manifest import read_manifest
+    from fastpath.manifest import read_manifest
 
     if not _complete(int8_dir, INT8_REQUIRED):
         return False

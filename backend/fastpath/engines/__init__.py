@@ -1,16 +1,19 @@
-"""Engines: one module per runtime behind one interface (:class:`fastpath.engines.base.Engine`).
+"""Engines: one folder per runtime behind one interface (:class:`fastpath.engines.base.Engine`).
 
-Modeled on Polygraphy's loader/runner split: a runtime's loader turns an artifact into an engine;
-the engine warms up, runs batches (``infer``), reports its buckets and is released by its owner
-(``close``, idempotent). Runtimes are found through a registry of import paths, so a runtime's
-library (torch, tensorrt, onnxruntime-gpu) is imported only when that runtime is asked for.
+Modeled on Polygraphy's loader/runner split. Each runtime is a folder ``engines/<runtime>/`` holding
+a ``loader.py``, whose ``load(path, **options) -> Engine`` turns an artifact into an engine, and its
+engine module(s); the engine warms up, runs batches (``infer``, checked in one place by the base
+class), reports its buckets and is released by its owner (``close``, idempotent). The registry below
+names each runtime's loader module, so a runtime's library (torch, tensorrt, onnxruntime-gpu) is
+imported only when that runtime is asked for. A new runtime is one new folder plus one registry line.
 
 =============  ===========================================  ==========================================
 runtime        artifact                                     loader options
 =============  ===========================================  ==========================================
-onnxruntime    ``model.onnx`` (fp32 or INT8 QDQ)            ``device`` ("cpu" | "cuda"), ``intra_op_threads``,
-                                                            ``memory_pattern``, ``arena_max_input_bytes`` (CPU),
-                                                            ``batch_sizes``/``lengths`` (CUDA graphs)
+onnxruntime    ``model.onnx`` (fp32 or INT8 QDQ);           ``device`` ("cpu" | "cuda[:N]"), ``intra_op_threads``,
+               ``model.uint8.onnx`` (``layout="images"``)   ``memory_pattern``, ``arena_max_input_bytes``, ``lanes`` (CPU);
+                                                            ``layout`` ("tokens" | "images"), ``batch_sizes``,
+                                                            ``lengths``, ``max_graphs``, ``tf32`` (CUDA graphs)
 torch          ``model.fp16.safetensors``                   ``device``, ``precision``, ``batch_sizes``, ``lengths``
 tensorrt       ``model.onnx`` (built into a cached plan)    ``precision``, ``batch_sizes``, ``lengths``, ``cache_dir``
 =============  ===========================================  ==========================================
@@ -29,17 +32,23 @@ __all__ = ["Engine", "TensorSpec", "available_runtimes", "load_engine", "registe
 
 EngineFactory = Callable[..., Engine]
 
-# runtime name -> "module:function" loaded on first use
+# runtime name -> its loader module (whose ``load`` is the factory), imported on first use
 _REGISTRY: dict[str, str | EngineFactory] = {
-    "onnxruntime": "fastpath.engines.onnxruntime.loader:load",
-    "torch": "fastpath.engines.torch:TorchEngine",
-    "tensorrt": "fastpath.engines.tensorrt.runtime:TensorRTEngine",
+    "onnxruntime": "fastpath.engines.onnxruntime.loader",
+    "torch": "fastpath.engines.torch.loader",
+    "tensorrt": "fastpath.engines.tensorrt.loader",
 }
 
 
-def register_runtime(name: str, factory: str | EngineFactory) -> None:
-    """Add or replace a runtime: ``factory(artifact_path, **options) -> Engine`` or its ``"module:function"``."""
-    _REGISTRY[name] = factory
+def register_runtime(name: str, loader: str | EngineFactory) -> None:
+    """Add or replace a runtime.
+
+    Args:
+        name: the runtime name ``load_engine`` takes.
+        loader: the import path of a loader module whose ``load(artifact_path, **options) -> Engine``
+            loads it (the convention of the built-in runtimes), or that function itself.
+    """
+    _REGISTRY[name] = loader
 
 
 def _factory(runtime: str) -> EngineFactory:
@@ -48,12 +57,14 @@ def _factory(runtime: str) -> EngineFactory:
         raise ConfigError(f"runtime {runtime!r} is unknown; known runtimes: {', '.join(sorted(_REGISTRY))}")
     if callable(entry):
         return entry
-    module_name, _, function = entry.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        module = importlib.import_module(entry)
     except ImportError as exc:
         raise ConfigError(f"runtime {runtime!r} cannot be imported here: {exc}; install its package or choose another runtime") from exc
-    return getattr(module, function)
+    load = getattr(module, "load", None)
+    if not callable(load):
+        raise ConfigError(f"runtime {runtime!r}: its loader module {entry} has no load(path, **options) function")
+    return load
 
 
 def available_runtimes() -> dict[str, str]:

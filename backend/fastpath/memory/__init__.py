@@ -1,11 +1,12 @@
-"""FastPath memory: a bounded pinned host staging pool, a device buffer pool, and the CUDA batch transfer path.
+"""FastPath memory: the one owner of pinned host and device buffers, and of ``cuda_call``.
 
 Entry points:
 - :func:`create_host_pool`: the host staging pool; CUDA page-locked memory (``cudaHostAlloc``)
   when a CUDA device is present, page-aligned ordinary memory otherwise (chosen and logged).
 - :func:`~fastpath.memory.staging.stage`: copy a batch input's request tensors into one block.
-- :func:`~fastpath.memory.transfer.create_transfer_path` (CUDA only): one H2D copy per input per
-  batch on a stream, outputs D2H into pinned blocks, events for completion, pooled device buffers.
+- :class:`CudaPinnedAllocator` / :class:`CudaDeviceAllocator`: single page-locked host and device
+  allocations for buffers an engine keeps for its lifetime (the TensorRT runtime's).
+- :func:`cuda_call`: every cuda-python status checked in one place (:class:`CudaError`).
 - :class:`~fastpath.memory.reclaim.MemoryReturner`: after each batch, idle pool blocks beyond a bound
   and the C heap's free pages go back to the OS.
 

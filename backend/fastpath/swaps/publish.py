@@ -13,8 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from fastpath.artifacts.manifest import verify_manifest
 from fastpath.errors import ArtifactError
+from fastpath.manifest import verify_manifest
 
 
 def publish_version(source: Path, model_dir: Path, version: int, *, replace: bool = False) -> Path:

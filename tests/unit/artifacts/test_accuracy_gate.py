@@ -9,11 +9,11 @@ import pytest
 
 from fastpath.artifacts.accuracy import check_gate, cosines, embed_batches, report
 from fastpath.artifacts.heldout import calibration_extras, heldout_texts, split_heldout
-from fastpath.artifacts.manifest import read_manifest
 from fastpath.artifacts.quantize import text_batches
 from fastpath.artifacts.torch_weights import evaluation_texts
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import AccuracyGateError, ArtifactError
+from fastpath.manifest import read_manifest
 from fastpath.text import TextTokenizer
 from fastpath.text.corpus import pydoc_sentences, split_sentences
 from tests.conftest import MODEL_REPOSITORY

@@ -8,9 +8,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fastpath.artifacts.external_data import DATA_NAME, GRAPH_NAME, add_external_data_copy, external_data_artifact
-from fastpath.artifacts.manifest import read_manifest, verify_manifest, write_manifest
+from fastpath.artifacts.external_data import DATA_NAME, GRAPH_NAME, add_external_data_copy
 from fastpath.errors import ArtifactError
+from fastpath.manifest import external_data_artifact, read_manifest, verify_manifest, write_manifest
 
 
 def _save_model(path, seed):

@@ -5,11 +5,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fastpath.artifacts.manifest import read_manifest
 from fastpath.artifacts.quantize import check_tensorrt_compatible, text_batches
 from fastpath.artifacts.smoothquant import channel_absmax, linear_matmuls, smooth_model, smoothing_scales
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import ArtifactError
+from fastpath.manifest import read_manifest
 from fastpath.text import TextTokenizer
 from tests.conftest import MODEL_REPOSITORY
 

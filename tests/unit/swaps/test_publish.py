@@ -2,8 +2,8 @@
 
 import pytest
 
-from fastpath.artifacts.manifest import write_manifest
 from fastpath.errors import ArtifactError
+from fastpath.manifest import write_manifest
 from fastpath.swaps.publish import publish_version
 
 

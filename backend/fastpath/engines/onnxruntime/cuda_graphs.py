@@ -146,7 +146,7 @@ class OnnxRuntimeCudaGraphEngine(Engine):
                     self._run(binding)
                 self._captured.append(bucket)
 
-    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         rows, length = batch_shape(feeds, self.padded_inputs)
         bucket = self.grid.select(rows, length)
         if bucket is None or bucket not in self._captured:
@@ -158,6 +158,10 @@ class OnnxRuntimeCudaGraphEngine(Engine):
             self._run(binding)
             result = binding.output.numpy()[:rows].copy()
         return {self._outputs[0].name: result}
+
+    @property
+    def closed(self) -> bool:
+        return self._session is None
 
     def close(self) -> None:
         with self._lock:

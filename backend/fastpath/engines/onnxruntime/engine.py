@@ -87,16 +87,14 @@ class OnnxRuntimeEngine(Engine):
         self._outputs = tuple(_spec(n) for n in self._session.get_outputs())
         self._wanted = frozenset(spec.name for spec in self._inputs)
 
-    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._unpooled is not None and sum(value.nbytes for value in feeds.values()) > self.arena_max_input_bytes:
             self.calls_without_arena += 1
             return self._run(self._unpooled, feeds)
         return self._run(self._session, feeds)
 
-    def infer_lane(self, feeds: dict[str, np.ndarray], lane: int) -> dict[str, np.ndarray]:
-        if not 0 <= lane < len(self._lane_sessions):
-            raise EngineError(f"ONNX Runtime engine has {len(self._lane_sessions)} lanes; lane {lane} does not exist")
-        return self._run(self._lane_sessions[lane], feeds)
+    def _infer_lane(self, feeds: dict[str, np.ndarray], lane: int) -> dict[str, np.ndarray]:
+        return self._run(self._lane_sessions[lane] if lane < len(self._lane_sessions) else None, feeds)
 
     def _run(self, session: ort.InferenceSession | None, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if session is None or self._session is None:
@@ -106,6 +104,10 @@ class OnnxRuntimeEngine(Engine):
         except Exception as exc:
             raise EngineError(f"ONNX Runtime failed on a batch of shape {next(iter(feeds.values())).shape}: {exc}") from exc
         return {spec.name: value for spec, value in zip(self._outputs, results)}
+
+    @property
+    def closed(self) -> bool:
+        return self._session is None
 
     def close(self) -> None:
         self._session = None

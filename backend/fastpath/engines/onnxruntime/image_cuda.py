@@ -242,12 +242,16 @@ class OnnxRuntimeCudaImageEngine(Engine):
                 self.run_into(images, maps, force_graph=True)
         return len(self._graphs) - before
 
-    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The :class:`Engine` interface: uint8 [B, H, W, 3] -> {output: float32 [B, 1, H, W]} (new arrays)."""
         images = np.ascontiguousarray(feeds[self._inputs[0].name])
         maps = np.empty(images.shape[:3], np.float32)
         self.run_into(images, maps)
         return {self._outputs[0].name: maps[:, None]}
+
+    @property
+    def closed(self) -> bool:
+        return self._eager.closed
 
     def close(self) -> None:
         """Release sessions, buffers, stream and events (idempotent)."""

@@ -1,7 +1,9 @@
 """The TensorRT runtime (TensorRT 10 Python API): plans built from (QDQ) ONNX, a CUDA graph per bucket.
 
-This package imports without ``tensorrt`` and cuda-python: :mod:`.plan` (profiles, cache keys) is
-pure Python, and :mod:`.builder` / :mod:`.runtime` import the libraries only when used, raising
+Modules: ``loader`` (:func:`~fastpath.engines.tensorrt.loader.load`, the registry entry), ``runtime``
+(:class:`~fastpath.engines.tensorrt.runtime.TensorRTEngine`), ``builder`` (plans, timing and plan caches),
+``plan`` (profiles and cache keys, pure Python). The package imports without ``tensorrt`` and
+cuda-python: they are imported only when a plan is built or run, raising
 :class:`~fastpath.errors.EngineError` that names the missing package.
 """
 
@@ -11,14 +13,6 @@ from fastpath.engines.tensorrt.builder import EngineCache, build_serialized, req
 from fastpath.engines.tensorrt.plan import PRECISION_FLAGS, PlanKey, Profile, bucket_profiles, builder_flags, plan_key
 
 __all__ = [
-    "PRECISION_FLAGS", "EngineCache", "PlanKey", "Profile", "TensorRTEngine", "bucket_profiles", "build_serialized",
+    "PRECISION_FLAGS", "EngineCache", "PlanKey", "Profile", "bucket_profiles", "build_serialized",
     "builder_flags", "plan_key", "require_tensorrt",
 ]
-
-
-def __getattr__(name: str):
-    if name == "TensorRTEngine":  # imported lazily: it is the entry point the engine registry names
-        from fastpath.engines.tensorrt.runtime import TensorRTEngine
-
-        return TensorRTEngine
-    raise AttributeError(name)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from fastpath.engines.base import Engine, TensorSpec
+from fastpath.engines.base import Engine, TensorSpec, check_feeds, check_outputs
 from fastpath.engines.torch.bert import BertEmbedder
 from fastpath.engines.torch.weights import load_weights
 from fastpath.errors import ConfigError, EngineError, InvalidInputError
@@ -176,17 +176,22 @@ class TorchEngine(Engine):
         if length > self.config.max_position_embeddings:
             raise InvalidInputError(f"sequence of {length} tokens exceeds the model's {self.config.max_position_embeddings} positions")
 
-    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Embed one batch: int64 [B, L] inputs -> ``embedding`` float32 [B, hidden], unit L2 norm."""
         runner = self._live_runner()
         self._validate(feeds)
         return {"embedding": runner.run(feeds)}
 
     def infer_eager(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The same batch without graphs or padding (the reference for graph numerics)."""
+        """The same batch without graphs or padding (the reference for graph numerics); checked as :meth:`infer`."""
+        batch = check_feeds(self, feeds)
         runner = self._live_runner()
         self._validate(feeds)
-        return {"embedding": runner.run_eager(feeds)}
+        return check_outputs(self, {"embedding": runner.run_eager(feeds)}, batch)
+
+    @property
+    def closed(self) -> bool:
+        return self.runner is None
 
     def close(self) -> None:
         if self.runner is not None:

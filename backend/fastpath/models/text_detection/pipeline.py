@@ -161,7 +161,8 @@ class TextDetector:
             config: the model's parameters.
             device: ``cpu`` (``config.artifact`` on ONNX Runtime's CPU EP) or ``cuda[:N]``
                 (``model.uint8.onnx`` on the CUDA EP, CUDA graphs for the ``capture_shapes_px`` of
-                ``batch_sizes`` images: :mod:`fastpath.engines.onnxruntime.image_cuda`).
+                ``batch_sizes`` images: the onnxruntime loader's ``layout="images"``,
+                :mod:`fastpath.engines.onnxruntime.image_cuda`).
             batch_sizes: the scheduler's batch buckets (graphs are captured for these).
 
         Raises:
@@ -173,11 +174,9 @@ class TextDetector:
         if not path.is_file():
             raise ArtifactError(f"{path} is missing; build the artifacts with 'fastpath build'")
         if gpu:
-            from fastpath.engines.onnxruntime.image_cuda import OnnxRuntimeCudaImageEngine
-
-            engine: Engine = OnnxRuntimeCudaImageEngine(str(path), device_id=int(device.partition(":")[2] or 0),
-                                                        batch_sizes=batch_sizes, max_graphs=config.max_cuda_graphs,
-                                                        graph_after_runs=config.cuda_graph_after_runs, tf32=config.cuda_tf32)
+            engine = load_engine("onnxruntime", str(path), device=device, layout="images", batch_sizes=tuple(batch_sizes),
+                                 max_graphs=config.max_cuda_graphs, graph_after_runs=config.cuda_graph_after_runs,
+                                 tf32=config.cuda_tf32)
         else:
             engine = load_engine(config.runtime, str(path), **config.cpu_engine_options())
         try:

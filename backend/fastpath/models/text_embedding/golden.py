@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from fastpath.artifacts.external_data import external_data_artifact
-from fastpath.artifacts.manifest import ChecksumCache, verify_manifest
 from fastpath.engines import load_engine
 from fastpath.errors import ArtifactError
+from fastpath.manifest import ChecksumCache, external_data_artifact, read_manifest, verify_manifest, write_manifest
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.pipeline import EMBEDDING_DIM, TextEmbedder, engine_options, padded_length
 from fastpath.text import TextTokenizer
@@ -106,7 +105,7 @@ def load_text_version(model_dir: Path, version: int, base: TextEmbeddingConfig, 
 
     The artifact file and precision come from the version's manifest; ONNX Runtime loads the
     artifact's external-data copy when the manifest lists a current one
-    (:mod:`fastpath.artifacts.external_data`). The long shapes are warmed by the golden check
+    (:func:`fastpath.manifest.external_data_artifact`). The long shapes are warmed by the golden check
     (:func:`validate_text_version`), which runs before the version serves.
 
     Args:
@@ -192,8 +191,6 @@ def validate_text_version(embedder: TextEmbedder, version_dir: Path, *, checksum
     """
     check_engine_io(embedder)
     if checksums_verified:  # load_text_version hashed every file moments ago
-        from fastpath.artifacts.manifest import read_manifest
-
         manifest = read_manifest(version_dir)
     else:
         manifest = verify_manifest(version_dir)
@@ -226,8 +223,6 @@ def add_golden(version_dir: Path, reference: TextEmbedder, *, min_cosine: float)
     Returns:
         The golden file path.
     """
-    from fastpath.artifacts.manifest import read_manifest, write_manifest
-
     path = write_golden(version_dir, GOLDEN_TEXTS, reference.embed(list(GOLDEN_TEXTS)).embeddings)
     manifest = read_manifest(version_dir)
     files = set(manifest.pop("files", {})) | {GOLDEN_NAME}

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastpath.artifacts.manifest import ChecksumCache, verify_manifest
 from fastpath.errors import VersionRecordError
+from fastpath.manifest import ChecksumCache, verify_manifest
 from fastpath.memory import release_freed_heap
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.golden import check_engine_io, load_text_version, validate_text_version

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from fastpath.artifacts.detection import build_text_detection, source_model_path
-from fastpath.artifacts.manifest import verify_manifest
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import ArtifactError, EngineError
+from fastpath.manifest import verify_manifest
 from fastpath.models.text_detection.config import TextDetectionConfig
 from fastpath.models.text_detection.pipeline import Detection, TextDetector, concatenate, plan_batches
 from tests.unit.models.text_detection.reference import assert_matches_reference, reference_boxes, skimage_rgb

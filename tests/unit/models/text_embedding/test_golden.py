@@ -5,8 +5,8 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from fastpath.artifacts.manifest import ChecksumCache, read_manifest
 from fastpath.errors import ArtifactError
+from fastpath.manifest import ChecksumCache, read_manifest
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.golden import GOLDEN_TEXTS, embed_by_length, load_text_version, validate_text_version
 from tests.conftest import MODEL_REPOSITORY

@@ -3,7 +3,7 @@
 import os
 import threading
 
-from fastpath.artifacts.manifest import verify_manifest
+from fastpath.manifest import verify_manifest
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.versions import BACKGROUND_NICE, VersionedEmbedder, lower_thread_priority
 from tests.conftest import MODEL_REPOSITORY

@@ -11,6 +11,13 @@ published file once: a digest is reused only while the file keeps its identity a
 (device, inode, size, mtime and ctime in ns). Any change through the filesystem moves ctime, which
 user space cannot set back, so a rewritten, replaced or re-linked file is hashed again; corruption
 below the filesystem (a failing disk) after the first check is not seen until the process restarts.
+
+:func:`external_data_artifact` reads the manifest's ``external_data`` entry: the copy of ``model.onnx``
+with its weights as ONNX external data that a live swap loads faster (written by
+:mod:`fastpath.artifacts.external_data`).
+
+Both sides use this module: ``fastpath build`` writes manifests (:mod:`fastpath.artifacts`), serving
+reads and verifies them before it loads a version. It needs only the standard library.
 """
 
 from __future__ import annotations
@@ -108,6 +115,18 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise ArtifactError(f"{path} is missing; build the artifacts with 'fastpath build'") from None
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path} is not valid JSON ({exc}); rebuild with 'fastpath build'") from None
+
+
+def external_data_artifact(manifest: dict[str, Any], source: str = "model.onnx") -> str | None:
+    """The external-data copy's graph file name if the manifest lists a copy made from its current
+    ``source`` (same sha256 as the listed ``source``), else None."""
+    entry = manifest.get("external_data") or {}
+    files = manifest.get("files") or {}
+    if entry.get("source") != source or source not in files or entry.get("source_sha256") != files[source]:
+        return None
+    if entry.get("file") not in files or entry.get("data") not in files:
+        return None
+    return str(entry["file"])
 
 
 def verify_manifest(directory: Path, *, required: Iterable[str] = (), only_required: bool = False,

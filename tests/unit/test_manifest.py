@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
-from fastpath.artifacts.manifest import verify_manifest, write_manifest
 from fastpath.errors import ArtifactError
+from fastpath.manifest import verify_manifest, write_manifest
 from tests.conftest import MODEL_REPOSITORY
 
 
@@ -108,7 +108,7 @@ def test_a_truncated_copy_of_the_real_artifact_is_refused(tmp_path):
 
 
 def test_checksum_cache_hashes_an_unchanged_file_once(version):
-    from fastpath.artifacts.manifest import ChecksumCache, sha256_file
+    from fastpath.manifest import ChecksumCache, sha256_file
 
     cache = ChecksumCache()
     first = verify_manifest(version, checksums=cache)
@@ -121,7 +121,7 @@ def test_checksum_cache_sees_a_same_size_rewrite_with_the_old_mtime(version):
     """A rewrite in place that restores size and mtime still moves ctime: hashed again, refused."""
     import os
 
-    from fastpath.artifacts.manifest import ChecksumCache
+    from fastpath.manifest import ChecksumCache
 
     cache = ChecksumCache()
     verify_manifest(version, checksums=cache)
@@ -138,7 +138,7 @@ def test_checksum_cache_sees_a_same_size_rewrite_with_the_old_mtime(version):
 
 
 def test_checksum_cache_keeps_at_most_max_entries(tmp_path):
-    from fastpath.artifacts.manifest import ChecksumCache
+    from fastpath.manifest import ChecksumCache
 
     cache = ChecksumCache(max_entries=2)
     for index in range(3):
