@@ -152,6 +152,8 @@ def raw_pipeline(jpegs: list[bytes], device: str, batch: int, seconds: float = 6
     detector = TextDetector.from_directory(VERSION_DIR, config, device=device, batch_sizes=sched.batch_buckets)
     pool = create_host_pool(PoolConfig(capacity_bytes=1 << 30, max_block_bytes=1 << 29), name="raw", device=device)
     handler = DeviceBatchHandler(detector, pool)
+    # the graphs the served model captures at load (configs/gpu.pbtxt's capture_shapes_px at every batch bucket)
+    detector.engine.capture([(size, height, width) for height, width in config.capture_shapes_hw for size in sched.batch_buckets])
     decoders = ThreadPoolExecutor(config.decode_threads or 8)
     posts = ThreadPoolExecutor(config.post_threads or 6)
     counter = itertools.count()
