@@ -49,39 +49,20 @@ class SchedulerConfig:
         warmup: run a few batch shapes at load to warm the engine and seed the cost model.
         check_cancellation: skip (and answer CANCELLED) texts whose request was cancelled.
         cancel_check_after_us: ask a request whether it was cancelled only once it has waited this
-            long in FastPath's queue when its batch forms; 0 = ask every request. In Triton 2.51's
-            python backend each ``is_cancelled()`` is a stub-to-server round trip: ~0.5 ms of CPU
-            per request at concurrency 32 on the 2-core dev machine, where a text's engine work is
-            ~7 ms of CPU (docs/benchmarks/serving_cpu.md). Asking
-            every request pays only if more than ~7% of them are cancelled; clients cancel when
-            their deadline passes, which happens after long waits, in overload, where every queued
-            request has waited long and is asked. A request cancelled sooner still runs; Triton
-            drops its answer. The default (250 ms) is above the queue waits of a loaded but healthy
-            server (p99 latency 260-310 ms at concurrency 32 on the dev machine, engine time included).
-        response_mode: how answers reach Triton. ``sender`` (default): ``execute()`` returns at once
-            and each request is answered through its response sender as soon as its rows are
-            ready, so one instance batches across ``execute()`` calls. ``return``: ``execute()``
-            runs its requests' batches itself (same batch rules, no waiting for company, no
-            scheduler threads) and returns their responses as its list, one stub round trip per
-            call; pair it with ``dynamic_batching { max_queue_delay_microseconds: N }`` so Triton
-            hands each call every request queued meanwhile, and several instances. Each
-            response sent through a sender is its own synchronous stub-to-server round trip; on
-            the H200 that capped ``sender`` at ~1.4k requests/s per instance (docs/benchmarks/triton_gpu_h200.md).
-        inline_when_idle: ``sender`` mode: an ``execute()`` call of one request that finds the
-            scheduler idle (nothing queued, running or being delivered) runs its batches itself and
-            returns its response, as ``return`` mode does; the scheduler threads take over again
-            from the next call. Needs Triton's ``dynamic_batching`` (no delay: 0 us) in front, so
-            a call of several requests reveals a backlog in Triton (those go to the scheduler's
-            queue); only requests of at most half of ``max_batch_size`` texts run inline, since
-            Triton cannot put two larger ones in one call and a backlog of them would look like
-            lone requests (bursts of 40- and 64-text requests would be served one inline call at a
-            time and never reach the bounded queue). Saves a lone request the thread hand-offs and
-            the response sender's round trip (~0.9 ms of a ~6.8 ms request at concurrency 1 on the
-            2-core dev machine, docs/benchmarks/scheduler_cpu.md). Requests Triton delivers meanwhile wait in
-            Triton's queue for at most that one batch.
-        metrics: publish the scheduler's and the staging pool's custom metrics. Each update is a
-            stub-to-server round trip; on the H200 at ~12k requests/s, publishing them from the
-            request path cost 18% throughput (docs/benchmarks/triton_gpu_h200.md).
+            long when its batch forms; 0 = ask every request. Each ``is_cancelled()`` is a
+            stub-to-server round trip, and clients cancel after long waits, so the default (250 ms)
+            asks only requests that waited past a healthy server's p99 (docs/design/scheduler.md).
+        response_mode: ``sender`` (default): ``execute()`` returns at once and each request is
+            answered through its response sender, so one instance batches across calls. ``return``:
+            ``execute()`` runs its requests' batches itself and returns their responses, one stub
+            round trip per call; pair it with ``dynamic_batching`` (0 us) and several instances
+            (docs/design/scheduler.md, docs/benchmarks/triton_gpu_h200.md).
+        inline_when_idle: ``sender`` mode: a one-request ``execute()`` that finds the scheduler idle
+            runs its batches itself and returns its response, saving the thread hand-offs and the
+            sender's round trip; needs ``dynamic_batching`` (0 us) in front, and only requests of at
+            most half of ``max_batch_size`` texts run inline (docs/design/scheduler.md).
+        metrics: publish the scheduler's and the staging pool's custom metrics (each update is a
+            stub-to-server round trip: publish them with ``metrics_interval_ms``).
         metrics_interval_ms: publish metrics from a background thread every this many
             milliseconds (and at unload) instead of on the request path; the request path only
             records into local buffers. A scrape may trail the last batches by this much. 0:
