@@ -58,9 +58,10 @@ def test_request_rate_over_grpc_to_the_server_the_environment_names(triton_serve
 def test_split_takes_fastpath_time_after_execute_from_its_metrics(triton_server, tmp_path):
     """At concurrency 8 FastPath answers from its scheduler after execute() returned, which Triton's
     statistics do not see; the bench reads FastPath's queued-path counters from the metrics port over the
-    same windows. The parts add up to the client's average latency, FastPath's queue wait and batch run
-    are positive, the rest (delivery + network + client) is the client's average less Triton's total and FastPath's parts, and
-    that rest is less than the server's share."""
+    same windows. FastPath's queue wait and batch run are positive; the rest (delivery + network + client) is
+    the client's average less Triton's total and FastPath's parts, floored at 0, and less than the server's
+    share. The server's counters are read at the window's edges while up to 8 requests are in flight, so
+    their per-request average may exceed the client's by up to 8 of the window's requests (the floor)."""
     from fastpath_client.report import REST, time_split_ms
 
     metrics = f"127.0.0.1:{triton_server.options.metrics_port}"
@@ -72,7 +73,9 @@ def test_split_takes_fastpath_time_after_execute_from_its_metrics(triton_server,
     assert server["fastpath_queue_us"] > 0 and server["fastpath_batch_run_us"] > 0
     split = time_split_ms(result)
     server_ms = (server["success_us"] + server["fastpath_queue_us"] + server["fastpath_batch_run_us"]) / 1e3
-    assert split[REST] == pytest.approx(result["latency_ms"]["avg"] - server_ms, abs=1e-9)
+    client_ms = result["latency_ms"]["avg"]
+    assert split[REST] == pytest.approx(max(client_ms - server_ms, 0.0), abs=1e-9)
+    assert server_ms <= client_ms * 1.15, (server_ms, client_ms)
     assert split[REST] < server_ms, split
     print({k: round(v, 2) for k, v in split.items()})
 
