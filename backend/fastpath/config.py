@@ -96,16 +96,16 @@ def check_parameter(condition: bool, key: str, value: Any, expectation: str) -> 
         raise ConfigError(f"config.pbtxt parameter {key!r} = {value!r}: expected {expectation}")
 
 
-def parse_sections(parameters: Mapping[str, str], *classes: type) -> tuple[Any, ...]:
+def parse_sections(parameters: Mapping[str, str], *classes: type, model: str = "") -> tuple[Any, ...]:
     """Split one model's parameters among several config dataclasses and build each.
 
-    Each key goes to the dataclass that declares it; a key no class declares is an error that
-    names the key and lists every known parameter (the ``parse_parameters`` rule, applied to
-    the union).
+    Each key goes to the dataclass that declares it; a key no class declares is a parameter the
+    model does not use: an error that names the key (and ``model``) and lists every known parameter.
 
     Args:
         parameters: key -> string value, e.g. from :func:`triton_parameters`.
-        *classes: dataclasses with disjoint field names, e.g. ``TextEmbeddingConfig, SchedulerConfig``.
+        *classes: dataclasses with disjoint field names, e.g. ``TextEmbeddingConfig, EmbeddingSchedulerConfig``.
+        model: the model's name, for the message.
 
     Returns:
         One instance per class, in the order given.
@@ -116,8 +116,9 @@ def parse_sections(parameters: Mapping[str, str], *classes: type) -> tuple[Any, 
     owners = {f.name: cls for cls in classes for f in dataclasses.fields(cls)}
     unknown = sorted(set(parameters) - set(owners))
     if unknown:
+        whose = f" ({model} does not use it)" if model else ""
         raise ConfigError(
-            f"unknown config.pbtxt parameter {unknown[0]!r}; known parameters: {', '.join(sorted(owners))}"
+            f"unknown config.pbtxt parameter {unknown[0]!r}{whose}; known parameters: {', '.join(sorted(owners))}"
         )
     return tuple(
         parse_parameters(cls, {k: v for k, v in parameters.items() if owners[k] is cls}) for cls in classes

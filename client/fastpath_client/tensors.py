@@ -44,7 +44,8 @@ class ModelSpec:
         max_batch_size: 0 when the model does not batch (then dims are full shapes).
         inputs, outputs: the tensors, in config order.
         max_queue_items: items (texts, images) the server queues for the model before it answers
-            busy: FastPath's ``max_queue_texts`` parameter; None when the config does not say.
+            busy: FastPath's ``max_queue_texts`` (text_embedding) or ``max_queue_images``
+            (text_detection) parameter; None when the config does not say.
         max_queue_requests: requests Triton's dynamic batcher queues
             (``default_queue_policy.max_queue_size``); None when unlimited or not set.
     """
@@ -91,7 +92,7 @@ def model_spec(config: Mapping[str, Any]) -> ModelSpec:
         max_batch_size=int(config.get("max_batch_size", 0)),
         inputs=tuple(_tensor(t) for t in config.get("input", ())),
         outputs=tuple(_tensor(t) for t in config.get("output", ())),
-        max_queue_items=_positive(_parameter(config, "max_queue_texts")),
+        max_queue_items=_positive(_parameter(config, "max_queue_texts") or _parameter(config, "max_queue_images")),
         max_queue_requests=_positive(config.get("dynamic_batching", {}).get("default_queue_policy", {}).get("max_queue_size")),
     )
 

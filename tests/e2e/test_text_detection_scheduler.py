@@ -157,7 +157,7 @@ def test_unload_answers_every_request_in_flight_once(server):
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_only_the_requested_outputs_come_back(server, protocol):
     """A client asking for BOX_COUNTS alone gets only it, equal to the full answer's (see
-    fastpath.triton.scheduled.select_outputs for why FastPath never sends unrequested outputs)."""
+    fastpath.triton.requests.select_outputs for why FastPath never sends unrequested outputs)."""
     module = grpcclient if protocol == "grpc" else httpclient
     client = (grpcclient.InferenceServerClient(server.grpc_url) if protocol == "grpc"
               else httpclient.InferenceServerClient(server.http_url))
@@ -177,7 +177,7 @@ def small_queue_server(tmp_path_factory):
     if not text_detection_present(MODEL_REPOSITORY):
         build_text_detection(MODEL_REPOSITORY)
     root = tmp_path_factory.mktemp("detection_small_queue")
-    server = start_server(root, models=(MODEL,), repository=variant_repository(root, MODEL, max_queue_texts="16"))
+    server = start_server(root, models=(MODEL,), repository=variant_repository(root, MODEL, max_queue_images="16"))
     try:
         yield server
     finally:

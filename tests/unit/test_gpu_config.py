@@ -16,9 +16,8 @@ from fastpath.cli.common import DEFAULT_REPOSITORY
 from fastpath.config import parse_sections, triton_parameters
 from fastpath.errors import ConfigError
 from fastpath.graphs import Bucket, BucketGrid
-from fastpath.models.text_embedding.config import TextEmbeddingConfig, placed_config
+from fastpath.models.text_embedding.config import EmbeddingSchedulerConfig, TextEmbeddingConfig, placed_config
 from fastpath.models.text_embedding.pipeline import engine_options, scheduler_grid
-from fastpath.scheduling.config import SchedulerConfig
 
 MODEL = DEFAULT_REPOSITORY / "text_embedding"
 
@@ -55,7 +54,7 @@ def test_it_serves_from_gpu_instances_without_delay_in_tritons_batcher(gpu):
 
 def test_fastpath_accepts_its_parameters_and_places_each_instance_on_its_gpu(gpu):
     parameters = triton_parameters(as_triton_json(gpu))
-    config, sched = parse_sections(parameters, TextEmbeddingConfig, SchedulerConfig)
+    config, sched = parse_sections(parameters, TextEmbeddingConfig, EmbeddingSchedulerConfig)
     assert (config.runtime, config.precision, config.artifact) == ("torch", "fp16", "model.fp16.safetensors")
     assert config.length_buckets_tokens == (16, 32, 64, 128, 256) and config.max_seq_length == 256
     assert sched.batch_buckets == (1, 2, 4, 8, 16, 32, 64) and sched.batch_buckets[-1] <= config.max_batch_texts
@@ -81,7 +80,7 @@ def test_the_scheduler_batches_only_on_batch_sizes_the_gpu_engine_captured(gpu):
     be a subset of the batch sizes the torch engine captures (engine_options: powers of two up to
     max_batch_texts); "1,3,6" would have the engine pad a batch of 3 again to 4 and is refused at load,
     naming the value and the captured sizes. An engine that captured nothing runs any size."""
-    config, sched = parse_sections(triton_parameters(as_triton_json(gpu)), TextEmbeddingConfig, SchedulerConfig)
+    config, sched = parse_sections(triton_parameters(as_triton_json(gpu)), TextEmbeddingConfig, EmbeddingSchedulerConfig)
     args = {"model_config": as_triton_json(gpu), "model_instance_kind": "GPU", "model_instance_device_id": "0"}
     options = engine_options(placed_config(config, args))
     captured = LoadedEngine(BucketGrid(options["batch_sizes"], options["lengths"]).buckets)  # TorchEngine's graphs on a GPU
@@ -96,7 +95,7 @@ def test_the_scheduler_batches_only_on_batch_sizes_the_gpu_engine_captured(gpu):
 
 def test_the_cpu_config_stays_on_the_cpu(cpu):
     assert {model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind) for g in cpu.instance_group} == {"KIND_CPU"}
-    config, _ = parse_sections(triton_parameters(as_triton_json(cpu)), TextEmbeddingConfig, SchedulerConfig)
+    config, _ = parse_sections(triton_parameters(as_triton_json(cpu)), TextEmbeddingConfig, EmbeddingSchedulerConfig)
     assert config.runtime == "onnxruntime"
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from fastpath.errors import InvalidInputError
 from fastpath.scheduling.config import SchedulerConfig
-from fastpath.triton.scheduled import priority_level
+from fastpath.triton.requests import priority_level
 
 
 class Request:

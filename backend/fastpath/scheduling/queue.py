@@ -36,7 +36,7 @@ class BatchQueue:
     Args:
         policy: decides buckets and batches; owns the cost model (``queue.costs``).
         max_items: queue bound in items; a request that does not fit is refused whole (UnavailableError).
-        unit: what an item is, for messages (``texts``, ``images``).
+        unit: what an item is (``texts``, ``images``); messages name the bound ``max_queue_<unit>``.
     """
 
     def __init__(self, policy: BatchPolicy, *, max_items: int, unit: str = "texts") -> None:
@@ -177,7 +177,7 @@ class BatchQueue:
         if self._count + count > self.max_items:
             raise UnavailableError(
                 f"Exceeds maximum queue size: {self._count} {self.unit} queued + {count} in this request > "
-                f"max_queue_texts={self.max_items}; the server is overloaded, retry later (parameter max_queue_texts)"
+                f"max_queue_{self.unit}={self.max_items}; the server is overloaded, retry later (parameter max_queue_{self.unit})"
             )
 
     def close(self) -> None:

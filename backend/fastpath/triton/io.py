@@ -1,12 +1,66 @@
-"""Reading request tensors and writing responses in the python backend."""
+"""A model's tensors: checking config.pbtxt's against the model's, reading requests, writing responses."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from fastpath.errors import FastPathError, InvalidInputError
+from fastpath.errors import ConfigError, FastPathError, InvalidInputError
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of a model as ``config.pbtxt`` must declare it.
+
+    Attributes:
+        name: the tensor's name.
+        data_type: Triton's type name, e.g. ``TYPE_FP32``, ``TYPE_STRING``.
+        dims: the shape config.pbtxt declares (without the batch dimension when ``max_batch_size``
+            > 0); -1 where the model takes any size, there the config may also fix one.
+        optional: an input a request may omit (config.pbtxt ``optional: true``).
+    """
+
+    name: str
+    data_type: str
+    dims: tuple[int, ...]
+    optional: bool = False
+
+
+def check_model_io(model_config: Mapping[str, Any], inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
+                   model: str) -> None:
+    """Refuse a config whose inputs or outputs are not the model's: each side must declare the same
+    names, and each tensor the same data type, rank, fixed sizes and ``optional`` flag.
+
+    Args:
+        model_config: the model's config as Triton passes it to ``initialize`` (``args["model_config"]``, parsed).
+        inputs, outputs: the tensors the model reads and writes.
+        model: the model's name, for the message.
+
+    Raises:
+        ConfigError: naming the tensor, the config's value and the model's.
+    """
+    for section, specs in (("input", inputs), ("output", outputs)):
+        declared = {entry["name"]: entry for entry in model_config.get(section, ())}
+        wanted = {spec.name: spec for spec in specs}
+        if set(declared) != set(wanted):
+            raise ConfigError(f"config.pbtxt {section}s of {model} are {sorted(declared)}: expected {sorted(wanted)}, the "
+                              f"{section}s the model {'reads' if section == 'input' else 'writes'}")
+        for name, spec in wanted.items():
+            entry = declared[name]
+            dims = tuple(int(d) for d in entry.get("dims", ()))
+            found = (entry.get("data_type", "TYPE_INVALID"), dims, bool(entry.get("optional", False)))
+            fits = (found[0] == spec.data_type and len(dims) == len(spec.dims) and found[2] == spec.optional
+                    and all(want in (-1, got) for want, got in zip(spec.dims, dims)))
+            if not fits:
+                raise ConfigError(f"config.pbtxt {section} {name!r} of {model} is {_describe(*found)}: expected "
+                                  f"{_describe(spec.data_type, spec.dims, spec.optional)} (-1 = any size)")
+
+
+def _describe(data_type: str, dims: tuple[int, ...], optional: bool) -> str:
+    return f"{data_type} dims {list(dims)}" + (" optional" if optional else "")
 
 
 def read_input(pb_utils: Any, request: Any, name: str) -> np.ndarray:

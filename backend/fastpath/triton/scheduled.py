@@ -1,13 +1,12 @@
-"""What the scheduled python-backend models share: request options, answers, scheduler metrics.
+"""The base of FastPath's scheduled python-backend models: the ``initialize``/``finalize`` wiring they share.
 
-``text_embedding`` and ``text_detection`` queue each ``execute()`` call's requests in the scheduler
-and answer them from its threads (:class:`Replies`): through each request's response sender with
-``execute()`` already returned (``response_mode=sender``, verified on Triton 2.51), or collected and
-returned as ``execute()``'s list (``response_mode=return``); docs/design/scheduler.md.
-
-Responses carry only the outputs the client requested (:func:`select_outputs`). On Triton 2.51 a
-response sent through a response sender after ``execute()`` returned that also carries outputs the
-client did not request kills the stub (seen on the H200; docs/known-issues.md).
+A model (``models/<name>/model.py``) subclasses :class:`ScheduledModel` and supplies its tensors
+(``INPUTS``/``OUTPUTS``), its config classes, and four steps: :meth:`~ScheduledModel.load` (engine,
+pipeline, staging pool), :meth:`~ScheduledModel.batch_handler`, :meth:`~ScheduledModel.batch_policy` and
+:meth:`~ScheduledModel.warm_up`. The base checks config.pbtxt against the model, parses its parameters
+(a parameter the model does not use is refused by name), and owns the scheduler's metrics, runner,
+liveness heartbeat and the drain at unload. Request options and answers: :mod:`fastpath.triton.requests`.
+Where a new model goes: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -15,59 +14,139 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
-from fastpath.errors import InvalidInputError
-from fastpath.scheduling import SchedulerObserver
+from fastpath.config import parse_sections, triton_parameters
+from fastpath.graphs.buckets import Sizes
+from fastpath.scheduling import BatchHandler, BatchPolicy, BatchQueue, BatchRunner, SchedulerObserver
 from fastpath.scheduling.config import SchedulerConfig
-from fastpath.triton.heartbeat import Progress
+from fastpath.triton.heartbeat import Progress, start_heartbeat, stub_diagnostics
+from fastpath.triton.io import TensorSpec, check_model_io
+from fastpath.triton.selftest import run_self_test
+from fastpath.triton.watchdog import exit_with_server
 
 LOG = logging.getLogger(__name__)
-PRIORITY_PARAMETER = "fastpath_priority"
-# what a request parameter's JSON value is, for error messages (a client that sends "1" sees "a string")
-JSON_KINDS = {str: "string", float: "floating-point number", bool: "boolean", list: "list", dict: "object"}
 
 
-def priority_level(request: Any, sched: SchedulerConfig) -> int:
-    """Triton priority semantics from the ``fastpath_priority`` request parameter.
+class ScheduledModel:
+    """A python-backend model whose requests FastPath's scheduler batches; ``N/model.py`` re-exports a
+    subclass as ``TritonPythonModel``.
 
-    Triton 2.51's python backend does not expose the request's own ``priority`` to the model, so
-    FastPath reads this parameter: 1 = highest .. ``priority_levels``; 0, absent or above the
-    levels = ``default_priority_level`` (Triton's rule). It is checked even when priorities are
-    off (``priority_levels`` = 0, every request at the default level), so a client's bad value is
-    reported, not silently ignored.
+    Class attributes a subclass sets: ``NAME`` (the model's default name), ``CONFIG`` (its parameter
+    dataclass), ``SCHEDULER_CONFIG`` (its :class:`SchedulerConfig` subclass, which names the queue
+    bound), ``UNIT`` (what a queued item is: ``texts``, ``images``), ``INPUTS``/``OUTPUTS``.
 
-    Raises:
-        InvalidInputError: the parameter is not a non-negative integer (Triton's priority is unsigned).
+    After :meth:`initialize`: ``config``, ``scheduler_config``, ``model_name``, ``model_version``,
+    ``instance_name``, ``progress``, ``pool``, ``metrics``, ``pool_metrics``, ``handler``, ``runner``.
     """
-    levels, default = sched.priority_levels, sched.default_priority_level
-    raw = json.loads(request.parameters() or "{}").get(PRIORITY_PARAMETER)
-    if raw is None:
-        return default
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-        scale = (f"1 = highest .. {levels}; 0 = the default level {default}" if levels
-                 else "priorities are off here (priority_levels = 0): every request runs at the default level")
-        kind = ("a negative integer" if isinstance(raw, int) and not isinstance(raw, bool)
-                 else f"a {JSON_KINDS.get(type(raw), type(raw).__name__)}")
-        raise InvalidInputError(f"request parameter {PRIORITY_PARAMETER} = {json.dumps(raw)} is {kind}: expected a non-negative integer, "
-                                f"sent as an integer parameter (int64_param over gRPC, a JSON number over HTTP) ({scale})")
-    return raw if 1 <= raw <= levels else default
 
+    NAME: ClassVar[str]
+    CONFIG: ClassVar[type]
+    SCHEDULER_CONFIG: ClassVar[type[SchedulerConfig]]
+    UNIT: ClassVar[str]
+    INPUTS: ClassVar[tuple[TensorSpec, ...]]
+    OUTPUTS: ClassVar[tuple[TensorSpec, ...]]
 
-def request_timeout_s(request: Any, sched: SchedulerConfig) -> float | None:
-    """The request's queue timeout in seconds (Triton ``timeout``, microseconds; else ``default_timeout_us``), or None."""
-    timeout_us = request.timeout() or sched.default_timeout_us
-    return timeout_us * 1e-6 if timeout_us else None
+    # -- what a model supplies ------------------------------------------------------------------
 
+    def load(self, args: dict[str, str], model_config: dict[str, Any]) -> Sizes:
+        """Load the engine and pipeline and create the staging ``pool``; return the scheduler's batch sizes."""
+        raise NotImplementedError
 
-def send_final(pb_utils: Any, sender: Any, response: Any) -> None:
-    """Send ``response`` as the request's only and final one; a failure (client gone) is logged."""
-    try:
-        sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-    except Exception:  # the client is gone or the request was already answered: nothing else to do
-        LOG.exception("sending a response failed")
+    def batch_handler(self, on_batch: Any) -> BatchHandler:
+        """The handler that stages and runs each batch; it calls ``on_batch()`` (if not None) after each."""
+        raise NotImplementedError
+
+    def batch_policy(self, sizes: Sizes) -> BatchPolicy:
+        """The queue's batch policy over ``sizes``."""
+        raise NotImplementedError
+
+    def warm_up(self, queue: BatchQueue) -> None:
+        """Run a few batches at load (``warmup`` on) to warm the engine and seed ``queue.costs``."""
+        raise NotImplementedError
+
+    def started(self) -> None:
+        """Last steps after the warm-up, before the runner starts (none by default)."""
+
+    def runs_queue(self) -> bool:
+        """Whether the runner's threads run the queue (True); False when ``execute()`` runs its own batches."""
+        return True
+
+    def lanes(self) -> int:
+        """Batches the runner runs at once (engine lanes)."""
+        return 1
+
+    def release(self) -> None:
+        """Release the model's own resources (engine, pipeline) after the drain (none by default)."""
+
+    # -- the shared wiring ----------------------------------------------------------------------
+
+    def initialize(self, args: dict[str, str]) -> None:
+        """Self-test the stub, check config.pbtxt against the model, parse its parameters, load the
+        model, then build and start its scheduler and liveness heartbeat.
+
+        Raises:
+            ConfigError, SelfTestError, ArtifactError, EngineError: the model refuses to load,
+                and Triton reports the message.
+        """
+        import triton_python_backend_utils as pb_utils
+
+        self._pb = pb_utils
+        log_filter = stub_diagnostics()  # logging, and stack dumps on a crash or `kill -USR1 <stub pid>`
+        run_self_test(pb_utils.Tensor)
+        exit_with_server()  # a stub orphaned by a crashed or killed tritonserver exits (watchdog.py)
+        model_config = json.loads(args["model_config"])
+        self.model_name = args.get("model_name", self.NAME)
+        self.model_version = args["model_version"]
+        self.instance_name = args.get("model_instance_name", self.model_name)
+        check_model_io(model_config, self.INPUTS, self.OUTPUTS, model=self.model_name)
+        self.config, self.scheduler_config = parse_sections(triton_parameters(model_config), self.CONFIG,
+                                                            self.SCHEDULER_CONFIG, model=self.model_name)
+        self.progress = Progress()
+        sizes = self.load(args, model_config)
+        sched = self.scheduler_config
+        self.pool_metrics = pool_metrics(pb_utils, args, [self.pool], sched, self.NAME)
+        self.metrics = scheduler_metrics(pb_utils, args, sched, self.NAME, sizes)
+        self.metrics_flusher, on_metrics = metrics_flusher(sched, self.metrics, self.pool_metrics, self.instance_name)
+        self.handler = self.batch_handler(on_metrics)
+        queue = BatchQueue(self.batch_policy(sizes), max_items=sched.max_queue_items, unit=self.UNIT)
+        self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=self.model_name, lanes=self.lanes(),
+                                  on_delivered=self.progress.advance, **sched.runner_options())
+        if sched.warmup:
+            self.warm_up(queue)
+        self.started()
+        if self.runs_queue():
+            self.runner.start()
+        self.heartbeat = start_heartbeat(args, self.progress, sched.stall_timeout_s, on_beat=log_filter.flush)
+
+    def finalize(self) -> None:
+        """Stop the heartbeat (an unloading instance is not watched for stalls), drain the scheduler
+        (every accepted request gets its response), release staging leases of batches that never
+        ran, publish and close the metrics, close the staging pool, then :meth:`release`. Safe
+        whichever step ``initialize`` reached."""
+        heartbeat = getattr(self, "heartbeat", None)
+        if heartbeat is not None:
+            heartbeat.close()
+        runner = getattr(self, "runner", None)
+        if runner is not None:
+            runner.close(self.scheduler_config.drain_timeout_s)
+        handler = getattr(self, "handler", None)
+        if handler is not None and handler.close():
+            LOG.warning("released staging leases of batches that never ran (drain timed out)")
+        flusher = getattr(self, "metrics_flusher", None)
+        if flusher is not None:
+            flusher.close()  # the last buffered updates go out before the metrics are dropped
+        for name in ("metrics", "pool_metrics"):
+            closer = getattr(getattr(self, name, None), "close", None)
+            if closer is not None:
+                closer()
+            setattr(self, name, None)
+        gc.collect()  # pb_utils metrics must die now, while the stub is still connected (see SchedulerMetrics.close)
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.close()
+        self.release()
 
 
 def scheduler_metrics(pb_utils: Any, args: dict[str, str], sched: SchedulerConfig, default_model: str,
@@ -115,104 +194,3 @@ def metrics_flusher(sched: SchedulerConfig, metrics: Any, pool_metrics: Any, nam
         return None, getattr(pool_metrics, "update", None)
     return MetricsFlusher(flushes, sched.metrics_interval_ms * 1e-3, name=f"{name}-metrics"), None
 
-
-def requested_outputs(request: Any) -> frozenset[str]:
-    """Names of the outputs the client asked for; empty means all (Triton's default)."""
-    return frozenset(request.requested_output_names())
-
-
-def select_outputs(pb_utils: Any, tensors: Sequence[Any], wanted: frozenset[str]) -> Any:
-    """An ``InferenceResponse`` holding the ``tensors`` (``pb_utils.Tensor``) in ``wanted``; all if it is empty."""
-    return pb_utils.InferenceResponse(output_tensors=[t for t in tensors if not wanted or t.name() in wanted])
-
-
-class Replies:
-    """Where the answers of one ``execute()`` call go; every request gets exactly one.
-
-    Args:
-        pb_utils: ``triton_python_backend_utils``.
-        requests: the call's requests, in order.
-        mode: ``sender``: :meth:`answer` sends through the request's response sender at once and
-            :meth:`result` returns None; ``return``: :meth:`answer` stores the response and
-            :meth:`result` blocks until every request has one, then returns them in order.
-        progress: the instance's liveness counters: the requests are accepted now, each answer counts.
-
-    Raises:
-        ValueError: an unknown ``mode``.
-    """
-
-    def __init__(self, pb_utils: Any, requests: Sequence[Any], mode: str, progress: Progress | None = None) -> None:
-        if mode not in ("sender", "return"):
-            raise ValueError(f"response mode {mode!r}: expected 'sender' or 'return'")
-        self._pb = pb_utils
-        self._mode = mode
-        self._progress = progress
-        if progress is not None:
-            progress.accept(len(requests))
-        self._senders = [r.get_response_sender() for r in requests] if mode == "sender" else []
-        self._responses: list[Any] = [None] * len(requests)
-        self._missing = len(requests)
-        self._done = threading.Condition()
-
-    def answer(self, index: int, response: Any) -> None:
-        """Request ``index``'s only response (``sender``: sent now; a send failure is logged). A second
-        answer for one request is dropped and logged: Triton refuses a second final response of a
-        non-decoupled request, and its request may already be released."""
-        with self._done:
-            if self._responses[index] is not None:
-                LOG.error("request %d of an execute() call was answered twice; the later answer is dropped", index)
-                return
-            self._responses[index] = response if self._mode == "return" else True
-            self._missing -= 1
-            if not self._missing:
-                self._done.notify_all()
-        if self._progress is not None:
-            self._progress.answer()
-        if self._mode == "sender":
-            send_final(self._pb, self._senders[index], response)
-
-    def result(self) -> list[Any] | None:
-        """What ``execute()`` returns: None (``sender``) or every response in request order (``return``)."""
-        if self._mode == "sender":
-            return None
-        with self._done:
-            self._done.wait_for(lambda: not self._missing)
-            return list(self._responses)
-
-
-def answer_counted(progress: Progress, requests: Sequence[Any], execute_call: Callable[[Sequence[Any]], list[Any]]) -> list[Any]:
-    """``execute_call(requests)``, which returns one response per request, with the requests counted
-    in ``progress`` (accepted now, answered when it returns or raises: Triton then answers them)."""
-    progress.accept(len(requests))
-    try:
-        return execute_call(requests)
-    finally:
-        progress.answer(len(requests))
-
-
-def close_scheduled(model: Any) -> None:
-    """Finalize a scheduled model's shared parts, whichever ``initialize`` got to: stop its
-    ``heartbeat`` (an unloading instance is not watched for stalls), drain its ``runner`` (every
-    accepted request answered), release staging leases its ``handler`` still holds, publish and
-    close its ``metrics_flusher``, ``metrics``/``pool_metrics`` and its staging ``pool`` (leaks are logged)."""
-    heartbeat = getattr(model, "heartbeat", None)
-    if heartbeat is not None:
-        heartbeat.close()
-    runner = getattr(model, "runner", None)
-    if runner is not None:
-        runner.close(model.scheduler_config.drain_timeout_s)
-    handler = getattr(model, "handler", None)
-    if handler is not None and handler.close():
-        LOG.warning("released staging leases of batches that never ran (drain timed out)")
-    flusher = getattr(model, "metrics_flusher", None)
-    if flusher is not None:
-        flusher.close()  # the last buffered updates go out before the metrics are dropped
-    for name in ("metrics", "pool_metrics"):
-        closer = getattr(getattr(model, name, None), "close", None)
-        if closer is not None:
-            closer()
-        setattr(model, name, None)
-    gc.collect()  # pb_utils metrics must die now, while the stub is still connected (see SchedulerMetrics.close)
-    pool = getattr(model, "pool", None)
-    if pool is not None:
-        pool.close()

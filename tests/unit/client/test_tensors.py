@@ -109,3 +109,14 @@ def test_the_client_never_imports_the_server_package():
             "bad = [m for m in sys.modules if m == 'fastpath' or m.startswith('fastpath.')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_model_spec_reads_the_queue_bound_in_each_models_unit():
+    """Invariant: max_queue_items is the model's FastPath queue bound, whatever its unit: text_embedding's
+    max_queue_texts or text_detection's max_queue_images; None when the config sets neither."""
+    def config(parameters):
+        return {"name": "m", "parameters": {k: {"string_value": v} for k, v in parameters.items()}}
+
+    assert model_spec(config({"max_queue_texts": "1024"})).max_queue_items == 1024
+    assert model_spec(config({"max_queue_images": "64"})).max_queue_items == 64
+    assert model_spec(config({})).max_queue_items is None

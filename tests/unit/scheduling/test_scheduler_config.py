@@ -1,4 +1,4 @@
-"""SchedulerConfig and parse_sections: one model's parameters split over two config classes."""
+"""EmbeddingSchedulerConfig and parse_sections: one model's parameters split over two config classes."""
 
 from __future__ import annotations
 
@@ -6,13 +6,12 @@ import pytest
 
 from fastpath.config import parse_parameters, parse_sections
 from fastpath.errors import ConfigError
-from fastpath.models.text_embedding.config import TextEmbeddingConfig
+from fastpath.models.text_embedding.config import EmbeddingSchedulerConfig, TextEmbeddingConfig
 from fastpath.scheduling import ExactShapePolicy, LengthBucketPolicy
-from fastpath.scheduling.config import SchedulerConfig
 
 
 def test_defaults_work_untuned():
-    config = parse_parameters(SchedulerConfig, {})
+    config = parse_parameters(EmbeddingSchedulerConfig, {})
     assert config.batch_buckets == (1, 2, 4, 8, 16, 32, 64)
     assert config.max_queue_delay_us == 2000 and config.max_queue_texts == 1024
     assert config.default_timeout_us == 0 and config.priority_levels == 0
@@ -21,7 +20,7 @@ def test_defaults_work_untuned():
 def test_sections_route_each_key_to_its_class():
     model, scheduler = parse_sections(
         {"max_seq_length": "128", "batch_buckets": "1,2,4", "max_queue_delay_us": "500"},
-        TextEmbeddingConfig, SchedulerConfig,
+        TextEmbeddingConfig, EmbeddingSchedulerConfig,
     )
     assert model.max_seq_length == 128
     assert scheduler.batch_buckets == (1, 2, 4) and scheduler.max_queue_delay_us == 500
@@ -29,7 +28,7 @@ def test_sections_route_each_key_to_its_class():
 
 def test_unknown_key_is_named_with_every_known_parameter():
     with pytest.raises(ConfigError, match=r"unknown config.pbtxt parameter 'max_queue_delay'.*max_queue_delay_us.*max_seq_length"):
-        parse_sections({"max_queue_delay": "5"}, TextEmbeddingConfig, SchedulerConfig)
+        parse_sections({"max_queue_delay": "5"}, TextEmbeddingConfig, EmbeddingSchedulerConfig)
 
 
 @pytest.mark.parametrize(
@@ -48,15 +47,15 @@ def test_unknown_key_is_named_with_every_known_parameter():
 )
 def test_bad_values_name_key_and_expectation(key, value, match):
     with pytest.raises(ConfigError, match=match) as info:
-        parse_parameters(SchedulerConfig, {key: value})
+        parse_parameters(EmbeddingSchedulerConfig, {key: value})
     assert key in str(info.value)
 
 
 def test_priority_levels_need_a_default_level_in_range():
-    config = parse_parameters(SchedulerConfig, {"priority_levels": "3", "default_priority_level": "2"})
+    config = parse_parameters(EmbeddingSchedulerConfig, {"priority_levels": "3", "default_priority_level": "2"})
     assert (config.priority_levels, config.default_priority_level) == (3, 2)
     with pytest.raises(ConfigError, match="default_priority_level"):
-        parse_parameters(SchedulerConfig, {"priority_levels": "3"})
+        parse_parameters(EmbeddingSchedulerConfig, {"priority_levels": "3"})
 
 
 def test_metrics_false_gives_an_observer_that_publishes_nothing():
@@ -64,17 +63,17 @@ def test_metrics_false_gives_an_observer_that_publishes_nothing():
     from fastpath.scheduling import SchedulerObserver
     from fastpath.triton.scheduled import scheduler_metrics
 
-    _, sched = parse_sections({"metrics": "false", "response_mode": "return"}, TextEmbeddingConfig, SchedulerConfig)
+    _, sched = parse_sections({"metrics": "false", "response_mode": "return"}, TextEmbeddingConfig, EmbeddingSchedulerConfig)
     assert sched.metrics is False and sched.response_mode == "return"
     observer = scheduler_metrics(None, {"model_version": "1"}, sched, "text_embedding", (1, 2, 4))
     assert type(observer) is SchedulerObserver
     with pytest.raises(ConfigError, match="'response_mode' = 'later': expected one of sender, return"):
-        parse_sections({"response_mode": "later"}, TextEmbeddingConfig, SchedulerConfig)
+        parse_sections({"response_mode": "later"}, TextEmbeddingConfig, EmbeddingSchedulerConfig)
 
 
 def test_policy_and_runner_options_convert_every_microsecond_parameter_to_seconds():
     """Invariant: each *_us parameter reaches the batch policy and runner as the same duration in seconds (x 1e-6)."""
-    sched = SchedulerConfig(max_queue_delay_us=2500, deadline_margin_us=700, stage_lead_us=300, cancel_check_after_us=40,
+    sched = EmbeddingSchedulerConfig(max_queue_delay_us=2500, deadline_margin_us=700, stage_lead_us=300, cancel_check_after_us=40,
                             batch_buckets=(1, 2, 8), min_padding_gain=1.25, cost_ewma_alpha=0.5, check_cancellation=False)
     options = sched.policy_options()
     assert options["max_queue_delay_s"] == pytest.approx(2.5e-3) and options["deadline_margin_s"] == pytest.approx(7e-4)
@@ -96,12 +95,12 @@ def test_batch_buckets_outside_the_engines_captured_sizes_are_refused_naming_val
     """Invariant: every scheduler batch size is one the engine runs as it is. Where the engine captured
     batch sizes (CUDA graphs), batch_buckets must be a subset of them (a batch of 3 would otherwise be
     padded again to 4 by the engine); an engine that runs any size takes any batch_buckets up to its limit."""
-    odd = parse_parameters(SchedulerConfig, {"batch_buckets": "1,3,6"})  # passes the config's own checks
+    odd = parse_parameters(EmbeddingSchedulerConfig, {"batch_buckets": "1,3,6"})  # passes the config's own checks
     with pytest.raises(ConfigError, match=r"'batch_buckets' = 1,3,6: 3, 6 are not among the sizes the engine captured "
                                           r"\(1,2,4,8,16,32,64\), so a batch of 3 would be padded again to 4; use a subset"):
         odd.batch_sizes(max_rows=64, max_rows_name="max_batch_texts", captured=CAPTURED)
     assert odd.batch_sizes(max_rows=64, max_rows_name="max_batch_texts") == (1, 3, 6)  # any size runs as it is
-    subset = parse_parameters(SchedulerConfig, {"batch_buckets": "1,2,4"})
+    subset = parse_parameters(EmbeddingSchedulerConfig, {"batch_buckets": "1,2,4"})
     assert subset.batch_sizes(max_rows=64, max_rows_name="max_batch_texts", captured=CAPTURED) == (1, 2, 4)
     with pytest.raises(ConfigError, match=r"'batch_buckets' = \(1, 2, 4\): its largest bucket exceeds max_batch_images=2; "
                                           "drop the larger buckets or raise max_batch_images"):

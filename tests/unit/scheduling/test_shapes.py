@@ -143,5 +143,5 @@ def test_items_without_a_shape_or_with_inconsistent_tokens_are_refused(answers, 
 def test_a_full_queue_names_images_not_texts(answers, clock):
     queue = make_queue(max_items=2)
     submit(queue, clock, images(answers, (32, 32), (32, 32)))
-    with pytest.raises(UnavailableError, match=r"2 images queued \+ 1 in this request > max_queue_texts=2"):
+    with pytest.raises(UnavailableError, match=r"2 images queued \+ 1 in this request > max_queue_images=2"):
         submit(queue, clock, images(answers, (32, 32)))

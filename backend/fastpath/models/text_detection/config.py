@@ -7,6 +7,7 @@ arrives as a string, unknown keys are an error that names the key.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from fastpath.config import PRECISIONS, RUNTIMES, check_parameter
 from fastpath.scheduling.config import SchedulerConfig
@@ -186,18 +187,22 @@ class TextDetectionConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DetectionSchedulerConfig(SchedulerConfig):
-    """:class:`~fastpath.config.SchedulerConfig` with defaults for images (``text_detection``).
+    """:class:`~fastpath.scheduling.config.SchedulerConfig` of ``text_detection``, in images.
 
-    Same keys and meaning, with images in place of texts: a batch holds images of one resized
-    shape (never padded across shapes), ``max_queue_texts`` counts queued images, and
-    ``batch_buckets`` are the engine's batch sizes in images. Defaults: batches of 1, 2, 4 or 8
-    images (8 x 960x960 is 88 MB of float32 input), at most 64 queued images (each holds its resized
-    uint8 copy, at most 2.7 MB), no wait for company beyond 2 ms (a CPU detector call costs
-    tens to hundreds of milliseconds, so waiting rarely pays), and every request asked whether it
-    was cancelled (``cancel_check_after_us`` 0: the ask's ~0.5 ms of CPU is small next to an image's
+    A batch holds images of one resized shape (never padded across shapes) and ``batch_buckets``
+    are the engine's batch sizes in images. Defaults: batches of 1, 2, 4 or 8 images (8 x 960x960
+    is 88 MB of float32 input), no wait for company beyond 2 ms (a CPU detector call costs tens to
+    hundreds of milliseconds, so waiting rarely pays), and every request asked whether it was
+    cancelled (``cancel_check_after_us`` 0: the ask's ~0.5 ms of CPU is small next to an image's
     engine work, which a cancelled request would waste).
+
+    Attributes:
+        max_queue_images: queue bound in images (each holds its resized uint8 copy, at most
+            ``max_resized_pixels`` x 3 bytes); a request that does not fit is answered UNAVAILABLE.
     """
 
     batch_buckets: tuple[int, ...] = (1, 2, 4, 8)
-    max_queue_texts: int = 64
+    max_queue_images: int = 64
     cancel_check_after_us: int = 0
+
+    QUEUE_BOUND: ClassVar[str] = "max_queue_images"

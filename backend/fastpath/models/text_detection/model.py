@@ -1,35 +1,25 @@
 """``TritonPythonModel`` for text detection (``model_repository/text_detection``).
 
-Inputs and outputs (see ``config.pbtxt``; max_batch_size 0, so the shapes below are the full
-request shapes). A request carries exactly one of the two inputs:
+Tensors (:data:`TextDetectionModel.INPUTS`/``OUTPUTS``, checked against ``config.pbtxt`` at load;
+max_batch_size 0, so these are the full request shapes; docs/models.md). A request carries exactly one
+of ``IMAGE`` (UINT8 [N, H, W, C], N raw images of one size, C = 1, 2, 3 or 4) or ``IMAGE_BYTES``
+(BYTES [N], PNG/JPEG files of any sizes); the answer is ``BOXES`` (FP32 [K, 4, 2], (x, y) corners
+clockwise from top-left), ``SCORES`` (FP32 [K]) and ``BOX_COUNTS`` (INT32 [N]: image i owns the next
+BOX_COUNTS[i] rows).
 
-    IMAGE        TYPE_UINT8  [N, H, W, C]  N raw images of one size, C = 1 gray, 2 gray+alpha, 3 RGB, 4 RGBA.
-    IMAGE_BYTES  TYPE_STRING [N]           N encoded PNG/JPEG files of any sizes (8- or 16-bit).
-    BOXES        TYPE_FP32   [K, 4, 2]     every box of every image, (x, y) corners clockwise from top-left.
-    SCORES       TYPE_FP32   [K]           one score per box.
-    BOX_COUNTS   TYPE_INT32  [N]           boxes per image: image i owns rows sum(BOX_COUNTS[:i]) ... + BOX_COUNTS[i].
-
-An image without text gives BOX_COUNTS 0 and, for a one-image request, BOXES [0, 4, 2] and
-SCORES [0].
-
-``execute`` decodes, validates and resizes each request's images in Triton's thread (a bad
-request gets its own 400 at once), hands one work item per image to FastPath's scheduler
-(:class:`~fastpath.scheduling.ExactShapePolicy`: batches of one resized shape, sizes snapped to
-``batch_buckets``) and returns ``None``. The scheduler's threads stage each batch into the host
-staging pool, run the engine, post-process, and answer each request through its response sender
-once its last image is done. A full queue is 503 / UNAVAILABLE; an engine error fails only the
-requests of that batch; ``finalize`` drains. Request options ``timeout`` and ``fastpath_priority``
-as for ``text_embedding`` (:mod:`fastpath.triton.scheduled`). After each batch a
-:class:`~fastpath.memory.MemoryReturner` frees idle staging blocks beyond ``staging_keep_idle_bytes``
-and trims the C heap, so the stub returns near its idle size after a peak; the peak itself is
-bounded by :mod:`fastpath.models.text_detection.budget`. Design: docs/design/text_detection.md.
+``execute`` decodes, validates and resizes each request's images (a bad request gets its own 400 at
+once), queues one work item per image (:class:`~fastpath.scheduling.ExactShapePolicy`: batches of one
+resized shape) and returns ``None``; the scheduler's threads stage, run and post-process each batch and
+answer each request once its last image is done. A full queue is 503 / UNAVAILABLE; an engine error
+fails only its batch's requests. After each batch a :class:`~fastpath.memory.MemoryReturner` gives idle
+staging blocks and the C heap back; the peak is bounded by :mod:`fastpath.models.text_detection.budget`.
+Design: docs/design/text_detection.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fastpath.config import instance_device, parse_sections, triton_parameters
+from fastpath.config import instance_device
 from fastpath.errors import ConfigError, InvalidInputError
 from fastpath.graphs import ImageSideBuckets
 from fastpath.graphs.buckets import Sizes
@@ -48,22 +38,16 @@ from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, DetectionSc
 from fastpath.models.text_detection.device_batches import DeviceBatchHandler, warm_up_device
 from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
-from fastpath.scheduling import BatchQueue, BatchRunner, ExactShapePolicy, Ticket, WorkItem
-from fastpath.triton.heartbeat import Progress, start_heartbeat, stub_diagnostics
-from fastpath.triton.io import error_response, input_rows, read_input
-from fastpath.triton.scheduled import (
+from fastpath.scheduling import BatchQueue, ExactShapePolicy, Ticket, WorkItem
+from fastpath.triton.io import TensorSpec, error_response, input_rows, read_input
+from fastpath.triton.requests import (
     Replies,
-    close_scheduled,
-    metrics_flusher,
-    pool_metrics,
     priority_level,
     request_timeout_s,
     requested_outputs,
-    scheduler_metrics,
     select_outputs,
 )
-from fastpath.triton.selftest import run_self_test
-from fastpath.triton.watchdog import exit_with_server
+from fastpath.triton.scheduled import ScheduledModel
 
 LOG = logging.getLogger(__name__)
 MODEL_NAME = "text_detection"
@@ -84,10 +68,10 @@ def check_scheduler_fits(config: TextDetectionConfig, sched: DetectionSchedulerC
         ConfigError: naming the parameter, its value and what to change.
     """
     sizes = sched.batch_sizes(max_rows=config.max_batch_images, max_rows_name="max_batch_images")
-    if config.max_images_per_request > sched.max_queue_texts:
-        raise ConfigError(f"config.pbtxt parameter 'max_queue_texts' = {sched.max_queue_texts} (queued images) is below "
+    if config.max_images_per_request > sched.max_queue_images:
+        raise ConfigError(f"config.pbtxt parameter 'max_queue_images' = {sched.max_queue_images} is below "
                           f"max_images_per_request={config.max_images_per_request}: the largest request could never be "
-                          "queued; raise max_queue_texts")
+                          "queued; raise max_queue_images")
     return sizes
 
 
@@ -109,68 +93,57 @@ def _after_batch(memory: MemoryReturner, on_metrics: Any) -> None:
         on_metrics()
 
 
-class TextDetectionModel:
+class TextDetectionModel(ScheduledModel):
     """The python-backend model class; ``model.py`` re-exports it as ``TritonPythonModel``."""
 
-    def initialize(self, args: dict[str, str]) -> None:
-        """Parse the config, self-test the stub, load and check the engine, start the scheduler.
+    NAME = MODEL_NAME
+    CONFIG = TextDetectionConfig
+    SCHEDULER_CONFIG = DetectionSchedulerConfig
+    UNIT = "images"
+    INPUTS = (TensorSpec(ARRAY_INPUT, "TYPE_UINT8", (-1, -1, -1, -1), optional=True),
+              TensorSpec(BYTES_INPUT, "TYPE_STRING", (-1,), optional=True))
+    OUTPUTS = (TensorSpec("BOXES", "TYPE_FP32", (-1, 4, 2)), TensorSpec("SCORES", "TYPE_FP32", (-1,)),
+               TensorSpec("BOX_COUNTS", "TYPE_INT32", (-1,)))
 
-        Raises:
-            ConfigError, SelfTestError, ArtifactError, EngineError: the model refuses to load,
-                and Triton reports the message.
-        """
-        import triton_python_backend_utils as pb_utils
-
-        self._pb = pb_utils
-        log_filter = stub_diagnostics()
-        run_self_test(pb_utils.Tensor)
-        exit_with_server()  # a stub orphaned by a crashed or killed tritonserver exits (watchdog.py)
-        model_config = json.loads(args["model_config"])
-        self.config, self.scheduler_config = parse_sections(triton_parameters(model_config), TextDetectionConfig,
-                                                            DetectionSchedulerConfig)
-        sched = self.scheduler_config
-        self.batch_sizes = check_scheduler_fits(self.config, sched)
-        self.model_version = args["model_version"]
-        # KIND_GPU: ONNX Runtime's CUDA EP on the GPU Triton assigned (model.uint8.onnx, device_batches.py)
+    def load(self, args: dict[str, str], model_config: dict[str, Any]) -> Sizes:
+        """The detector (on the GPU Triton assigned a KIND_GPU instance: ONNX Runtime's CUDA EP,
+        ``model.uint8.onnx``), its staging pool and memory returner; the batch sizes, checked."""
+        self.batch_sizes = check_scheduler_fits(self.config, self.scheduler_config)
         self.device = instance_device(args, None, runtime=self.config.runtime, gpu_runtimes=("onnxruntime",))
-        gpu = self.device.startswith("cuda")
+        self.gpu = self.device.startswith("cuda")
         self.buckets = ImageSideBuckets(self.config.bucket_sides_px)
         self.detector = TextDetector.from_directory(Path(args["model_repository"]) / self.model_version, self.config,
                                                     device=self.device, batch_sizes=self.batch_sizes)
-        self.pool = create_host_pool(staging_pool_config(self.config), name="staging", device=self.device if gpu else None)
+        self.pool = create_host_pool(staging_pool_config(self.config), name="staging", device=self.device if self.gpu else None)
         check_staging_fits(self.pool, self.batch_sizes.largest, self.config.largest_resized_pixels)
-        if not gpu:  # the budget's engine terms are the CPU engine's (on a GPU they are device memory)
-            _log_budget(pb_utils, peak_budget(self.config, self.batch_sizes))
-        self.handler = self._batch_handler(args, gpu)
-        queue = BatchQueue(ExactShapePolicy(batch_sizes=self.batch_sizes, **sched.policy_options()),
-                           max_items=sched.max_queue_texts, unit="images")
-        self.progress = Progress()
-        self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=args.get("model_name", MODEL_NAME),
-                                  on_delivered=self.progress.advance, **sched.runner_options())
-        if sched.warmup and gpu:
-            shapes = [self.bucket_of(shape) for shape in self.config.capture_shapes_hw] or [(736, 736)]
-            warm_up_device(self.handler, queue.costs, self.runner.clock, self.batch_sizes, shapes)
-        elif sched.warmup:
-            warm_up(self.handler, queue.costs, self.runner.clock, self.batch_sizes)
-        self.memory.after_batch()  # the idle stub starts trimmed, its level measured after the warm-up
-        threads = self.config.decode_threads
-        self.decoders = ThreadPoolExecutor(threads, thread_name_prefix=f"{MODEL_NAME}-decode") if threads else None
-        self.runner.start()
-        self.heartbeat = start_heartbeat(args, self.progress, sched.stall_timeout_s, on_beat=log_filter.flush)
-
-    def _batch_handler(self, args: dict[str, str], gpu: bool) -> DetectionBatchHandler | DeviceBatchHandler:
-        """Metrics, the memory returner, and the batch handler (device or host) whose per-batch hook runs both."""
-        sched = self.scheduler_config
-        self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, MODEL_NAME)
-        self.metrics = scheduler_metrics(self._pb, args, sched, MODEL_NAME, self.batch_sizes)
-        self.metrics_flusher, on_metrics = metrics_flusher(sched, self.metrics, self.pool_metrics,
-                                                           args.get("model_instance_name", MODEL_NAME))
+        if not self.gpu:  # the budget's engine terms are the CPU engine's (on a GPU they are device memory)
+            _log_budget(self._pb, peak_budget(self.config, self.batch_sizes))
         self.memory = MemoryReturner([self.pool], keep_idle_bytes=self.config.staging_keep_idle_bytes,
                                      trim_growth_bytes=self.config.heap_trim_growth_bytes)
-        on_batch = functools.partial(_after_batch, self.memory, on_metrics)
-        if gpu:
-            return DeviceBatchHandler(self.detector, self.pool, on_batch=on_batch, post_threads=self.config.post_threads)
-        return DetectionBatchHandler(self.detector, self.pool, on_batch=on_batch)
+        return self.batch_sizes
+
+    def batch_handler(self, on_batch: Any) -> DetectionBatchHandler | DeviceBatchHandler:
+        """The device or host batch handler; after each batch it gives memory back, then runs ``on_batch``."""
+        after = functools.partial(_after_batch, self.memory, on_batch)
+        if self.gpu:
+            return DeviceBatchHandler(self.detector, self.pool, on_batch=after, post_threads=self.config.post_threads)
+        return DetectionBatchHandler(self.detector, self.pool, on_batch=after)
+
+    def batch_policy(self, sizes: Sizes) -> ExactShapePolicy:
+        return ExactShapePolicy(batch_sizes=sizes, **self.scheduler_config.policy_options())
+
+    def warm_up(self, queue: BatchQueue) -> None:
+        if self.gpu:
+            shapes = [self.bucket_of(shape) for shape in self.config.capture_shapes_hw] or [(736, 736)]
+            warm_up_device(self.handler, queue.costs, self.runner.clock, self.batch_sizes, shapes)
+        else:
+            warm_up(self.handler, queue.costs, self.runner.clock, self.batch_sizes)
+
+    def started(self) -> None:
+        """Trim the idle stub (its level measured after the warm-up) and start the decode threads."""
+        self.memory.after_batch()
+        threads = self.config.decode_threads
+        self.decoders = ThreadPoolExecutor(threads, thread_name_prefix=f"{MODEL_NAME}-decode") if threads else None
 
     def bucket_of(self, shape_hw: tuple[int, int]) -> tuple[int, int]:
         """The queue key of a resized shape: its shape bucket, or the shape itself when the padded
@@ -270,15 +243,16 @@ class TextDetectionModel:
             pb.Tensor("BOXES", boxes), pb.Tensor("SCORES", scores), pb.Tensor("BOX_COUNTS", counts)], wanted))
 
     def finalize(self) -> None:
-        """Finish decoding accepted requests, drain the scheduler (every accepted request gets its response),
-        then release leases, pool and engine."""
+        """Finish decoding accepted requests, then the shared drain (:meth:`ScheduledModel.finalize`)."""
         decoders = getattr(self, "decoders", None)
         if decoders is not None:
             decoders.shutdown(wait=True)
         stats = getattr(getattr(getattr(self, "detector", None), "engine", None), "stats", None)
         if stats is not None:
             LOG.info("text_detection engine on %s: %s", self.device, stats())
-        close_scheduled(self)
+        super().finalize()
+
+    def release(self) -> None:
         detector = getattr(self, "detector", None)
         if detector is not None:
             detector.close()

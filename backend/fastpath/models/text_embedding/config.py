@@ -1,14 +1,17 @@
-"""Typed ``config.pbtxt`` parameters of ``text_embedding`` (engine, tokenizer and limits)."""
+"""Typed ``config.pbtxt`` parameters of ``text_embedding``: engine, tokenizer and limits; its scheduler's."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import ClassVar
 
 from fastpath.config import PRECISIONS, RUNTIMES, check_parameter, instance_device, triton_parameters
+from fastpath.scheduling.config import SchedulerConfig
 
 # runtimes text_embedding runs on a GPU (the torch engine with CUDA graphs); onnxruntime here is the CPU engine
 GPU_RUNTIMES = ("torch",)
+RESPONSE_MODES = ("sender", "return")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -118,3 +121,31 @@ def placed_config(config: TextEmbeddingConfig, args: Mapping[str, str]) -> TextE
     """
     written = triton_parameters(args.get("model_config") or "{}").get("device")
     return dataclasses.replace(config, device=instance_device(args, written, runtime=config.runtime, gpu_runtimes=GPU_RUNTIMES))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EmbeddingSchedulerConfig(SchedulerConfig):
+    """:class:`~fastpath.scheduling.config.SchedulerConfig` of ``text_embedding``: its queue bound in
+    texts and how ``execute()`` answers (docs/design/scheduler.md, "Knobs").
+
+    Attributes:
+        max_queue_texts: queue bound in texts; a request that does not fit is answered UNAVAILABLE.
+        response_mode: ``sender`` (default): ``execute()`` returns at once and the scheduler answers
+            each request through its response sender, so one instance batches across calls.
+            ``return``: ``execute()`` runs its requests' batches and returns their responses (pair
+            it with ``dynamic_batching`` at 0 us and several instances).
+        inline_when_idle: ``sender`` mode: a one-request ``execute()`` that finds the scheduler idle
+            runs its batches itself; needs ``dynamic_batching`` in front, and only requests of at
+            most half of ``max_batch_size`` texts run inline.
+    """
+
+    max_queue_texts: int = 1024
+    response_mode: str = "sender"
+    inline_when_idle: bool = True
+
+    QUEUE_BOUND: ClassVar[str] = "max_queue_texts"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_parameter(self.response_mode in RESPONSE_MODES, "response_mode", self.response_mode,
+                        f"one of {', '.join(RESPONSE_MODES)}")

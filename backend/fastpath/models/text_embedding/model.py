@@ -1,41 +1,23 @@
 """``TritonPythonModel`` for text embedding (``model_repository/text_embedding``).
 
-Inputs and outputs (see ``config.pbtxt``; max_batch_size > 0, so each carries a batch dimension):
-    TEXT         TYPE_STRING [n, 1]   UTF-8 texts.
-    EMBEDDING    TYPE_FP32   [n, 384] L2-normalized mean-pooled embedding.
-    TOKEN_COUNT  TYPE_INT32  [n, 1]   tokens the model saw ([CLS], [SEP] included).
-    TRUNCATED    TYPE_BOOL   [n, 1]   True where the text exceeded max_seq_length tokens.
-    MODEL_VERSION TYPE_INT32 [n, 1]   the model version whose engine produced the row (live swaps:
-                                      docs/design/hot-swap.md; Triton's own ``model_version`` in the
-                                      response stays the version Triton loaded). Every row of one
-                                      response comes from one version: a request whose texts ran on
-                                      both sides of a swap's flip has its older rows run again on the
-                                      active version (at most ``MAX_VERSION_RERUNS`` times).
+Tensors (:data:`TextEmbeddingModel.INPUTS`/``OUTPUTS``, checked against ``config.pbtxt`` at load;
+max_batch_size > 0, so each carries a batch dimension n; docs/models.md): ``TEXT`` (BYTES [n, 1], UTF-8)
+in; ``EMBEDDING`` (FP32 [n, 384], L2-normalized mean pooling), ``TOKEN_COUNT`` (INT32 [n, 1], [CLS] and
+[SEP] included), ``TRUNCATED`` (BOOL [n, 1]) and ``MODEL_VERSION`` (INT32 [n, 1], the version whose
+engine produced the row; every row of one response comes from one version, docs/design/hot-swap.md) out.
 
-``execute`` validates and tokenizes each request, hands its texts to FastPath's scheduler
-(:mod:`fastpath.scheduling`) and returns ``None`` at once; the scheduler's threads batch texts by
-length and cost and answer every request through its response sender with
-``TRITONSERVER_RESPONSE_COMPLETE_FINAL``. Verified on Triton 2.51: a
-non-decoupled python model may do this, and plain HTTP/gRPC infer works. A bad request gets its
-own 400 at once; a full queue a 503 / UNAVAILABLE. ``finalize`` drains: every accepted request
-gets exactly one response. Design: docs/design/scheduler.md.
-
-Request options:
-    timeout      Triton's request timeout (microseconds; ``timeout=`` in tritonclient): a request
-                 still queued when it passes is answered UNAVAILABLE "Request timeout expired".
-    fastpath_priority
-                 request parameter, Triton priority semantics (1 = highest, 0 or out of range =
-                 ``default_priority_level``). Triton 2.51's python backend does not expose the
-                 request's own ``priority`` to the model (verified: no ``priority()`` on
-                 ``InferenceRequest``, and Triton strips it from the parameters), so FastPath
-                 reads this parameter instead.
+``execute`` validates and tokenizes each request and hands its texts to FastPath's scheduler, which
+batches texts by length and cost and answers each request through its response sender
+(``response_mode=sender``), or runs the call's texts itself and returns the responses
+(``response_mode=return``). A bad request gets its own 400 at once; a full queue a 503. Request options
+(Triton's ``timeout``, the ``fastpath_priority`` parameter): :mod:`fastpath.triton.requests`.
+Design: docs/design/scheduler.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import time
 from pathlib import Path
@@ -43,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from fastpath.config import parse_sections, triton_parameters
 from fastpath.errors import QueueTimeoutError
+from fastpath.graphs.buckets import Sizes
 from fastpath.memory import create_host_pool
 from fastpath.models.text_embedding.batches import (
     EmbeddingBatchHandler,
@@ -54,28 +36,15 @@ from fastpath.models.text_embedding.batches import (
     staging_pool_config,
     warm_up,
 )
-from fastpath.models.text_embedding.config import TextEmbeddingConfig, placed_config
-from fastpath.models.text_embedding.pipeline import scheduler_grid
+from fastpath.models.text_embedding.config import EmbeddingSchedulerConfig, TextEmbeddingConfig, placed_config
+from fastpath.models.text_embedding.pipeline import EMBEDDING_DIM, scheduler_grid
 from fastpath.models.text_embedding.versions import VersionedEmbedder
 from fastpath.profiling import PROFILE
-from fastpath.scheduling import Batch, BatchQueue, BatchRunner, CallPlanPolicy, LengthBucketPolicy, Ticket, WorkItem
-from fastpath.scheduling.config import SchedulerConfig
+from fastpath.scheduling import Batch, BatchQueue, CallPlanPolicy, LengthBucketPolicy, Ticket, WorkItem
 from fastpath.text import decode_texts, set_tokenizer_parallelism
-from fastpath.triton.heartbeat import Progress, start_heartbeat, stub_diagnostics
-from fastpath.triton.io import error_response, input_rows, read_input
-from fastpath.triton.scheduled import (
-    Replies,
-    answer_counted,
-    close_scheduled,
-    metrics_flusher,
-    pool_metrics,
-    priority_level,
-    request_timeout_s,
-    requested_outputs,
-    scheduler_metrics,
-)
-from fastpath.triton.selftest import run_self_test
-from fastpath.triton.watchdog import exit_with_server
+from fastpath.triton.io import TensorSpec, error_response, input_rows, read_input
+from fastpath.triton.requests import Replies, answer_counted, priority_level, request_timeout_s, requested_outputs
+from fastpath.triton.scheduled import ScheduledModel
 
 LOG = logging.getLogger(__name__)
 INPUT_NAME = "TEXT"
@@ -108,27 +77,21 @@ class Accepted:
     timeout_s: float | None
 
 
-class TextEmbeddingModel:
+class TextEmbeddingModel(ScheduledModel):
     """The python-backend model class; ``model.py`` re-exports it as ``TritonPythonModel``."""
 
-    def initialize(self, args: dict[str, str]) -> None:
-        """Parse the config, self-test the stub, load tokenizer and engine, start the scheduler.
+    NAME = "text_embedding"
+    CONFIG = TextEmbeddingConfig
+    SCHEDULER_CONFIG = EmbeddingSchedulerConfig
+    UNIT = "texts"
+    INPUTS = (TensorSpec(INPUT_NAME, "TYPE_STRING", (1,)),)
+    OUTPUTS = (TensorSpec("EMBEDDING", "TYPE_FP32", (EMBEDDING_DIM,)), TensorSpec("TOKEN_COUNT", "TYPE_INT32", (1,)),
+               TensorSpec("TRUNCATED", "TYPE_BOOL", (1,)), TensorSpec("MODEL_VERSION", "TYPE_INT32", (1,)))
 
-        Raises:
-            ConfigError, SelfTestError, ArtifactError, EngineError: the model refuses to load,
-                and Triton reports the message.
-        """
-        import triton_python_backend_utils as pb_utils
-
-        self._pb = pb_utils
-        log_filter = stub_diagnostics()  # logging, and stack dumps on a crash or `kill -USR1 <stub pid>` (heartbeat.py)
-        run_self_test(pb_utils.Tensor)
-        exit_with_server()  # a stub orphaned by a crashed or killed tritonserver exits (watchdog.py)
-        model_config = json.loads(args["model_config"])
-        self.config, self.scheduler_config = parse_sections(
-            triton_parameters(model_config), TextEmbeddingConfig, SchedulerConfig
-        )
-        self.config = placed_config(self.config, args)  # a KIND_GPU instance runs on the GPU Triton assigned
+    def load(self, args: dict[str, str], model_config: dict[str, Any]) -> Sizes:
+        """Tokenizer and engine of every version (on the GPU Triton assigned a KIND_GPU instance), the
+        bucket grid the engine captured, and the staging pool; the grid's batch sizes."""
+        self.config = placed_config(self.config, args)
         sched = self.scheduler_config
         # inline_when_idle tells a lone request from a backlog by the call's request count, which only
         # Triton's batcher makes meaningful; and it can only put requests of up to half of
@@ -137,48 +100,47 @@ class TextEmbeddingModel:
         self.inline_max_texts = int(model_config.get("max_batch_size", 0)) // 2 if sched.inline_when_idle and batched else 0
         if sched.inline_when_idle and not batched:
             LOG.warning("inline_when_idle is off for %s: it needs dynamic_batching in config.pbtxt "
-                        "(max_queue_delay_microseconds: 0 adds no delay)", args.get("model_name", "text_embedding"))
+                        "(max_queue_delay_microseconds: 0 adds no delay)", self.model_name)
         set_tokenizer_parallelism(self.config.tokenizer_parallelism, self.config.tokenizer_threads)
         if sched.response_mode == "return" and self.config.concurrent_batches == 0:
             # execute() runs its batches one after another on the main session: lanes would sit unused
             self.config = dataclasses.replace(self.config, concurrent_batches=1)
-        self.versions = VersionedEmbedder(Path(args["model_repository"]), int(args["model_version"]), self.config,
+        self.versions = VersionedEmbedder(Path(args["model_repository"]), int(self.model_version), self.config,
                                           instance=args.get("model_instance_name", "text_embedding_0"),
-                                          model_name=args.get("model_name", "text_embedding"))
+                                          model_name=self.model_name)
         self.embedder = self.versions.initial
         self.grid = scheduler_grid(self.config, sched, self.embedder.engine)  # refuses batch sizes the engine lacks
-        self.model_version = args["model_version"]
-        self.profile_name = args.get("model_instance_name", "text_embedding")
-        self._build_scheduler(args)
-        if sched.response_mode == "sender":  # return mode runs each execute()'s texts itself (_execute_call)
-            self.runner.start()
-        self.heartbeat = start_heartbeat(args, self.progress, sched.stall_timeout_s, on_beat=log_filter.flush)
+        self.pool = create_host_pool(staging_pool_config(self.grid.max_batch, self.config.max_seq_length), name="staging",
+                                     device=self.config.device)
+        return self.grid.batch_sizes
+
+    def batch_handler(self, on_batch: Any) -> EmbeddingBatchHandler:
+        return EmbeddingBatchHandler(self.versions, self.pool, on_batch=on_batch)
+
+    def batch_policy(self, sizes: Sizes) -> LengthBucketPolicy:
+        """The length-bucket policy of the queue, and the call planner (return mode and inline calls)
+        beside it on the same cost model. ONNX Runtime on the CPU runs any shape: pad to the longest
+        text, not up to its bucket."""
+        shapes = {"batch_sizes": sizes, "length_buckets": self.grid.lengths, "pad_to_longest": not self.embedder.engine.buckets}
+        policy = LengthBucketPolicy(**shapes, **self.scheduler_config.policy_options())
+        self.costs = policy.costs
+        self.planner = CallPlanPolicy(**shapes, costs=self.costs)
+        return policy
+
+    def warm_up(self, queue: BatchQueue) -> None:
+        warm_up(self.handler, self.grid, self.costs, self.runner.clock)
+
+    def lanes(self) -> int:
+        return max(1, self.embedder.engine.lanes)
+
+    def runs_queue(self) -> bool:
+        """Return mode runs each ``execute()``'s texts itself (:meth:`_execute_call`): no runner threads."""
+        return self.scheduler_config.response_mode == "sender"
+
+    def started(self) -> None:
         PROFILE.reset()  # warm-up and graph capture are not serving
         if PROFILE.enabled:
             register_allocation_counters(self.pool, self.embedder.engine)
-
-    def _build_scheduler(self, args: dict[str, str]) -> None:
-        """On :attr:`grid`: the staging pool, metrics, batch handler, the queue with its length-bucket
-        policy, the call planner (return mode and inline calls; it shares the queue's cost model) and
-        the runner (not started); then the warm-up, when on."""
-        sched, engine = self.scheduler_config, self.embedder.engine
-        self.lanes = max(1, engine.lanes)
-        self.pool = create_host_pool(staging_pool_config(self.grid.max_batch, self.config.max_seq_length), name="staging",
-                                     device=self.config.device)
-        self.pool_metrics = pool_metrics(self._pb, args, [self.pool], sched, "text_embedding")
-        self.metrics = scheduler_metrics(self._pb, args, sched, "text_embedding", self.grid.batch_sizes)
-        self.metrics_flusher, on_batch = metrics_flusher(sched, self.metrics, self.pool_metrics, self.profile_name)
-        self.handler = EmbeddingBatchHandler(self.versions, self.pool, on_batch=on_batch)
-        # ONNX Runtime on the CPU runs any shape: pad to the longest text, not up to its bucket
-        shapes = {"batch_sizes": self.grid.batch_sizes, "length_buckets": self.grid.lengths, "pad_to_longest": not engine.buckets}
-        queue = BatchQueue(LengthBucketPolicy(**shapes, **sched.policy_options()), max_items=sched.max_queue_texts)
-        self.costs = queue.costs
-        self.planner = CallPlanPolicy(**shapes, costs=self.costs)
-        self.progress = Progress()
-        self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=args.get("model_name", "fastpath"),
-                                  lanes=self.lanes, on_delivered=self.progress.advance, **sched.runner_options())
-        if sched.warmup:
-            warm_up(self.handler, self.grid, self.costs, self.runner.clock)
 
     def execute(self, requests: list[Any]) -> list[Any] | None:
         """Answer the call's requests; see ``response_mode`` for how answers return.
@@ -247,7 +209,7 @@ class TextEmbeddingModel:
                 PROFILE.lap("respond", mark, len(spans))
         if PROFILE.enabled:
             PROFILE.lap("execute.total", started, len(requests))
-            PROFILE.dump(self.profile_name, force=False)
+            PROFILE.dump(self.instance_name, force=False)
         return responses
 
     def _read_call(self, requests: list[Any], arrival_s: float, responses: list[Any]) -> tuple[list[str], list[tuple]]:
@@ -333,7 +295,7 @@ class TextEmbeddingModel:
         PROFILE.lap("execute.submit", mark, len(accepted))
         if PROFILE.enabled:
             PROFILE.lap("execute.total", started, len(requests))
-            PROFILE.dump(self.profile_name, force=False)
+            PROFILE.dump(self.instance_name, force=False)
         return replies.result()
 
     def _answer(self, replies: Replies, index: int, wanted: frozenset[str], rerun: Rerun,
@@ -382,9 +344,11 @@ class TextEmbeddingModel:
         return True
 
     def finalize(self) -> None:
-        """Drain the scheduler (every accepted request gets its response), then release leases, pool and engine."""
-        close_scheduled(self)
-        PROFILE.dump(getattr(self, "profile_name", "text_embedding"))
+        """The shared drain (:meth:`ScheduledModel.finalize`), then the profile and every version's engine."""
+        super().finalize()
+        PROFILE.dump(getattr(self, "instance_name", "text_embedding"))
+
+    def release(self) -> None:
         versions = getattr(self, "versions", None)
         if versions is not None:
             versions.close()

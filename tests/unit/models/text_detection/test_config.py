@@ -70,13 +70,13 @@ def test_shipped_config_pbtxt_parses():
     assert config.max_images_per_request == 16
     assert (config.limit_type, config.limit_side_len_px, config.max_resized_pixels) == ("min", 736, 2048 * 1024)
     assert config.staging_capacity_bytes == 512 << 20
-    assert (sched.batch_buckets, sched.max_queue_texts, sched.max_queue_delay_us) == ((1, 2, 4, 8), 64, 2000)
+    assert (sched.batch_buckets, sched.max_queue_images, sched.max_queue_delay_us) == ((1, 2, 4, 8), 64, 2000)
 
 
 def test_detection_scheduler_defaults_are_sized_for_images():
     sched = parse_parameters(DetectionSchedulerConfig, {})
-    assert (sched.batch_buckets, sched.max_queue_texts, sched.warmup) == ((1, 2, 4, 8), 64, True)
-    with pytest.raises(ConfigError, match="'max_queue_texts' = 4: expected >= the largest batch bucket"):
-        parse_parameters(DetectionSchedulerConfig, {"max_queue_texts": "4"})
+    assert (sched.batch_buckets, sched.max_queue_images, sched.warmup) == ((1, 2, 4, 8), 64, True)
+    with pytest.raises(ConfigError, match="'max_queue_images' = 4: expected >= the largest batch bucket"):
+        parse_parameters(DetectionSchedulerConfig, {"max_queue_images": "4"})
     with pytest.raises(ConfigError, match="'staging_capacity_bytes' = 100: expected >= 4096"):
         parse_parameters(TextDetectionConfig, {"staging_capacity_bytes": "100"})
