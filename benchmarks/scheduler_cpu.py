@@ -19,6 +19,10 @@ fixed seed), one text per request, tritonclient gRPC (asyncio) at concurrency 1,
                       two engine lanes on two cores, inline execute when idle)
     echo              served, no engine (concurrency 1): Triton's own per-request overhead
 
+Before and after a change, in one run: ``--ref GIT_REF`` adds ``fastpath_ref``, the shipped
+text_embedding served by the FastPath package as it was at ``GIT_REF`` (its backend tree and config.pbtxt,
+extracted with ``git archive``; its stubs import that tree), reported as ``fastpath_vs_fastpath_ref``.
+
 More FastPath variants for A/B runs (``--variants``): see FASTPATH_VARIANTS, e.g. ``fastpath_1lane``
 (concurrent_batches=1: one batch at a time on one ONNX Runtime session of every thread, no engine
 lanes), ``fastpath_return_2x1`` (return mode on two instances of one ONNX Runtime
@@ -48,6 +52,7 @@ import random
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -72,7 +77,7 @@ SERVED = {"naive": "naive_embedding", "stack_pad": "stack_pad_embedding", "fastp
           "fastpath_1lane": "text_embedding_1lane", "fastpath_lanes3": "text_embedding_l3",
           "fastpath_noinline": "text_embedding_noinline", "fastpath_nobatcher": "text_embedding_nb",
           "fastpath_nocancel": "text_embedding_nc", "fastpath_nometrics": "text_embedding_nm",
-          "fastpath_cancelask_all": "text_embedding_cc0"}
+          "fastpath_cancelask_all": "text_embedding_cc0", "fastpath_ref": "text_embedding_ref"}
 DEFAULT_VARIANTS = ("naive", "stack_pad", "fastpath")
 # FastPath variants (--variants), each the shipped config (one instance, engine lanes, response senders,
 # Triton's batcher at 0 us) changed as listed: model name -> (FastPath parameters to set, instance count,
@@ -217,8 +222,33 @@ async def interleaved_round(raw: RawEngine, client, metrics_url: str, variants: 
     return {"raw_ideal": merge_raw(runs), **cells}
 
 
-def build_repository(root: Path) -> Path:
-    """A model repository with FastPath's text_embedding and the baselines, artifacts linked in."""
+def reference_model(repository: Path, root: Path, ref: str) -> None:
+    """Model ``text_embedding_ref``: the shipped text_embedding served by the FastPath package of git ``ref``.
+
+    ``git archive`` extracts the ref's ``backend/`` and text_embedding config under ``root``; the model's
+    ``model.py`` puts that ``backend/`` first on ``sys.path`` (each model instance is its own stub
+    process, so only this model's stubs import the older package). Artifacts are linked, as for the others.
+    """
+    tree = root / "ref"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "backend", "model_repository/text_embedding"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    version = repository / "text_embedding_ref" / "1"
+    version.mkdir(parents=True)
+    config = (tree / "model_repository" / "text_embedding" / "config.pbtxt").read_text()
+    (version.parent / "config.pbtxt").write_text(config.replace('name: "text_embedding"', 'name: "text_embedding_ref"'))
+    (version / "model.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(tree / 'backend')!r})\nimport fastpath  # noqa: E402\n"
+        f"assert fastpath.__file__.startswith({str(tree)!r}), f'fastpath_ref imported {{fastpath.__file__}}'\n"
+        "from fastpath.models.text_embedding.model import TextEmbeddingModel as TritonPythonModel  # noqa: E402,F401\n")
+    for artifact in ("model.onnx", "tokenizer.json"):
+        (version / artifact).symlink_to(ARTIFACTS / artifact)
+
+
+def build_repository(root: Path, ref: str | None = None) -> Path:
+    """A model repository with FastPath's text_embedding and the baselines, artifacts linked in (and
+    ``text_embedding_ref``, the package at git ``ref``, when given)."""
     repository = root / "repository"
     sources = {"text_embedding": REPO / "model_repository" / "text_embedding"}
     sources.update({name: BASELINES / name for name in ("naive_embedding", "stack_pad_embedding", "echo_embedding",
@@ -238,6 +268,8 @@ def build_repository(root: Path) -> Path:
             (repository / name / "1" / "model.onnx").symlink_to(artifact)
         shipped = (repository / "text_embedding" / "config.pbtxt").read_text()
         (repository / name / "config.pbtxt").write_text(config_variant(shipped, name, parameters, instances, delay_us))
+    if ref is not None:
+        reference_model(repository, root, ref)
     return repository
 
 
@@ -440,7 +472,7 @@ def run_rounds(texts: list[str], args) -> dict:
         # agent, metrics flusher, stub watchdog): all 17 loaded at once, their 5 ms control-plane polling
         # takes 0.17 of the 2 cores while idle.
         models = tuple(dict.fromkeys([SERVED[v] for v in args.variants] + ["echo_embedding", "raw_engine_bench"]))
-        server = start_server(Path(tmp), models=models, repository=build_repository(Path(tmp)))
+        server = start_server(Path(tmp), models=models, repository=build_repository(Path(tmp), args.ref))
         metrics_url = f"http://127.0.0.1:{server.options.metrics_port}/metrics"
         raw = RawEngine(server, texts, rounds["mean_tokens"])
         try:
@@ -476,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), choices=sorted(set(SERVED) - {"echo"}),
                         help="served variants per round (the goals need naive, stack_pad and fastpath)")
     parser.add_argument("--passes", type=int, default=3, help="slices per variant per round")
+    parser.add_argument("--ref", help="also serve text_embedding from the FastPath package at this git ref "
+                        "(variant fastpath_ref): before and after a change, in one run")
     parser.add_argument("--warmup-s", type=float, default=0.5, help="warm-up before each slice's window")
     parser.add_argument("--duration-s", type=float, default=6.0, help="measured seconds per variant per round, "
                         "split over its --passes slices")
@@ -486,6 +520,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--machine-note", default="2-core dev machine, shared; its speed drifts, so compare ratios within a round",
                         help="what the report says of the machine")
     args = parser.parse_args(argv)
+    if args.ref is not None and "fastpath_ref" not in args.variants:
+        args.variants.append("fastpath_ref")
+    if args.ref is None and "fastpath_ref" in args.variants:
+        parser.error("variant fastpath_ref needs --ref GIT_REF")
     if args.nice:
         os.nice(args.nice)
 

@@ -68,7 +68,7 @@ def summarize(rounds: dict) -> dict:
         if "fastpath" in cells[0] and "ideal_strict_per_s" in cells[0]["fastpath"]:
             ratios[concurrency]["fastpath_vs_ideal_strict"] = round(statistics.median(
                 _vs_ideal(r["fastpath"], r, "ideal_strict_per_s") for r in cells), 3)
-        for baseline in ("naive", "stack_pad"):  # absent when --variants left the baseline out
+        for baseline in ("naive", "stack_pad", "fastpath_ref"):  # absent when --variants left the baseline out
             if "fastpath" in cells[0] and baseline in cells[0]:
                 ratios[concurrency][f"fastpath_vs_{baseline}"] = _median_ratio(cells, "fastpath", baseline)
         if "echo" in cells[0] and "fastpath" in cells[0]:

@@ -23,75 +23,16 @@ MIB = 1 << 20
 class TextDetectionConfig:
     """Parameters of a FastPath text-detection model (PP-OCRv4 det + DB post-processing).
 
-    Defaults are PaddleOCR's ``det_limit_type="max"`` / ``det_limit_side_len=960`` resize and the
-    DB post-processing values of rapidocr-onnxruntime 1.4.4's ``config.yaml`` (``Det`` section).
+    Each field is a ``config.pbtxt`` parameter of the same name, its unit in its name (``_px``,
+    ``_bytes``, ``_s``); meanings and defaults are in the knobs table of docs/design/text_detection.md.
+    Defaults are PaddleOCR's ``det_limit_type="max"`` / ``det_limit_side_len=960`` resize and the DB
+    post-processing values of rapidocr-onnxruntime 1.4.4's ``config.yaml`` (``Det`` section). The
+    staging pool must hold the largest batch (``batch_buckets[-1]`` images of
+    :attr:`largest_resized_pixels` as float32); the memory terms bound the stub's peak
+    (:mod:`fastpath.models.text_detection.budget`).
 
-    Attributes:
-        runtime: engine runtime, one of ``RUNTIMES``.
-        precision: ``fp32`` | ``fp16`` | ``int8`` | ``fp8``; selects the artifact of that precision.
-        artifact: ONNX file name inside the model version directory.
-        intra_op_threads: ONNX Runtime intra-op threads; 0: one per CPU the process may use
-            (:func:`fastpath.engines.cpus.ort_intra_op_threads`).
-        limit_type: resize policy, ``max`` (the longer side shrinks to at most ``limit_side_len_px``)
-            or ``min`` (the shorter side grows to at least ``limit_side_len_px``); PaddleOCR
-            ``DetResizeForTest`` semantics (:mod:`fastpath.models.text_detection.preprocess`).
-        limit_side_len_px: the policy's side length in pixels (a multiple of 32, >= 32).
-        max_resized_pixels: cap on the resized height * width, >= 1024 (32 x 32), under both policies: a
-            larger resize is clamped (scaled down, sides rounded down to multiples of 32), never an error.
-            It bounds the staging block and the queue memory of ``min`` (whose enlargement is
-            otherwise unbounded for long, thin images, and which leaves images larger than the limit
-            at full size).
-        max_image_pixels: largest accepted height * width of one image; larger images get a 400
-            before any decode or resize buffer is allocated. The default
-            is 8192 * 8192 (192 MiB as uint8 RGB).
-        max_request_pixels: largest accepted sum of height * width over the images of one request.
-        max_images_per_request: most images one request may carry.
-        max_batch_images: most images (of one resized shape) the engine runs in one call.
-        binary_threshold: DB probability above which a pixel counts as text (``thresh``).
-        box_threshold: boxes whose mean probability is below this are dropped (``box_thresh``).
-        unclip_ratio: DB unclip: polygons grow by ``area * unclip_ratio / perimeter`` pixels.
-        max_candidates: most contours examined per image.
-        use_dilation: dilate the binary map with a 2x2 kernel before finding contours.
-        min_box_side_px: boxes whose width or height in the input image is at most this many
-            pixels are dropped (rapidocr ``filter_tag_det_res``).
-        staging_capacity_bytes: bytes of the host staging pool (``fastpath.memory``; page-locked
-            when CUDA is present) that batch inputs are written into. The largest batch,
-            ``batch_buckets[-1]`` images of :attr:`largest_resized_pixels` as float32 (8 x 24 MiB =
-            192 MiB, a 256 MiB block, for the ``min`` default), must fit; two such blocks let batch N+1 be staged while N runs.
-        staging_wait_timeout_s: how long staging waits for a free block before the batch fails
-            with UNAVAILABLE (503, retryable).
-        bucket_sides_px: shape buckets, opt-in: each resized side rounds up to the next of these sizes
-            (multiples of 32) and the image is padded at the bottom and right with black (0), the
-            padding PP-OCR's own training crops use (PaddleOCR ``EastRandomCropData``), so images of
-            nearby shapes share one batch and one CUDA graph. The probability map is cropped back to
-            the image before DB post-processing, but boxes can still move: PP-OCRv4 det's
-            squeeze-and-excitation blocks pool over the whole input, padding included
-            (docs/design/text_detection.md). Empty (the default): every image keeps its exact resized
-            shape, and batches and graphs are per exact shape.
-        max_cuda_graphs: most CUDA graphs one instance captures (GPU); later shapes run without one.
-        cuda_graph_after_runs: a shape outside ``capture_shapes_px`` gets a graph while serving once it
-            has run this many times; 0 (the default): never, as graphs captured while serving mixed
-            sizes faulted on onnxruntime-gpu 1.31.1 (docs/known-issues.md).
-        cuda_tf32: let the GPU's matrix units run float32 convolutions in TF32 (ONNX Runtime's
-            ``use_tf32``); off: full float32, the arithmetic of the CPU path.
-        decode_threads: threads that decode, check and resize requests' images after ``execute``
-            hands them over (0: ``execute`` does it in Triton's thread, one request after another).
-            Decoding and resizing release the GIL (OpenCV, Pillow), so a few threads keep a GPU fed.
-        post_threads: threads for DB post-processing on a GPU instance (0: the scheduler's completion
-            thread, one image after another); OpenCV releases the GIL.
-        capture_shapes_px: resized (height, width) pairs whose graphs are captured at load for every
-            batch bucket, e.g. ``736x1312`` (a 1280x720 photo under min/736); other shapes run without a
-            graph (see ``cuda_graph_after_runs``). Written ``HxW,HxW``.
-        arena_max_input_bytes: engine calls whose float32 input is at most this many bytes use ONNX
-            Runtime's CPU memory arena (fastest; the arena keeps what such calls needed, about
-            200 bytes per input pixel); larger calls run in a session without the arena, whose
-            memory is freed when the call ends (docs/design/text_detection.md, "Memory"). The default,
-            32 MiB, keeps batches of two typical photos (2 x 736x1472) on the arena.
-        staging_keep_idle_bytes: idle staging-pool bytes kept after each batch for the next ones;
-            idle blocks beyond it are freed, largest first.
-        heap_trim_growth_bytes: after a batch, glibc ``malloc_trim(0)`` returns the C heap's free pages
-            to the OS when the stub's resident set grew this much since the last trim (or when a
-            staging block was just freed).
+    Raises:
+        ConfigError: a value out of range, naming the parameter, the value and the expectation.
     """
 
     runtime: str = "onnxruntime"

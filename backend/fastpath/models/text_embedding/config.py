@@ -18,56 +18,14 @@ RESPONSE_MODES = ("sender", "return")
 class TextEmbeddingConfig:
     """Parameters of a FastPath text-embedding model (``config.pbtxt`` ``parameters``).
 
-    Attributes:
-        runtime: engine runtime, one of ``RUNTIMES``; ``onnxruntime`` (CPU execution provider) is
-            the default that runs everywhere.
-        precision: ``fp32`` | ``fp16`` | ``int8`` | ``fp8``; selects the artifact of that precision.
-        device: ``cpu`` or ``cuda`` / ``cuda:N`` (torch runtime; onnxruntime runs on the CPU). A
-            ``KIND_GPU`` instance runs on the GPU Triton assigned it whatever this says
-            (:func:`placed_config`); leave it unset there.
-        artifact: ONNX file name inside the model version directory.
-        tokenizer: tokenizer file name inside the model version directory (HF ``tokenizer.json``).
-        intra_op_threads: ONNX Runtime intra-op threads; 0: one per CPU the process may use (ONNX Runtime's
-            own default when that is the whole machine; the affinity mask or cgroup CPU quota otherwise:
-            :func:`fastpath.engines.cpus.ort_intra_op_threads`).
-        intra_op_spinning: ONNX Runtime's ``session.intra_op.allow_spinning``: its worker threads
-            busy-wait between operators (true, ONNX Runtime's default) or sleep (false).
-        max_seq_length: truncation length in tokens, [CLS] and [SEP] included. 256 is
-            all-MiniLM-L6-v2's ``max_seq_length`` (sentence_bert_config.json).
-        max_text_bytes: largest accepted UTF-8 size of one text, in bytes; larger texts get a 400
-            before tokenization.
-        max_batch_texts: most texts the engine runs in one call.
-        length_buckets_tokens: padded sequence lengths; a batch pads to the smallest bucket that
-            holds its longest member, never beyond ``max_seq_length``.
-        cuda_sync: torch runtime on CUDA: how an instance waits for its batch. ``spin`` (busy-wait,
-            the default: faster on the H200, docs/benchmarks/triton_gpu_h200.md) or ``blocking`` (the thread sleeps on a
-            ``cudaEventBlockingSync`` event, leaving its core free; for hosts short of cores).
-        concurrent_batches: ONNX Runtime on the CPU: batches one instance runs at once, each on
-            its own engine lane (an ONNX Runtime session of ``intra_op_threads`` / lanes threads;
-            all-MiniLM-L6-v2 fp32 holds ~90 MB of weights per lane), all fed from the instance's
-            one queue; a batch that runs alone still gets every thread (the main session). 0
-            (default) = 2 when the process may use 2 or more cores, else 1. Measured on the 2-core
-            dev machine at concurrency 32: two one-thread lanes served ~1.3x the throughput of one
-            two-thread session, because an operator of a multi-threaded session waits at its
-            barrier for a thread the OS gave to Triton, the client or the stub, and three lanes did
-            worse than two (docs/benchmarks/scheduler_cpu.md). Other runtimes: 0 or 1 (scale
-            them with the instance_group count).
-        tokenizer_parallelism: let HF tokenizers spread one ``execute()``'s texts over its Rayon
-            thread pool (one thread per core, in every instance's process). Off by default: each
-            Triton instance is already its own process, and the pool's threads cost CPU that the
-            engine, Triton and the other instances need. Measured on a 2-core machine, 24 texts
-            per call: parallel 34 us/text wall but 64 us/text CPU, sequential 50 us/text both. On
-            the H200 host (16 cores, 6 instances): off served 15.5k one-text requests/s at
-            c=256 against 13.7k with it on (stub CPU 295 vs 413 us/request), while bulk requests of
-            32 texts at c=32, with cores to spare, ran 35k texts/s off against 44k on.
-        tokenizer_threads: with ``tokenizer_parallelism``, the size of each instance's Rayon pool
-            (0: one thread per core, Rayon's default; the environment's ``RAYON_NUM_THREADS`` wins).
-        tokenizer_parallel_min_texts: with ``tokenizer_parallelism``, an ``execute()`` call of
-            fewer texts tokenizes on its own thread: handing a few texts to the pool costs more than
-            it saves. The GPU configuration uses 32 with 4 threads: on the H200 host (6 instances,
-            perf_analyzer) the pool served 32-text requests 1.77x faster and one-text requests at
-            c=256 (calls of ~40 texts) 1.10x, but calls of ~10 texts at c=64 0.95x and c=1 0.12 ms
-            slower (docs/benchmarks/served_gpu_h200.md).
+    Each field is a parameter of the same name, its unit in its name; meanings, defaults and the
+    measurements behind them are in docs/models.md (the ``text_embedding`` parameter table). A
+    ``KIND_GPU`` instance runs on the GPU Triton assigned it whatever ``device`` says
+    (:func:`placed_config`). ``concurrent_batches`` 0 means 2 engine lanes when the process may use
+    2 or more cores, else 1 (:func:`fastpath.engines.cpus.ort_intra_op_threads` counts them).
+
+    Raises:
+        ConfigError: a value out of range, naming the parameter, the value and the expectation.
     """
 
     runtime: str = "onnxruntime"
