@@ -129,26 +129,14 @@ def instance_device(args: Mapping[str, str], configured_device: str | None, *, r
                     gpu_runtimes: Collection[str]) -> str:
     """The device one model instance runs on: where Triton placed it, else the ``device`` parameter.
 
-    Triton's python backend passes each instance its placement in ``initialize(args)``:
-    ``args["model_instance_kind"]`` (``"GPU"``, ``"CPU"`` or ``"MODEL"``; ``KIND_AUTO`` arrives
-    resolved, as ``"CPU"`` on a machine without GPUs) and ``args["model_instance_device_id"]``
-    (the GPU of a ``KIND_GPU`` instance: Triton spreads an instance group's ``count`` instances over
-    its ``gpus: [...]``, every visible GPU when the group names none). Rules:
-
-    1. ``KIND_GPU``: ``cuda:<model_instance_device_id>``, as every Triton backend places a GPU
-       instance. The ``device`` parameter may be unset, ``cuda`` or that same ``cuda:N``; anything
-       else contradicts Triton's placement and is refused (not silently overridden: a
-       ``device "cuda:1"`` on an instance Triton put on GPU 0 would otherwise serve from a GPU
-       nobody asked for, or hide a config mistake). To pin instances to a GPU, name it in the
-       instance group (``gpus: [1]``).
-    2. Any other kind (``KIND_CPU``, ``KIND_AUTO`` resolved to the CPU, ``KIND_MODEL``): the
-       ``device`` parameter as written, ``cpu`` when unset. ``KIND_CPU`` with ``device "cuda:1"``
-       runs its engine on GPU 1 while Triton counts the instance as a CPU one.
+    ``KIND_GPU``: ``cuda:<model_instance_device_id>``, Triton's placement; the ``device`` parameter may be
+    unset, ``cuda`` or that same ``cuda:N``, anything else is refused, not overridden. Other kinds (``KIND_CPU``,
+    ``KIND_AUTO`` resolved to the CPU, ``KIND_MODEL``): the ``device`` parameter as written, ``cpu`` when unset.
+    Why, and how to pin instances to a GPU: docs/deployment.md#serving-text_embedding-on-a-gpu ("Placement").
 
     Args:
         args: Triton's ``initialize`` arguments (a missing ``model_instance_kind`` counts as CPU).
-        configured_device: the model's ``device`` parameter as written in its config, or None when
-            the config does not set it.
+        configured_device: the ``device`` parameter as written, or None when the config does not set it.
         runtime: the model's ``runtime`` parameter.
         gpu_runtimes: the runtimes this model can run on a GPU (empty: the model has no GPU path).
 
@@ -156,10 +144,8 @@ def instance_device(args: Mapping[str, str], configured_device: str | None, *, r
         ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
 
     Raises:
-        ConfigError: a ``KIND_GPU`` instance whose ``runtime`` is not one of ``gpu_runtimes``, whose
-            ``device`` parameter is ``cpu`` or another GPU than Triton assigned, or whose
-            ``model_instance_device_id`` is not a GPU ordinal. Each message names the parameter,
-            its value and what was expected.
+        ConfigError: a ``KIND_GPU`` instance whose ``runtime`` is not in ``gpu_runtimes``, whose ``device``
+            is ``cpu`` or another GPU, or whose device id is not a GPU ordinal (named, with the value).
     """
     if str(args.get("model_instance_kind", "CPU")).upper() != "GPU":
         return configured_device if configured_device is not None else "cpu"
