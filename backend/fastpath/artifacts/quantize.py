@@ -1,24 +1,17 @@
 """INT8 QDQ quantization of the fp32 ONNX model with ONNX Runtime's static quantizer.
 
-What TensorRT's explicit quantization accepts (TensorRT developer guide, "Explicit Quantization")
-and what ONNX Runtime's CPU kernels run: QuantizeLinear/DequantizeLinear (QDQ) pairs, signed INT8,
-symmetric scales and zero zero-points, weights per output channel (axis 1 of a MatMul's [in, out]
-weight), activations per tensor from MinMax calibration on real text.
-
-Only the linear layers are quantized: the MatMuls whose second input is a weight (``nodes_to_quantize``
-lists them; ONNX Runtime's ``MatMulConstBOnly`` did not keep the attention MatMuls out with ONNX
-Runtime 1.32, and quantizing softmax probabilities to 1/127 steps cost 0.01 of cosine). MatMul
-outputs are not quantized (``OpTypesToExcludeOutputQuantization``): a per-tensor scale on the FFN
-output, whose range reaches ~200, cost 0.3 of cosine. SmoothQuant
-(:mod:`fastpath.artifacts.smoothquant`) evens out the [CLS] token's massive activations first.
+The format TensorRT's explicit quantization accepts (TensorRT developer guide, "Explicit Quantization")
+and ONNX Runtime's CPU kernels run: QuantizeLinear/DequantizeLinear (QDQ) pairs, signed INT8, symmetric
+scales and zero zero-points, weights per output channel (axis 1 of a MatMul's [in, out] weight),
+activations per tensor from MinMax calibration on real text. Only the linear layers (the MatMuls whose
+second input is a weight, ``nodes_to_quantize``) are quantized, MatMul outputs are not
+(``OpTypesToExcludeOutputQuantization``), and SmoothQuant (:mod:`fastpath.artifacts.smoothquant`) evens
+out the [CLS] token's massive activations first.
 
 Recipes are tried in order until one passes the accuracy gate on validation text: sentences of the
 calibration split and the validation half of each kind of held-out text (:mod:`fastpath.artifacts.heldout`;
-never the evaluation halves, which only the final gate reads). Measured (docs/design/engines.md): all 36
-linear layers, alpha 0.8: min cosine 0.9934 on sentences but 0.973 on blank text; the FFN
-down-projections (GELU output, [CLS] outliers of 14-25 in one channel) left in float with alpha 0.65:
-0.998 on sentences but 0.986 on "?! " repeated; the attention output projections left in float as
-well: >= 0.995 on every kind, the default.
+never the evaluation halves, which only the final gate reads). Why each choice, and each recipe's
+cosine per kind of text: docs/design/engines.md ("INT8 QDQ").
 """
 
 from __future__ import annotations

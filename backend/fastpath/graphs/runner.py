@@ -1,25 +1,14 @@
 """One ``torch.cuda.CUDAGraph`` per bucket, replayed on static buffers, with an eager fallback.
 
-The mechanism (after SGLang's ``cuda_graph_runner`` and vLLM v1's CUDA-graph wrapper):
-
-1. :class:`~fastpath.graphs.buffers.StaticBuffers` are allocated once at the largest bucket.
-2. :meth:`GraphRunner.capture` warms every bucket up eagerly on a side stream (cuBLAS handles,
-   kernel selection, allocator growth stay out of the capture), then captures the buckets largest
-   first into one shared memory pool (``torch.cuda.graph_pool_handle``); each graph ends by
-   copying its result into the static output buffer.
-3. :meth:`GraphRunner.run` picks the smallest bucket that holds the batch (``bisect``), writes the
-   rows into the pinned host buffer with padding and valid filler rows, copies them to the device
-   in one transfer, replays, copies back only the real rows and returns a fresh array. Batches
-   larger than the largest bucket are split; sequences longer than the longest bucket run eagerly.
-   When the caller already padded the batch to a bucket's exact shape and laid its inputs out as
-   one contiguous ``[num_inputs, b, L]`` block (FastPath's scheduler does, in a page-locked block
-   of the host staging pool), that block goes to the device in one DMA with no host copy
-   (:func:`~fastpath.graphs.staging.packed_inputs`).
-
-With ``check_addresses`` every replay first verifies that the buffers' device addresses equal
-those recorded at capture, and refuses to replay otherwise. All work of one
-runner is serialized by a lock on one CUDA stream; the host buffers are reused only after the
-stream has finished with them.
+After SGLang's ``cuda_graph_runner`` and vLLM v1's CUDA-graph wrapper. :meth:`GraphRunner.capture` warms every
+bucket up eagerly on a side stream, then captures the buckets largest first into one shared memory pool, each
+graph ending with a copy into the static output (:class:`~fastpath.graphs.buffers.StaticBuffers`, allocated
+once at the largest bucket). :meth:`GraphRunner.run` picks the smallest bucket that holds the batch (``bisect``),
+pads the rows into the pinned host buffer (or takes a caller's block of the bucket's exact shape as it is:
+:func:`~fastpath.graphs.staging.packed_inputs`), copies them to the device in one transfer, replays, and returns
+a fresh array of the real rows. Larger batches are split; longer sequences run eagerly. One lock and one CUDA
+stream per runner; with ``check_addresses`` a replay whose buffers moved since capture is refused.
+Design: docs/design/engines.md#the-bucketgraph-mechanism-fastpathgraphs.
 """
 
 from __future__ import annotations
@@ -78,31 +67,21 @@ class GraphRunner:
     """Runs ``forward`` on padded batches through per-bucket CUDA graphs.
 
     Args:
-        forward: ``forward(*inputs) -> Tensor``; inputs are int64 [b, L] device tensors in the
-            order of ``inputs``; the result is [b, *output_shape], any float dtype. It must be
-            capturable (no host synchronization, no data-dependent shapes).
-        inputs: the integer inputs with their pad values and filler rows.
-        grid: the buckets to capture.
+        forward: ``forward(*inputs) -> Tensor`` on int64 [b, L] device tensors in the order of ``inputs``, giving
+            [b, *output_shape] of any float dtype; capturable (no host synchronization, no data-dependent shapes).
+        inputs, grid: the integer inputs with their pad values and filler rows; the buckets to capture.
         output_shape: trailing dimensions of one output row, e.g. ``(384,)``.
         device: a CUDA device for graphs; ``cpu`` runs the same staging with eager forwards.
-        use_graphs: capture and replay graphs (CUDA only). When False, every bucket runs
-            ``forward`` eagerly on the static buffers (same padding, same slicing).
+        use_graphs: capture and replay graphs (CUDA only); False runs ``forward`` eagerly on the static buffers.
         check_addresses: before each replay, verify the static buffers did not move since capture.
         warmup_iters: eager runs of each bucket before capture.
-        sync: how the host waits for a batch's result. ``spin`` (default):
-            ``cudaStreamSynchronize``'s busy-wait, lowest wake-up latency; ``blocking``: on a CUDA
-            event created with ``cudaEventBlockingSync``, so the thread sleeps until the GPU
-            signals and its core is free meanwhile. On the H200 with 6 instances at c=256,
-            blocking served 14% fewer requests/s (13.4k vs 15.5k) and was slower at c=1 (p50
-            2.73 vs 2.44 ms) without saving stub CPU (docs/benchmarks/triton_gpu_h200.md).
+        sync: how the host waits for a batch: ``spin`` (default; ``cudaStreamSynchronize``'s busy-wait, lowest
+            wake-up latency) or ``blocking`` (sleeps on a ``cudaEventBlockingSync`` event, its core free meanwhile;
+            slower on the H200: docs/benchmarks/triton_gpu_h200.md#defaults-measured-side-by-side).
 
     Attributes:
-        replays: Counter of graph replays per bucket.
-        direct_transfers: batches copied to the device straight from the caller's memory (their
-            inputs were already one [num_inputs, b, L] block of a bucket's exact shape, e.g. a
-            staging-pool lease: no host copy, one DMA).
-        staged_transfers: batches first padded into the static host buffer, then copied.
-        static_eager_runs: Counter of eager runs on the static buffers per bucket.
+        replays, static_eager_runs: Counters per bucket of graph replays and of eager runs on the static buffers.
+        direct_transfers, staged_transfers: batches sent from the caller's block as is, or padded into the host buffer first.
         eager_runs: batches that ran eagerly at their own shape (no bucket held them).
     """
 

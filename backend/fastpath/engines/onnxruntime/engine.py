@@ -41,26 +41,21 @@ class OnnxRuntimeEngine(Engine):
 
     Args:
         path: the ``.onnx`` file.
-        intra_op_threads: threads per operator; 0: one per CPU the process may use
-            (:func:`fastpath.engines.cpus.ort_intra_op_threads`).
+        intra_op_threads: threads per operator; 0: one per CPU the process may use (:mod:`fastpath.engines.cpus`).
         providers: execution providers in priority order (default: CPU only).
-        allow_spinning: ONNX Runtime's ``session.intra_op.allow_spinning`` for the main session.
-        lanes: extra sessions for :meth:`infer_lane` (0: none), ``lane_threads`` intra-op threads
-            each. Each holds its own copy of the weights (all-MiniLM-L6-v2 fp32: ~90 MB per lane).
-        lane_threads: intra-op threads per lane session (>= 1).
-        memory_pattern: ONNX Runtime's ``enable_mem_pattern`` for the arena sessions (main and lanes):
-            plan each input shape's intermediate tensors into one block. With dynamic shapes the
-            arena then keeps the first call's tensors and the later calls' block side by side.
-        arena_max_input_bytes: None: every call runs in the arena session. Otherwise a call whose
-            inputs total more bytes runs in another session, without the CPU arena (with the memory
-            pattern, which that session needs to stay fast), so its working memory is freed when it
-            returns; smaller calls keep the arena's speed and the arena stays the size they need.
+        allow_spinning: ``session.intra_op.allow_spinning`` of the main session (threads busy-wait between operators).
+        lanes, lane_threads: extra sessions for :meth:`infer_lane` (0: none), each with its own copy of
+            the weights and ``lane_threads`` (>= 1) intra-op threads.
+        memory_pattern: ONNX Runtime's ``enable_mem_pattern`` for the arena sessions (main and lanes).
+        arena_max_input_bytes: None: every call runs in the arena session; otherwise a call with more input
+            bytes runs in a session without the CPU arena, which frees its working memory when it returns
+            (why: docs/design/text_detection.md#memory).
 
     Attributes:
         calls_without_arena: calls run in the session without the arena so far.
 
     Raises:
-        EngineError: the file is missing or not a loadable ONNX model, or a negative ``arena_max_input_bytes``.
+        EngineError: a missing or unloadable file, ``lanes`` < 0, ``lane_threads`` < 1 or ``arena_max_input_bytes`` < 0.
     """
 
     name = "onnxruntime"

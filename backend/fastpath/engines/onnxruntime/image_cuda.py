@@ -1,32 +1,14 @@
 """An image model on ONNX Runtime's CUDA EP: uint8 batches in, one CUDA graph per (batch, height, width) bucket.
 
 For ``text_detection``'s ``model.uint8.onnx`` (:func:`fastpath.artifacts.detection.uint8_front`): input
-uint8 [B, H, W, 3] RGB, normalization inside the graph, output float32 [B, 1, H, W]. Per call
-(:meth:`OnnxRuntimeCudaImageEngine.run_into`), on the calling thread:
-
-1. one ``cudaMemcpyAsync`` host-to-device of the whole batch from the caller's host buffer (a
-   page-locked block of the staging pool, so the copy is a DMA) on the engine's copy stream,
-   timed with CUDA events;
-2. the session runs with ``IOBinding`` on device buffers. The shapes (batch, height, width) given to
-   :meth:`OnnxRuntimeCudaImageEngine.capture` get fixed device buffers and a CUDA graph (ONNX Runtime's
-   ``enable_cuda_graph`` with the run option ``gpu_graph_id``): their first runs capture it, later
-   ones replay it. With ``graph_after_runs`` > 0 a shape also gets one while serving, once it has run
-   that many times, up to ``max_graphs`` (ONNX Runtime cannot free one graph). Off by default: on the
-   H200 with onnxruntime-gpu 1.31.1, graphs captured while serving mixed image sizes were followed by
-   cudaErrorIllegalAddress in later replays (docs/known-issues.md). Other shapes run on a second,
-   graph-free session with device buffers of their own (the most recent ``max_eager_shapes`` kept);
-3. one ``cudaMemcpyAsync`` device-to-host of the maps into the caller's host buffer (page-locked).
-
-Every run goes through one worker thread the engine owns: ONNX Runtime's CUDA EP keeps its graphs and
-run counts per calling thread, so runs from several threads (the load-time warm-up, the scheduler's
-engine thread) would capture every graph once per thread. A capture, and the making of a shape's
-device buffers, hold :data:`fastpath.memory.cuda.CAPTURE_LOCK`, so no other thread allocates CUDA
-memory meanwhile (CUDA forbids it during a global-mode capture).
-
-Steady state on graph buckets allocates no device memory (their buffers are made once). Counters
-(:meth:`stats`) give copies, bytes, copy seconds and runs by kind, so a benchmark can report the
-H2D rate inside the served path. ONNX Runtime documents the limits this follows: graph capture
-needs every node on the CUDA EP and fixed input/output addresses per graph.
+uint8 [B, H, W, 3] RGB, normalization inside the graph, output float32 [B, 1, H, W]. A call
+(:meth:`OnnxRuntimeCudaImageEngine.run_into`) is one H2D copy of the batch from a page-locked host block,
+a run with ``IOBinding`` on fixed device buffers (a graph replay for a shape given to ``capture``, else a
+graph-free session), and one D2H copy of the maps; copies are timed with CUDA events (:meth:`stats`).
+Graphs captured while serving (``graph_after_runs`` > 0) are off by default: docs/known-issues.md.
+Every run goes through one worker thread the engine owns (ONNX Runtime keeps graphs per calling thread),
+and captures hold :data:`fastpath.memory.cuda.CAPTURE_LOCK`. Design and why:
+docs/design/text_detection.md#on-a-gpu.
 """
 
 from __future__ import annotations

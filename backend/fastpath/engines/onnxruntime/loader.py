@@ -48,15 +48,11 @@ def load(
             provider with CUDA graphs; needs onnxruntime-gpu).
         layout: CUDA only: ``"tokens"`` (int64 [B, L] inputs, (batch, length) buckets) or ``"images"``
             (uint8 [B, H, W, 3] input, graphs per (batch, height, width)).
-        intra_op_threads: CPU threads per operator (CPU only); 0: one per CPU the process may use.
-        allow_spinning: CPU only: ONNX Runtime's ``session.intra_op.allow_spinning`` (worker threads
-            busy-wait between operators when True, ONNX Runtime's default).
-        lanes, lane_threads: CPU only: extra sessions for ``infer_lane`` (see OnnxRuntimeEngine).
-        memory_pattern, arena_max_input_bytes: CPU only: ONNX Runtime's memory pattern, and the input size
-            above which a call runs without the CPU memory arena (see OnnxRuntimeEngine).
+        intra_op_threads, allow_spinning, lanes, lane_threads, memory_pattern, arena_max_input_bytes:
+            CPU only: see :class:`OnnxRuntimeEngine` (0 threads: one per CPU the process may use).
         batch_sizes: CUDA only: batch sizes that get graphs; None: ``TOKEN_BATCH_SIZES`` or ``IMAGE_BATCH_SIZES``.
-        lengths: the length buckets in tokens (``tokens``).
-        check_addresses: verify bound buffers never move between capture and replay (``tokens``).
+        lengths, check_addresses: ``tokens``: the length buckets in tokens; verify bound buffers never
+            move between capture and replay.
         max_graphs, graph_after_runs, max_eager_shapes, tf32: ``images`` only (see OnnxRuntimeCudaImageEngine).
 
     Raises:

@@ -77,14 +77,12 @@ class TorchEngine(Engine):
         device: ``"cuda"``, ``"cuda:N"`` or ``"cpu"``; CUDA graphs are captured only on CUDA.
         precision: ``fp16`` (default), ``bf16``, ``fp32``, or ``fp8`` (e4m3 linear layers through
             ``torch._scaled_mm``, FP16 elsewhere).
-        batch_sizes: batch buckets to capture.
-        lengths: sequence-length buckets (tokens) to capture; at most max_position_embeddings.
+        batch_sizes, lengths: the batch and sequence-length (tokens; at most max_position_embeddings) buckets to capture.
         use_graphs: capture and replay CUDA graphs (ignored on CPU, which always runs eagerly).
         check_addresses: verify static buffers never move between capture and replay.
         capture: capture at construction (otherwise call :meth:`warmup`).
         intra_op_threads: CPU threads for eager CPU runs; 0 leaves PyTorch's default.
-        sync: ``blocking`` (sleep on a blocking-sync CUDA event) or ``spin`` (busy-wait) while a
-            batch runs; see :class:`~fastpath.graphs.runner.GraphRunner`.
+        sync: how the host waits while a batch runs, ``spin`` or ``blocking`` (:class:`~fastpath.graphs.runner.GraphRunner`).
 
     Raises:
         ConfigError: unknown precision, or a length bucket beyond the model's positions.
