@@ -1,26 +1,13 @@
 """Online cost model: predicted engine time of a batch shape (batch bucket x length bucket).
 
-Each (batch size, padded length) cell keeps two statistics of its measured execution times:
-
-* ``expected``: an exponentially weighted moving average (EWMA), what a batch costs now, other
-  load included. Used for *time* predictions: deadlines (rule b) and when to stage the next batch.
-* ``floor``: a slowly rising minimum, what the shape costs when the machine is not contended.
-  Used to *compare shapes* (pad or not, merge buckets or not, wait or not). On a shared machine
-  other work adds delays per call that look like per-call overhead and change from second to
-  second; decisions made on those would trade real padding for imagined savings. The floor
-  rises by ``FLOOR_RISE`` per measurement above it, so a lasting change (a slower engine) is
-  learned within tens of batches.
-
-For each statistic a linear fit ``overhead_s + per_token_s * batch * length`` runs through the
-cells (least squares, one point per cell, weighted by its measurement count up to
-``FIT_WEIGHT_CAP``, so the often-run small shapes cannot drown the leverage of the rare large
-ones); before two distinct token counts are measured, a prior stands in. The linear form is what
-a BERT encoder costs to first order: a fixed per-call overhead plus work proportional to the
-padded tokens (attention's length^2 term is small at these lengths). A cell's prediction shrinks
-its own value toward the fit by its measurement count ``n``: ``fit + n / (n + SHRINK_MEASUREMENTS)
-* (cell - fit)`` (empirical-Bayes style), so a cell seen once or twice cannot look cheaper than its
-neighbours by chance, while a cell measured often (where the engine really departs from the line,
-e.g. a GPU's flat cost up to some batch size) follows its own measurements.
+Each (batch size, padded length) cell keeps two statistics of its measured execution times: ``expected``,
+an EWMA (what a batch costs now, other load included; used for deadlines and when to stage the next batch),
+and ``floor``, a minimum that rises by ``FLOOR_RISE`` of the gap per measurement above it (what the shape costs
+uncontended; used to compare shapes, so other work's delays on a shared machine never pass for per-call
+overhead). For each statistic a least-squares line ``overhead_s + per_token_s * batch * length`` runs through
+the cells (weights capped at ``FIT_WEIGHT_CAP``; a prior until two token counts are measured), and a cell's
+prediction is its value shrunk toward the line: ``fit + n / (n + SHRINK_MEASUREMENTS) * (cell - fit)``.
+Why each choice: docs/design/scheduler.md#cost-model-costmodel.
 """
 
 from __future__ import annotations
@@ -29,7 +16,7 @@ import threading
 
 # Priors used only until two distinct shapes have been measured (warm-up measures several at load):
 # a few milliseconds per call plus ~0.1 ms per padded token, the order of ONNX Runtime fp32
-# all-MiniLM-L6-v2 on an idle 2-core CPU (~35-40 sequences/s at 128 tokens).
+# all-MiniLM-L6-v2 on the dev machine's CPU (docs/benchmarks/engines_cpu.md).
 PRIOR_OVERHEAD_S = 2e-3
 PRIOR_PER_TOKEN_S = 1e-4
 FIT_WEIGHT_CAP = 8  # a cell's weight in the linear fit: its measurement count, at most this

@@ -2,39 +2,16 @@
 
 :class:`CostRules` is the :class:`~fastpath.scheduling.policy.BatchPolicy` behind
 :class:`~fastpath.scheduling.lengths.LengthBucketPolicy` (texts) and
-:class:`~fastpath.scheduling.shapes.ExactShapePolicy` (images); they differ only in their buckets
-and in whether neighbouring buckets may merge (``merges_buckets``).
+:class:`~fastpath.scheduling.shapes.ExactShapePolicy` (images); they differ only in their buckets and in
+whether neighbouring buckets may merge (``merges_buckets``). Candidates (:mod:`fastpath.scheduling.candidates`)
+are runs of adjacent buckets holding the anchor item (the queue head; for ``deadline``, the item at risk),
+snapped down or up to an engine batch size; the most efficient wins (the items' ideal engine time over the
+padded batch's predicted time, on :class:`~fastpath.scheduling.costs.CostModel`'s floor), so padding,
+merging and waiting are all decided by cost.
 
-Candidates (:mod:`fastpath.scheduling.candidates`). A candidate batch is a run of adjacent buckets
-``[lo, hi]`` that holds the *anchor* item; it pads to bucket ``hi``'s length. Its size snaps to the
-engine's batch sizes: either down (run the best-ranked ``B_down`` items, the rest wait) or up (run
-all ``n`` items plus ``B_up - n`` filler rows). The candidate with the highest *efficiency* wins: the
-ideal engine time of its items (their tokens at the per-token cost of a full largest batch) over the
-predicted time of the padded batch, both from the cost model's uncontended *floor*
-(:class:`~fastpath.scheduling.costs.CostModel`); deadlines use its *expected* times. So "pad the
-length up or run two batches" and "pad the batch up or let items wait" are both decided by cost. A
-run of several buckets must also beat running each of its buckets' items as their own batch, so a
-short anchor never rides along with long items that would run efficiently without it.
-
-Rules, checked in this order while the engine is free (after the queue's ``expire``):
-    deadline  (b) if an item's batch must start before the batch the rules below would run now could
-              end (its predicted cost; the engine asks again only then), given the predicted cost of
-              its own batch plus ``deadline_margin_s``, its best batch runs now instead.
-    full      (a) a bucket holds a full largest batch: that batch runs now; unless the oldest item
-              has waited ``max_queue_delay_s`` (then ``delay`` goes first, so a bucket refilled by
-              sustained load cannot starve other buckets), and only a bucket whose head has the
-              head's priority level.
-    drain     the queue is closed (or flushed): run the best batch now.
-    delay     (c) the oldest item has waited ``max_queue_delay_s``: the best batch runs now.
-    idle      the engine is free and waiting is not predicted to pay: at arrival rate ``r`` into the
-              candidate's buckets, filling the next batch size idles the engine ``need / r`` s; wait
-              only if the fuller batch's efficiency, that idle time counted, beats running now by
-              ``min_padding_gain``. Rates are learned only while work is pending, so a closed-loop
-              client at concurrency 1 never waits for company (rarely pays on CPU; often on a GPU).
-Within one priority level every item becomes the head in turn, so none waits behind later ones
-for longer than the batches ahead of it take; a worse level can wait as long as better levels keep
-the engine busy (Triton's priority semantics; give such requests a timeout).
-The anchor is the queue head (best priority level, then oldest), except for ``deadline``: the item at risk.
+Rules, in order, while the engine is free (after the queue's ``expire``): ``deadline`` (b), ``full`` (a),
+``drain``, ``delay`` (c), ``idle``. What each does, and why this order keeps every item of a priority
+level from waiting behind later ones: docs/design/scheduler.md ("The cost rules").
 """
 
 from __future__ import annotations

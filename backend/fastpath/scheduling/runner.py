@@ -1,30 +1,19 @@
-"""The threaded driver around :class:`~fastpath.scheduling.queue.BatchQueue`.
+"""The threaded driver around :class:`~fastpath.scheduling.queue.BatchQueue`: host work overlaps the engine.
 
-Three threads form a pipeline, so host work for batch N+1 overlaps the engine running batch N
-(engines release the GIL while running):
+Three threads form a pipeline, so host work for batch N+1 overlaps the engine running batch N (engines release
+the GIL):
 
-    stager      while the engine runs batch N, waits until N is predicted to end within
-                ``stage_lead_s`` (cost model), then asks the queue for batch N+1, drops cancelled
-                texts and stages it (``handler.stage``: padding into engine inputs) into a one-slot
-                hand-off. Forming N+1 late, not when N starts, lets texts that arrive during N join.
-    engine      runs the staged batch (``handler.run``), measures it on the injected clock and feeds
-                the cost model. When it is idle and nothing is staged, it forms and stages the next
-                batch itself, so a lone request at low load costs no thread hand-off;
-    completion  delivers rows to tickets (``handler.finish``), which send the responses, while the
-                engine already runs the next batch. When nothing else is in flight, the engine thread
-                delivers the batch itself (no hand-off at low load).
+    stager      once N is predicted to end within ``stage_lead_s``, forms N+1 (texts arriving during N join it),
+                drops cancelled texts and stages it (``handler.stage``) into a one-slot hand-off.
+    engine      runs the staged batch (``handler.run``), measures it on the injected clock and feeds the cost
+                model; idle with nothing staged, it forms and stages the next batch itself.
+    completion  delivers rows to tickets (``handler.finish``) while the engine runs the next batch; with nothing
+                else in flight, the engine thread delivers the batch itself (no hand-off at low load).
 
-With ``lanes`` > 1 there is one engine thread per lane, all fed from the one queue, so up to ``lanes`` batches
-run at once (``handler.run(staged, lane=i)``: on a CPU, one single-threaded ONNX Runtime session per lane). A
-batch that runs alone (no other lane busy, nothing queued behind it) runs with ``lane=None``: the handler's wide
-engine, all cores on one batch, which is what a lone request at low load wants. Once batches overlap, every
-batch runs on a lane until none has overlapped for ``LANES_LINGER_S``: a wide ONNX Runtime session's worker
-keeps spinning after its run and slows the lanes beside it, so load that comes and goes must not flip between
-the two. Why lanes: docs/design/scheduler.md ("Engine lanes").
-
-Texts are tokenized before :meth:`BatchRunner.submit` (in Triton's ``execute`` thread), which also overlaps the
-engine. Every accepted ticket is answered exactly once: with its rows, or with the error of the batch that
-failed, its timeout, its cancellation, or shutdown (``answers.BatchPreparer``).
+With ``lanes`` > 1 there is one engine thread per lane, all fed from the one queue. A batch that runs alone gets
+``lane=None`` (the handler's wide engine); once batches overlap, every batch runs on a lane until none has
+overlapped for ``LANES_LINGER_S``. Every accepted ticket is answered exactly once (``answers.BatchPreparer``).
+Design and why: docs/design/scheduler.md ("Architecture", "Pipelining", "Engine lanes").
 """
 
 from __future__ import annotations
@@ -49,8 +38,8 @@ from fastpath.scheduling.tickets import WorkItem
 LOG = logging.getLogger(__name__)
 
 # With lanes: how long after batches last overlapped (or queued behind one another) a lone batch may run wide
-# again. On the 2-core dev machine a wide two-thread ONNX Runtime session run every 30 ms cut two lanes beside
-# it from ~190 to ~120 texts/s (its spinning worker), so the switch back waits well past one such period.
+# again: well past the period at which a wide session's spinning worker was measured slowing the lanes beside it
+# (docs/design/scheduler.md, "Engine lanes").
 LANES_LINGER_S = 0.25
 
 
