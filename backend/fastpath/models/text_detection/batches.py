@@ -156,8 +156,8 @@ def warm_up(handler: DetectionBatchHandler, costs: Any, clock: Any, batch_sizes:
     """Run a few batch shapes through the pool and engine to warm them and seed the cost model.
 
     For each resized shape and each batch bucket of 1 and 2 images: one untimed run, then one
-    timed run whose seconds seed ``costs`` at (batch size, 32x32 cells of the shape). About a
-    second on an idle 2-core CPU with the defaults.
+    timed run whose seconds seed ``costs`` at (batch size, 32x32 cells of the shape). How long it
+    takes: docs/design/text_detection.md ("Warm-up").
     """
     sizes = [size for size in batch_sizes if size in (1, 2)]
     for height, width in shapes_hw:

@@ -1,32 +1,14 @@
 """Memory budget of a text_detection model instance: its stub's peak above the idle stub, from the config.
 
-One request of n images of h x w pixels, c channels, each resized to p pixels (``resized_shape``),
-arrives at an idle stub. Engine calls hold r rows: the largest batch bucket B when n >= B, else
-the smallest bucket >= n (a call may be padded up with filler rows); there are k = ceil(n / B)
-calls, and a call's float32 input is F = r * 3 * p * 4 bytes. The peak above the idle stub is the sum of
-(:func:`predict_peak`):
-
-    request      n * h * w * c          the IMAGE tensor in Triton's shared memory (twice with decode_threads:
-                                        the copy handed to the decode thread); IMAGE_BYTES: 3 x the files
-                                        (shared memory, Python bytes, one file re-joined)
-    converted    n * h * w * 3          RGB copies of images that are not 8-bit RGB tensors (a request's
-                 + decoded + scratch    images all at once); IMAGE_BYTES: one decoded image
-                                        (h * w * c * s, and its 8-bit copy when s = 2) at a time
-    resized      n * p * 3              the queued uint8 copies
-    staging      min(k, 2, blocks) * F  the running call's block and the next one's, staged meanwhile
-                                        (blocks: how many blocks of F's size class fit in the pool)
-    engine       E * r * p              ONNX Runtime's working memory, the call's output included:
-                                        E = 146 B/px when F > arena_max_input_bytes (no arena), else
-                                        the arena's A = 200 B/px
-    maps         (k > 1) * r * p * 4    the previous call's probability maps, post-processed meanwhile
-    postprocess  4 * p                  DB post-processing of one image
-
-E and A are measured (ONNX Runtime 1.32, PP-OCRv4 det; docs/design/text_detection.md, "Memory"): a
-property of the artifact, not of the config. The budget is a CPU instance's: on a GPU the engine's
-working memory is device memory. With shape buckets (``bucket_sides_px``) a call runs at its bucket's
-size: pass that as ``resized_pixels``. The configured caps bound every term, which
-:func:`peak_budget` adds up for the worst legal request; :func:`steady_budget` bounds what stays
-once a request was answered.
+A request of n images of h x w pixels (c channels), each resized to p pixels, runs in k engine calls of r rows
+(set by the batch buckets). :func:`predict_peak` sums its terms, in bytes: ``request`` (the tensor in Triton's
+shared memory), ``converted`` (RGB copies), ``resized`` (the queued uint8 copies), ``staging`` (the running
+call's block and the next one's), ``engine`` (ONNX Runtime's working memory: E bytes per input pixel without
+the arena, A with it, measured properties of the artifact), ``maps`` (the previous call's probability maps)
+and ``postprocess``. :func:`peak_budget` adds up each term's bound over every request the caps accept, and
+:func:`steady_budget` bounds what stays once a request was answered. The budget is a CPU instance's (on a GPU
+the engine's working memory is device memory); with shape buckets (``bucket_sides_px``) pass the bucket's size
+as ``resized_pixels``. Each term's formula and the measurements: docs/design/text_detection.md#budget.
 """
 
 from __future__ import annotations

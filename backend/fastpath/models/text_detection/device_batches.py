@@ -1,23 +1,19 @@
 """Scheduler batches for text detection on a GPU: uint8 staging, one H2D, graph replay, one D2H.
 
-:class:`DeviceBatchHandler` is the :class:`~fastpath.scheduling.BatchHandler` of a ``KIND_GPU``
-``text_detection`` instance. A batch (from :class:`~fastpath.scheduling.ExactShapePolicy`, keyed by
-the *shape bucket* (Hb, Wb) of :class:`~fastpath.graphs.ImageSideBuckets`) holds
-:class:`~fastpath.models.text_detection.pipeline.PreparedImage` payloads whose resized (h, w) fit in
-the bucket:
+:class:`DeviceBatchHandler` is the :class:`~fastpath.scheduling.BatchHandler` of a ``KIND_GPU`` ``text_detection``
+instance. A batch (:class:`~fastpath.scheduling.ExactShapePolicy`, keyed by the shape bucket (Hb, Wb) of
+:class:`~fastpath.graphs.ImageSideBuckets`) holds :class:`~fastpath.models.text_detection.pipeline.PreparedImage`
+payloads whose resized (h, w) fit the bucket:
 
-    stage   lease one block of ``batch_size * Hb * Wb * 3`` bytes from the staging pool (page-locked)
-            and write each resized uint8 RGB image into the top-left of its row, black (0) below and
-            to the right of it; filler rows (the queue padded up to a batch bucket) copy row 0.
-    run     lease a block for the float32 maps [batch_size, Hb, Wb]; the engine copies the input
-            block to the device in one DMA, runs (a CUDA graph replay for a captured bucket),
-            and copies the maps back in one DMA; the input lease is released.
-    finish  DB post-processing of each real image's map cropped to its own (h, w): on the completion
-            thread, or spread over ``post_threads`` threads (OpenCV releases the GIL), so the
-            completion thread is free for the next batch at once; the map lease is released when
-            the batch's last image is done.
+    stage   lease a page-locked block of ``batch_size * Hb * Wb * 3`` bytes; each resized uint8 RGB image goes
+            top-left in its row, black (0) around it; filler rows copy row 0.
+    run     lease a block for the float32 maps [batch_size, Hb, Wb]; the engine copies the input in one DMA,
+            runs (a graph replay for a captured bucket) and copies the maps back in one DMA; the input lease goes.
+    finish  DB post-processing of each real image's map cropped to its (h, w), on the completion thread or over
+            ``post_threads`` threads (OpenCV releases the GIL); the map lease goes after the last image.
 
-Leases of batches staged but never run are released by :meth:`DeviceBatchHandler.close`.
+:meth:`DeviceBatchHandler.close` releases the leases of batches staged but never run.
+Design: docs/design/text_detection.md#on-a-gpu.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""Detector input: resize to a multiple of 32, normalize, lay out as BGR planes.
+"""Detector input: resize to a multiple of 32, normalize, lay out as BGR planes (PP-OCR trains on OpenCV's BGR).
 
-Resize: PaddleOCR ``ppocr/data/imaging/operators.py`` ``DetResizeForTest.resize_image_type0`` (the
-same arithmetic as rapidocr-onnxruntime 1.4.4 ``ch_ppocr_det/utils.py`` ``DetPreProcess``), with
-its two ``limit_type`` policies, plus a floor of 32 pixels per side (tiny images such as 1x1 still
-give a valid network input instead of rapidocr's "no result") and FastPath's cap on resized pixels:
+Resize: PaddleOCR ``ppocr/data/imaging/operators.py`` ``DetResizeForTest.resize_image_type0`` (rapidocr-onnxruntime
+1.4.4 ``ch_ppocr_det/utils.py`` ``DetPreProcess``) with its two ``limit_type`` policies, a floor of 32 pixels per
+side and FastPath's cap on resized pixels; then bilinear ``cv2.resize`` on uint8 and ``(pixel / 255 - 0.5) / 0.5``:
 
     limit_type "max": ratio = limit / max(h, w) if max(h, w) > limit else 1   # shrink only
     limit_type "min": ratio = limit / min(h, w) if min(h, w) < limit else 1   # enlarge only
@@ -13,14 +12,8 @@ give a valid network input instead of rapidocr's "no result") and FastPath's cap
         ratio = min(ratio, sqrt(cap / (h * w)), cap / 32 / max(h, w))
         h' = max(32, floor(int(h * ratio) / 32) * 32)   # rounded down, so h' * w' <= cap
         w' = max(32, floor(int(w * ratio) / 32) * 32)
-    resized = cv2.resize(image, (w', h'))                # bilinear (INTER_LINEAR), uint8
-    x = (pixel / 255 - 0.5) / 0.5                        # mean = std = 0.5 per channel
 
-Examples, "max" with limit 960: 1x1 and 31x31 -> 32x32, 33x50 -> 32x64, 641x479 -> 640x480,
-100x3000 -> 32x960, 8000x8000 -> 960x960. "min" with limit 736 (cap 2097152): 172x448 -> 736x1920,
-191x384 -> 736x1472, 1x1 -> 736x736, 8000x8000 -> 1440x1440 (clamped; unclamped it would stay 8000x8000).
-
-PP-OCR models are trained on OpenCV-decoded (BGR) images, so the planes are written in B, G, R order.
+Why each rule, and examples of both policies and the clamp: docs/design/text_detection.md#pipeline.
 """
 
 from __future__ import annotations

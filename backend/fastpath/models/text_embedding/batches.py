@@ -236,8 +236,8 @@ def warm_up(handler: EmbeddingBatchHandler, grid: BucketGrid, costs: CostModel, 
     warmed at load: ``TextEmbedder.check_lanes``).
 
     Six shapes (batch 1/4/16 x two lengths), each run three times; the fastest of the last two
-    seeds the model (on a shared machine other work only ever adds time). Well under a second on
-    an idle 2-core CPU.
+    seeds the model (on a shared machine other work only ever adds time). How long it takes:
+    docs/design/scheduler.md#cost-model-costmodel.
     """
     lengths = [grid.lengths.up(16), grid.lengths.up(48)]
     sizes = [b for b in grid.batch_sizes if b in (1, 4, 16)]

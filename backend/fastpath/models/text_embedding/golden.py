@@ -103,20 +103,18 @@ def load_text_version(model_dir: Path, version: int, base: TextEmbeddingConfig, 
                       serving_tokenizer: tuple[TextTokenizer, str] | None = None) -> TextEmbedder:
     """Verify a version's manifest and load its engine, warmed up on one short batch.
 
-    The artifact file and precision come from the version's manifest; ONNX Runtime loads the
-    artifact's external-data copy when the manifest lists a current one
-    (:func:`fastpath.manifest.external_data_artifact`). The long shapes are warmed by the golden check
-    (:func:`validate_text_version`), which runs before the version serves.
+    The artifact file and precision come from the manifest; ONNX Runtime loads the artifact's external-data copy
+    when the manifest lists a current one (:func:`fastpath.manifest.external_data_artifact`). The long shapes are
+    warmed by the golden check (:func:`validate_text_version`), which runs before the version serves.
 
     Args:
-        model_dir: the model's directory in the model repository.
-        version: the version directory to load.
+        model_dir, version: the model's directory in the model repository; the version directory to load.
         base: the serving config (artifact and precision are replaced by the manifest's).
         checksums: digests of files verified before and unchanged since (None: hash every file).
         timings: if given, receives ``verify_s``, ``engine_load_s`` and ``warmup_s`` (seconds).
-        serving_tokenizer: the serving version's tokenizer and the sha256 of its ``tokenizer.json``.
-            The version must list the same file (queued requests are already tokenized); the
-            tokenizer object is then shared instead of loaded again (it holds no per-call state).
+        serving_tokenizer: the serving version's tokenizer and the sha256 of its ``tokenizer.json``. The version
+            must list the same file (queued requests are already tokenized); the tokenizer object (no per-call
+            state) is then shared instead of loaded again.
 
     Raises:
         ArtifactError: missing directory, manifest or file, a checksum mismatch, or another tokenizer.
