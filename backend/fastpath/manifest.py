@@ -7,10 +7,8 @@ such), or differ from their recorded checksums; a manifest that names a path out
 is refused too.
 
 A :class:`ChecksumCache` lets a long-running process (a serving instance taking live swaps) hash each
-published file once: a digest is reused only while the file keeps its identity and metadata
-(device, inode, size, mtime and ctime in ns). Any change through the filesystem moves ctime, which
-user space cannot set back, so a rewritten, replaced or re-linked file is hashed again; corruption
-below the filesystem (a failing disk) after the first check is not seen until the process restarts.
+published file once, reusing a digest only while the file keeps its identity and metadata (device, inode,
+size, mtime and ctime in ns); why that is safe, and what it cannot see: docs/design/hot-swap.md ("Checksums").
 
 :func:`external_data_artifact` reads the manifest's ``external_data`` entry: the copy of ``model.onnx``
 with its weights as ONNX external data that a live swap loads faster (written by

@@ -128,22 +128,18 @@ class ServerOptions:
         models: models loaded at start (explicit model-control mode).
         http_port, grpc_port, metrics_port: TCP ports (Triton defaults 8000/8001/8002).
         host: address HTTP and gRPC bind to.
-        log_verbose: Triton's ``--log-verbose`` level.
-        extra_args: more tritonserver flags, passed as given.
-        admin_key: FastPath's admin key. When set, it is passed to the stubs as ``FASTPATH_ADMIN_KEY``
-            (swap/rollback need it) and Triton's own model-repository API (load/unload), logging
-            and trace settings (:data:`RESTRICTED_APIS`) are restricted to clients sending the header
-            ``fastpath-admin-key: <key>`` (``--http-restricted-api``, ``--grpc-restricted-protocol``).
-        state_dir: control-plane directory for live swaps (``FASTPATH_STATE_DIR``); None makes a fresh
-            temporary one per start, removed at stop.
-        version_state_dir: where the models' serving-version records live (``FASTPATH_VERSION_STATE_DIR``,
-            ``fastpath.swaps.record``); None keeps the environment's value, or each model's own
-            directory in the model repository.
-        exit_timeout_s: Triton's ``--exit-timeout-secs``: how long shutdown waits for in-flight
-            requests and open HTTP connections (clients holding keep-alive connections delay it).
-        model_config_name: Triton's ``--model-config-name``: load ``<model>/configs/<name>.pbtxt``
-            where a model has one, else its ``config.pbtxt``; "" loads ``config.pbtxt`` everywhere
-            (``gpu`` for ``fastpath serve --device cuda``: :mod:`fastpath.server.devices`).
+        log_verbose, extra_args: Triton's ``--log-verbose`` level; more tritonserver flags, passed as given.
+        admin_key: FastPath's admin key, passed to the stubs as ``FASTPATH_ADMIN_KEY`` (swap/rollback need it);
+            when set, Triton's :data:`RESTRICTED_APIS` answer only clients sending ``fastpath-admin-key: <key>``
+            (docs/design/hot-swap.md).
+        state_dir: control-plane directory for live swaps (``FASTPATH_STATE_DIR``); None: a fresh temporary
+            one per start, removed at stop.
+        version_state_dir: where the serving-version records live (``FASTPATH_VERSION_STATE_DIR``,
+            :mod:`fastpath.swaps.record`); None keeps the environment's value, or each model's own directory.
+        exit_timeout_s: Triton's ``--exit-timeout-secs``: how long shutdown waits for in-flight requests and
+            open HTTP connections (docs/known-issues.md#shutdown).
+        model_config_name: Triton's ``--model-config-name``: ``<model>/configs/<name>.pbtxt`` where a model has
+            one, else ``config.pbtxt``; "" loads ``config.pbtxt`` everywhere (:mod:`fastpath.server.devices`).
     """
 
     model_repository: Path

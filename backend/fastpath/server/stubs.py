@@ -1,46 +1,17 @@
-"""Reload a model whose python-backend stub died while tritonserver runs on.
+"""Reload a model whose python-backend stub died or stopped answering while tritonserver runs on.
 
-After ``kill -9`` of ``text_embedding``'s stub, Triton 2.51 keeps reporting the model ready
-(``/v2/models/text_embedding/ready`` and ``/v2/health/ready`` both 200) while every request fails
-with "Stub process 'text_embedding_0_0' is not healthy." for as long as the server runs. Older
-python backends restarted a dead stub on the next request (python_be.cc, "Stub process is unhealthy
-and it will be restarted."); this one does not, a ``load`` of the unchanged model is a no-op, and
-only unload + load brings it back. A stub can die on its own (the
-kernel's OOM killer, a native crash in an engine), and readiness probes would keep routing traffic
-to the broken model.
-
-:class:`StubSupervisor`, a thread of ``fastpath serve``, lists tritonserver's stubs every
-``poll_s`` (its process group; a stub's command line names the model's ``model.py`` and the model
-instance). When an instance's stub has been gone for ``grace_s`` with no stub of the same model,
-version and instance name in its place while Triton still reports that model version ready, the stub died: the
-supervisor unloads the model, waits until Triton no longer has it, and loads it again (the
-repository API, with the admin key when one is set). A stub that ends in an unload or a reload is
-not a death: Triton marks the model unready before it stops the stub, and a reload's new stub, with
-the same instance name, runs before the old one stops. A model that needs more than
-``max_reloads`` reloads within ``window_s`` is left alone and :attr:`StubSupervisor.failure` says
-so, as when a reload fails; ``fastpath serve`` then stops the server and exits 1, so that an
-orchestrator restarts it. Not covered (Triton 2.51): requests that were inside the dead stub are
-never answered, its instance never finishes unloading, tritonserver itself sometimes aborts on a
-stub death under load (boost ``lock_exception``; 2 of ~27 kills).
-
-A stub that runs but stopped answering is treated like a dead one. Triton 2.51 keeps such a model ready
-too: a stub stopped (``SIGSTOP``) leaves the requests inside it unanswered for good and fails each new
-one with "Stub process ... is not healthy"; one whose engine or scheduler is stuck answers nothing.
-Each scheduled FastPath model instance publishes a progress record (:mod:`fastpath.triton.progress`);
-when :meth:`~fastpath.triton.progress.ProgressRecord.stalled` says the instance stalled (in-flight
-requests and no answer and no finished batch, or no heartbeat, for its ``stall_timeout_s``), the
-supervisor logs why, sends the stub ``SIGUSR1`` (faulthandler prints its threads' stacks into
-tritonserver's log), kills it and reloads the model as after a death; the reload counts toward
-``max_reloads``. Each reload, with its cause, is recorded for the admin ``status``
-(:meth:`fastpath.swaps.control.ControlPlane.note_recovery`).
-A reloaded model comes back on its recorded serving version (else Triton's), as after any reload
-(fastpath.swaps.record, docs/design/hot-swap.md).
-
-The container images run ``fastpath serve`` too (docker/entrypoint.py), so this supervisor reloads
-there as well. The Kubernetes liveness probe runs ``python -m fastpath.server.stubs --check``
-(:func:`check`), which fails while a ready python-backend model version has fewer live stubs than its
-config's instances (between a death and the supervisor's reload), a stub has stalled, or a model failed
-to load, and the orchestrator restarts a container that stays that way.
+Triton 2.51 keeps such a model ready while its requests fail ("Stub process ... is not healthy") or hang, and
+never restarts the stub; only unload + load brings it back (docs/known-issues.md). :class:`StubSupervisor`, a
+thread of ``fastpath serve``, lists tritonserver's stubs every ``poll_s``: an instance whose stub has been gone
+for ``grace_s`` with none in its place while Triton still reports the model version ready has died; one whose
+progress record says it stalled (:meth:`~fastpath.triton.progress.ProgressRecord.stalled`) is sent ``SIGUSR1``
+(its stacks into Triton's log) and killed. Either way the model is unloaded and loaded again, and the cause is
+recorded for ``status`` (:meth:`fastpath.swaps.control.ControlPlane.note_recovery`). More than ``max_reloads``
+within ``window_s``, or a failed reload, sets :attr:`StubSupervisor.failure`, and ``fastpath serve`` stops the
+server and exits 1 for an orchestrator to restart. :func:`check` is the liveness probe
+(``python -m fastpath.server.stubs --check``: a ready model short of stubs, a stalled stub, a failed load).
+How a death is told from an unload, and what no supervisor can fix:
+docs/deployment.md#health-liveness-and-stalled-models.
 """
 
 from __future__ import annotations

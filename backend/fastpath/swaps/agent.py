@@ -9,10 +9,9 @@ HEARTBEAT_S so the admin model knows it is alive.
 
 How the thread learns of a command: on Linux it sleeps on an inotify watch of the model's control
 directory (``inotify_simple``), which wakes it when ``desired.json`` is replaced, and re-checks the
-file every ``WATCH_RECHECK_S`` in case an event was missed. Before, it polled the file's ``stat``
-every 5 ms: ~0.011 cores per idle instance on the dev machine (17 FastPath models loaded and idle
-took 0.17 of its 2 cores), all of it wake-ups of a Python thread. Where inotify is unavailable
-(no ``inotify_simple``, not Linux, the per-user inotify limit reached) it polls every ``poll_s``.
+file every ``WATCH_RECHECK_S`` in case an event was missed. Where inotify is unavailable (no
+``inotify_simple``, not Linux, the per-user inotify limit reached) it polls every ``poll_s``; why the
+watch: what polling costs an idle instance (docs/design/hot-swap.md, "What makes a swap fast").
 """
 
 from __future__ import annotations
@@ -58,26 +57,21 @@ def _directory_watch(directory: Any) -> Any:
 class SwapAgent:
     """Polls the control plane and applies commands to ``slots``.
 
+    Commands posted before the instance started are history, except the latest when it is a swap to another
+    version than this instance serves that the record does not show applied: a reload that lands mid-swap then
+    applies it too, so no instance ends on a version other than the one the swap reports.
+
     Args:
-        plane: the model's control plane.
-        instance: this instance's name (Triton's ``model_instance_name``).
-        slots: the instance's engine slots.
-        load: version -> engine (see :meth:`EngineSlots.swap`).
-        validate: (engine, version) -> None, raising on failure.
-        poll_s: without inotify, seconds between ``stat`` calls on desired.json (inode and mtime; at 5 ms a
-            command waits 2.5 ms on average to be seen, and an idle instance wakes 200 times a second).
+        plane, instance, slots: the model's control plane; this instance's name (Triton's ``model_instance_name``);
+            its engine slots.
+        load, validate: version -> engine (see :meth:`EngineSlots.swap`); (engine, version) -> None, raising on failure.
+        poll_s: without inotify, seconds between ``stat`` calls (inode and mtime) on desired.json.
         watch: wait on an inotify watch of the control directory (see the module docstring); False polls.
         details: extra fields for the status report (e.g. the last swap's stage timings).
-        record_path: where the model's serving-version record lives (``fastpath.swaps.record``); a
-            swap writes it after validation and before the flip. None: swaps are not recorded.
-        record: the record read when the instance loaded (None when there was none).
-        serving: how the active version came to serve: ``{"since": epoch s, "reason": ...}``
-            (``loaded``, ``swap``, ``rollback``), reported with the status.
-
-    Commands posted before the instance started are history, except the latest one when it is a
-    swap to another version than the one this instance serves and the record does not say it was
-    applied: a reload that lands while a swap is being applied then applies it too, so no instance
-    ends on a version other than the one the swap reports.
+        record_path: the serving-version record (:mod:`fastpath.swaps.record`), written by a swap after validation
+            and before the flip; None: swaps are not recorded. record: the one read at load (None: none).
+        serving: how the active version came to serve, ``{"since": epoch s, "reason": ...}`` (``loaded``,
+            ``swap``, ``rollback``), reported with the status.
     """
 
     def __init__(self, plane: ControlPlane, instance: str, slots: EngineSlots, load: Callable[[int], Any],

@@ -1,29 +1,18 @@
 """The serving version of a model, recorded where a reload or a restart finds it.
 
-A live swap happens inside the running instances, while Triton's own load reads only
-``config.pbtxt`` and the version directories (its ``version_policy``). So that a reload through
-Triton's repository API (a config override, an operator's load) or a server restart comes back on
-the version last swapped to, each instance writes this record after the new version passed its
-checks and before its flip, and every instance reads it when it loads:
+Triton's own load reads only ``config.pbtxt`` and the version directories, so that a reload or a restart comes
+back on the version last swapped to, each instance writes this record after the new version passed its checks
+and before its flip, and every instance reads it when it loads:
 
     {"version": 2, "previous_version": 1, "since": 1764620000.0, "reason": "swap",
      "command": {"state_dir": "/tmp/fastpath-state-...", "generation": 3, "ok": true}}
 
-``command`` names the control-plane command that last wrote it (its state directory and
-generation, and whether it succeeded), so an instance that loads while that command is still being
-applied knows whether it has been (see :class:`~fastpath.swaps.agent.SwapAgent`).
-
-Where: ``$FASTPATH_VERSION_STATE_DIR/<model>.json`` when that variable is set (a volume, for a
-read-only model repository), else ``serving_version.json`` in the model's directory of the model
-repository, beside ``config.pbtxt`` (Triton takes only numeric directories there for versions).
-Writes are atomic: a temporary file in the same directory, fsync, ``rename(2)``.
-
-Reading never raises anything but :class:`~fastpath.errors.VersionRecordError`, whose message starts
-``record unreadable: <path>:`` and says what is wrong: the file is read as bytes, at most
-:data:`MAX_RECORD_BYTES` of them, decoded as UTF-8, parsed as JSON (nesting too deep to parse is
-refused like any other malformed JSON) and checked field by field. A caller logs that message, shows it
-in ``status`` and serves the version Triton loaded; the next swap or rollback rewrites the file.
-Unknown keys are ignored, so a record written by a later FastPath still reads.
+``command`` names the control-plane command that last wrote it, so an instance that loads while that command is
+applied knows whether it has been (:class:`~fastpath.swaps.agent.SwapAgent`). Where:
+``$FASTPATH_VERSION_STATE_DIR/<model>.json`` when set, else ``serving_version.json`` beside the model's
+``config.pbtxt``; writes are atomic (temporary file, fsync, ``rename(2)``). Reading raises only
+:class:`~fastpath.errors.VersionRecordError` (``record unreadable: <path>: <what is wrong>``), reads at most
+:data:`MAX_RECORD_BYTES` and ignores unknown keys. How a damaged record is handled: docs/design/hot-swap.md.
 """
 
 from __future__ import annotations

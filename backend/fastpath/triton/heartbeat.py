@@ -2,7 +2,7 @@
 
 :class:`Progress` is updated on the request path: ``accept`` once per ``execute()`` call, ``answer``
 once per request answered, ``advance`` once per finished batch; each is a lock and a clock read
-(``accept`` + ``answer``: 0.56 us per request on the 2-core dev machine, timeit; a beat: 3.7 us).
+(what they and a beat cost: docs/benchmarks/serving_cpu.md).
 :class:`Heartbeat`, a thread of its own, writes the counters as a
 :class:`~fastpath.triton.progress.ProgressRecord` every ``HEARTBEAT_S`` (one 56-byte ``pwrite``), so
 the cost does not grow with the load, and a stub that cannot run Python at all stops writing, which is

@@ -1,63 +1,14 @@
 """FastPath scheduler metrics on Triton's metrics endpoint (``pb_utils.MetricFamily``).
 
-In Triton 2.51's python backend (verified with a probe model) ``MetricFamily`` offers
-COUNTER, GAUGE and HISTOGRAM, and a HISTOGRAM metric takes its ``buckets`` at creation. A family is
-removed from the endpoint when its Python object is garbage-collected, so this class keeps every
-family and metric alive until :meth:`SchedulerMetrics.close`.
-
-Names follow Prometheus' conventions: base units (seconds, bytes, ratios 0-1 in ``_ratio``),
-counters end in ``_total``, latencies are histograms (``_bucket``/``_sum``/``_count``).
-
-Labels. Every series carries ``model``, ``version`` and ``pid`` (the stub process that publishes it;
-:func:`stub_labels`); execution time also ``batch_size`` and ``seq_length``; the per-text time
-counters ``path``: ``queued`` for texts the scheduler ran after ``execute()`` had returned (their
-time is outside Triton's request statistics, which stop when ``execute()`` returns) and ``inline``
-for texts ``execute()`` ran itself (inside Triton's ``compute_infer``). Sum over ``pid`` (and
-``path``) for a per-model figure, e.g. ``sum by (model, version) (rate(fastpath_batch_size_sum[1m]))``.
-
-Why ``pid``. In Triton 2.51 two ``pb_utils`` metrics with the same family name and labels share one
-prometheus-cpp series, but each stub's family counts references to it on its own
-(``MetricFamily::Remove`` in triton-inference-server/core src/metric_family.cc). So when one stub
-drops the shared series (a failed or replaced load, one of two instances unloading) the others keep a
-dangling pointer and their next increment writes freed memory: tritonserver dies with
-"malloc_consolidate(): unaligned fastbin chunk detected" / SIGSEGV after a failed reload followed by
-a good one (upstream triton-inference-server/server#8663, open). A label unique to the
-stub process means no two stubs ever share a series. The cost: a reload or a second instance is a
-new series (the same as prometheus_client's multiprocess ``pid`` label).
-
-Families:
-    fastpath_batch_size                      HISTOGRAM  real texts per engine call
-    fastpath_batch_padding_ratio             HISTOGRAM  (padded - real tokens) / padded tokens, per call
-    fastpath_padded_tokens_total             COUNTER    tokens the engine processed (filler rows included)
-    fastpath_real_tokens_total               COUNTER    tokens of real texts
-    fastpath_queue_delay_seconds             HISTOGRAM  accept -> dispatch of the oldest text of each
-                                                        engine call
-    fastpath_queue_duration_seconds_total    COUNTER    accept -> dispatch summed over every text, by
-                                                        ``path`` (like Triton's
-                                                        nv_inference_queue_duration_us); its rate over
-                                                        ``fastpath_batch_size_sum``'s is the mean queue
-                                                        delay per text
-    fastpath_text_execution_seconds_total    COUNTER    engine time of each text's call summed over
-                                                        texts (a call of 8 texts for 10 ms adds 80 ms),
-                                                        by ``path``: over ``fastpath_batch_size_sum``,
-                                                        the mean time a text's batch ran
-    fastpath_rejected_texts_total            COUNTER    texts of requests answered with an error, by
-                                                        ``reason`` (queue_full, shutdown, timeout,
-                                                        cancelled); a request counts all its texts, so a
-                                                        cancelled or shut-down one also counts any that
-                                                        already ran (and are in fastpath_batch_size)
-    fastpath_invalid_requests_total          COUNTER    requests answered 400 for bad input
-    fastpath_batch_execution_seconds         HISTOGRAM  engine time per call, per (batch_size, seq_length) bucket
-    fastpath_batch_failures_total            COUNTER    engine calls that raised
-
-Cost. Every ``pb_utils`` metric call (``observe``, ``increment``, ``set``) is a synchronous
-stub-to-server round trip; on the H200, publishing per text and per batch from the request path cost
-18% of served throughput (docs/benchmarks/triton_gpu_h200.md). So by default
-(``metrics_interval_ms`` > 0) the request path only records into local buffers, a few list appends
-per engine call, and :class:`MetricsFlusher` publishes them from its own thread every interval and
-at unload: counters as one increment per interval, histograms one observation per engine call. A
-scrape may trail the last batches by up to one interval. ``metrics_interval_ms = 0`` publishes on
-the request path as it happens.
+Triton 2.51's python backend offers COUNTER, GAUGE and HISTOGRAM (buckets given at creation) and removes a family
+from the endpoint when its Python object is garbage-collected, so :class:`SchedulerMetrics` keeps every family and
+metric alive until :meth:`SchedulerMetrics.close`. Names follow Prometheus' conventions (base units, counters end
+in ``_total``, latencies are histograms). Every series carries ``model``, ``version`` and ``pid``
+(:func:`stub_labels`): two stubs sharing a series crash tritonserver (docs/known-issues.md), so sum over ``pid``
+for a per-model figure. Every ``pb_utils`` metric call is a stub-to-server round trip, so with
+``metrics_interval_ms`` > 0 the request path only records locally and :class:`MetricsFlusher` publishes every
+interval and at unload (a scrape may trail by one interval). Each family, its labels and the publishing cost:
+docs/design/scheduler.md#metrics-fastpathtritonmetrics-labels-model-version-pid.
 """
 
 from __future__ import annotations

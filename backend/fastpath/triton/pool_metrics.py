@@ -1,19 +1,13 @@
 """Export memory-pool statistics as Triton custom metrics (python backend ``pb_utils.MetricFamily``).
 
-Triton serves them on its metrics port (``/metrics``, default 8002) next to its own ``nv_*``
-metrics. Families (labels: ``model``, ``pool``, ``allocator`` and ``pid``, the stub process: see
-:mod:`fastpath.triton.metrics` for why series must not be shared between stubs):
-
-- gauges: ``fastpath_pool_bytes_in_use``, ``fastpath_pool_bytes_reserved``,
-  ``fastpath_pool_capacity_bytes``, ``fastpath_pool_high_water_bytes``,
-  ``fastpath_pool_fallback_bytes_in_use``, ``fastpath_pool_outstanding_leases``,
-  ``fastpath_pool_waiting_leases``, ``fastpath_pool_pinned`` (1 when page-locked);
-- counters: ``fastpath_pool_{leases,hits,misses,waits,exhausted,fallbacks,evictions,allocations,frees}_total``.
-
-Usage inside a model (the scheduler or adapter decides when to call ``update``, e.g. per batch)::
+Triton serves them on its metrics port (``/metrics``, default 8002) next to its own ``nv_*`` metrics: gauges
+``fastpath_pool_*`` (bytes in use, reserved, capacity, high water, fallback bytes, outstanding and waiting
+leases, ``pinned``) and counters ``fastpath_pool_*_total`` (leases, hits, misses, waits, exhausted, fallbacks,
+evictions, allocations, frees), labelled ``model``, ``pool``, ``allocator`` and ``pid`` (the stub: see
+:mod:`fastpath.triton.metrics`). The exact names: docs/design/memory.md. Inside a model, whatever decides
+when (e.g. once per batch) calls :meth:`PoolMetrics.update`::
 
     self.pool_metrics = PoolMetrics(pb_utils, model=args["model_name"], pools=[host_pool, device_pool])
-    ...
     self.pool_metrics.update()
 
 Reference: python_backend README, "Custom Metrics" (``MetricFamily.COUNTER`` / ``GAUGE``,

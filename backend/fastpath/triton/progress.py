@@ -1,24 +1,16 @@
 """A model instance's progress record: how FastPath tells a stub that stopped answering.
 
-Triton 2.51 keeps a model ready while its stub answers nothing: a stub stopped (``SIGSTOP``), or
-one whose scheduler makes no progress (an engine call that never returns, a thread failing in a
-loop). Requests inside it are never answered; Triton fails each new request to a stopped stub with
-"Stub process ... is not healthy". So each scheduled FastPath model instance publishes a small
-record, rewritten every second by its heartbeat thread (:mod:`fastpath.triton.heartbeat`):
+Triton 2.51 keeps a model ready while its stub answers nothing (stopped, or its scheduler makes no progress), so
+each scheduled FastPath model instance's heartbeat thread (:mod:`fastpath.triton.heartbeat`) rewrites a 56-byte
+record every second at ``<state>/<model>/progress/<instance>.<pid>``, ``<state>`` being the stub's
+``FASTPATH_STATE_DIR`` (beside the control plane, :mod:`fastpath.swaps.control`). It is written in place with one
+``pwrite`` and checked by a CRC-32 (a read that races a write reads again), and holds the pid, when it was
+written and when the instance last made progress (``CLOCK_MONOTONIC`` seconds, comparable across one host's
+processes), the requests accepted and answered, and ``stall_timeout_s`` (0 = not checked).
 
-    <state>/<model>/progress/<instance>.<pid>     (beside the control plane, fastpath.swaps.control)
-
-where ``<state>`` is the stub's ``FASTPATH_STATE_DIR`` (``fastpath serve`` sets it). The record is
-56 bytes, written in place with one ``pwrite`` and checked by a CRC-32 (a read that races a write
-reads again): the stub's pid, when it was written and when the instance last made progress
-(``CLOCK_MONOTONIC`` seconds, comparable between processes of one host), the requests it has
-accepted and answered, and its ``stall_timeout_s`` (``config.pbtxt``; 0 = not checked).
-
-:meth:`ProgressRecord.stalled` is the one verdict the stub supervisor (``fastpath serve``), the
-liveness probe (``python -m fastpath.server.stubs --check``) and the admin ``status`` use: an
-instance is stalled when its heartbeat is older than ``stall_timeout_s`` (the stub cannot run
-Python: stopped, or a thread held the GIL that long; every request to it hangs or fails), or when
-requests are in flight and none was answered and no batch finished for ``stall_timeout_s``.
+:meth:`ProgressRecord.stalled` is the one verdict the stub supervisor, the liveness probe and the admin
+``status`` use: stalled when the heartbeat is older than ``stall_timeout_s``, or when requests are in flight and
+none was answered and no batch finished for that long. Why: docs/deployment.md#health-liveness-and-stalled-models.
 """
 
 from __future__ import annotations
