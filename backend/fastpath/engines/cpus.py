@@ -1,22 +1,12 @@
 """How many CPUs this process may use, and how many intra-op threads an ONNX Runtime CPU session gets.
 
-ONNX Runtime sizes a session's default thread pool (``intra_op_num_threads = 0``) from the host's
-physical cores and pins one worker to each; it looks at neither the process's affinity mask
-(taskset, numactl, a container's cpuset) nor its cgroup CPU quota (``docker --cpus``, Kubernetes CPU
-limits): microsoft/onnxruntime#29510. What that does, measured (docs/benchmarks/ort_threads_probe.log):
-
-* affinity mask: on the H200 host's 16 cores under ``taskset -c 0,1``, a default session started
-  15 workers and pinned them to all 16 cores, out of the mask (batch 64: 73 ms, the same as
-  unpinned; 2 threads inside the mask: 329 ms). An instance confined to two cores took sixteen.
-  Inside a cgroup cpuset the same pinning fails instead (ONNX Runtime logs
-  ``pthread_setaffinity_np failed``: microsoft/onnxruntime#8313).
-* CPU quota: on the 2-core dev machine in a cgroup of 1 CPU's quota, the default 2-thread pool
-  ran batch 64 in 496 ms against 433 ms for one thread (more throughput with one), while its
-  batch-1 median was lower (4.9 vs 9.0 ms: two threads burst within the quota period).
-
-So 0 means one thread per CPU the process may use: the deployment's CPU allotment is respected,
-as a Triton user pinning instances or setting CPU limits expects. On a machine the process may
-use whole, ONNX Runtime's own default is kept unchanged.
+ONNX Runtime sizes a session's default thread pool (``intra_op_num_threads = 0``) from the host's physical
+cores and pins one worker to each; it looks at neither the process's affinity mask (taskset, numactl, a
+container's cpuset) nor its cgroup CPU quota (``docker --cpus``, Kubernetes CPU limits):
+microsoft/onnxruntime#29510. So 0 means one thread per CPU the process may use: the deployment's CPU allotment
+is respected, as a Triton user pinning instances or setting CPU limits expects. On a machine the process may
+use whole, ONNX Runtime's own default is kept unchanged. What the default did under a mask and under a quota:
+docs/deployment.md#cpu-threads-when-the-server-may-use-only-some-of-the-machines-cpus.
 """
 
 from __future__ import annotations
