@@ -1,4 +1,4 @@
-"""The package's shape: no import cycles, no oversized module, no build history in the product.
+"""The package's shape: no import cycles, no oversized module or docstring, no build history in the product.
 
 Import cycles count imports inside functions too (a lazy import still ties the two modules
 together); imports under ``if TYPE_CHECKING:`` never run and do not count.
@@ -16,6 +16,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = [ROOT / "backend" / "fastpath", ROOT / "client" / "fastpath_client"]
 MAX_MODULE_LINES = 400
+MAX_DOCSTRING_LINES = 20
+# Modules whose long docstrings are still to be trimmed (paths from the repository root): shrink this list, never grow it.
+DOCSTRING_LENGTH_EXEMPT = (
+    "backend/fastpath/config.py",
+    "backend/fastpath/models/text_detection/config.py",
+    "backend/fastpath/models/text_detection/model.py",
+    "backend/fastpath/models/text_embedding/config.py",
+    "backend/fastpath/models/text_embedding/model.py",
+    "backend/fastpath/scheduling/config.py",
+    "backend/fastpath/scheduling/queue.py",
+    "backend/fastpath/triton/scheduled.py",
+)
 # words about how the project was built, not what it is (upstream issue numbers like server#8663 are fine)
 HISTORY = re.compile(r"helper-[0-9]|fresh[-]user|(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth) "
                      r"session|\.\./shared", re.IGNORECASE)
@@ -130,6 +142,50 @@ def test_every_module_stays_under_the_size_limit(package):
     """Invariant: no module of the product is longer than MAX_MODULE_LINES lines (split by responsibility)."""
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in package.rglob("*.py")}
     assert {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+def long_docstrings(root: Path, max_lines: int) -> dict[str, int]:
+    """Docstrings of the modules, classes and functions under ``root`` longer than ``max_lines`` lines, as
+    ``{"<path from root>:<name>": lines}`` (``<module>`` for a module's). A docstring's lines are those of its
+    text as written, from the opening quotes' line to the closing quotes' line."""
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                text = ast.get_docstring(node, clean=False)
+                lines = text.count("\n") + 1 if text else 0
+                if lines > max_lines:
+                    found[f"{path.relative_to(root).as_posix()}:{getattr(node, 'name', '<module>')}"] = lines
+    return found
+
+
+def test_every_docstring_says_what_in_a_few_lines():
+    """Invariant: no docstring of a module, class or function in backend/fastpath is longer than
+    MAX_DOCSTRING_LINES (20) lines, outside DOCSTRING_LENGTH_EXEMPT. Measured figures, long rationale and
+    measurement stories live in docs/ (design, benchmarks, known issues) and the docstring links them."""
+    root = ROOT / "backend" / "fastpath"
+    assert [path for path in DOCSTRING_LENGTH_EXEMPT if not (ROOT / path).is_file()] == []
+    exempt = {Path(path).relative_to("backend/fastpath").as_posix() for path in DOCSTRING_LENGTH_EXEMPT}
+    too_long = {where: n for where, n in long_docstrings(root, MAX_DOCSTRING_LINES).items()
+                if where.partition(":")[0] not in exempt}
+    assert too_long == {}
+
+
+def test_the_docstring_check_counts_every_kind_of_docstring(tmp_path):
+    """The check itself: module, class, nested and async function docstrings of 21 lines are found with their
+    line counts; a method's docstring of exactly 20 lines (its closing quotes' line included) and a one-liner are not."""
+    body = "\n".join(f"line {i}" for i in range(21))
+    twenty = "\n".join(f"line {i}" for i in range(19))
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text(
+        f'"""{body}"""\n'
+        f'class C:\n    """{body}"""\n    def method(self):\n        """{twenty}\n        """\n'
+        f'def outer():\n    def inner():\n        """{body}"""\n'
+        f'async def run():\n    """{body}"""\n'
+        'def short():\n    """One line."""\n'
+    )
+    assert long_docstrings(tmp_path, 20) == {"pkg/m.py:<module>": 21, "pkg/m.py:C": 21, "pkg/m.py:inner": 21,
+                                             "pkg/m.py:run": 21}
 
 
 def test_no_tracked_file_speaks_of_how_the_project_was_built():
