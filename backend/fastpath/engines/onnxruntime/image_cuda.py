@@ -2,13 +2,12 @@
 
 For ``text_detection``'s ``model.uint8.onnx`` (:func:`fastpath.artifacts.detection.uint8_front`): input
 uint8 [B, H, W, 3] RGB, normalization inside the graph, output float32 [B, 1, H, W]. A call
-(:meth:`OnnxRuntimeCudaImageEngine.run_into`) is one H2D copy of the batch from a page-locked host block,
-a run with ``IOBinding`` on fixed device buffers (a graph replay for a shape given to ``capture``, else a
-graph-free session), and one D2H copy of the maps; copies are timed with CUDA events (:meth:`stats`).
-Graphs captured while serving (``graph_after_runs`` > 0) are off by default: docs/known-issues.md.
-Every run goes through one worker thread the engine owns (ONNX Runtime keeps graphs per calling thread),
-and captures hold :data:`fastpath.memory.cuda.CAPTURE_LOCK`. Design and why:
-docs/design/text_detection.md#on-a-gpu.
+(:meth:`OnnxRuntimeCudaImageEngine.run_into`) is one H2D copy of the batch from a page-locked host block, a run
+with ``IOBinding`` on fixed device buffers (a graph replay for a shape given to ``capture``, else a graph-free
+session), and one D2H copy of the maps; copies are timed with CUDA events (``stats()``). Graphs captured while
+serving (``graph_after_runs`` > 0) are off by default: docs/known-issues.md. Every run goes through one worker
+thread the engine owns (ONNX Runtime keeps graphs per calling thread), and captures hold
+:data:`fastpath.memory.cuda.CAPTURE_LOCK`. Design and why: docs/design/text_detection.md#on-a-gpu.
 """
 
 from __future__ import annotations
