@@ -17,17 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = [ROOT / "backend" / "fastpath", ROOT / "client" / "fastpath_client"]
 MAX_MODULE_LINES = 400
 MAX_DOCSTRING_LINES = 20
-# Modules whose long docstrings are still to be trimmed (paths from the repository root): shrink this list, never grow it.
-DOCSTRING_LENGTH_EXEMPT = (
-    "backend/fastpath/config.py",
-    "backend/fastpath/models/text_detection/config.py",
-    "backend/fastpath/models/text_detection/model.py",
-    "backend/fastpath/models/text_embedding/config.py",
-    "backend/fastpath/models/text_embedding/model.py",
-    "backend/fastpath/scheduling/config.py",
-    "backend/fastpath/scheduling/queue.py",
-    "backend/fastpath/triton/scheduled.py",
-)
 # words about how the project was built, not what it is (upstream issue numbers like server#8663 are fine)
 HISTORY = re.compile(r"helper-[0-9]|fresh[-]user|(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth) "
                      r"session|\.\./shared", re.IGNORECASE)
@@ -161,14 +150,10 @@ def long_docstrings(root: Path, max_lines: int) -> dict[str, int]:
 
 def test_every_docstring_says_what_in_a_few_lines():
     """Invariant: no docstring of a module, class or function in backend/fastpath is longer than
-    MAX_DOCSTRING_LINES (20) lines, outside DOCSTRING_LENGTH_EXEMPT. Measured figures, long rationale and
+    MAX_DOCSTRING_LINES (20) lines. Measured figures, long rationale and
     measurement stories live in docs/ (design, benchmarks, known issues) and the docstring links them."""
     root = ROOT / "backend" / "fastpath"
-    assert [path for path in DOCSTRING_LENGTH_EXEMPT if not (ROOT / path).is_file()] == []
-    exempt = {Path(path).relative_to("backend/fastpath").as_posix() for path in DOCSTRING_LENGTH_EXEMPT}
-    too_long = {where: n for where, n in long_docstrings(root, MAX_DOCSTRING_LINES).items()
-                if where.partition(":")[0] not in exempt}
-    assert too_long == {}
+    assert long_docstrings(root, MAX_DOCSTRING_LINES) == {}
 
 
 def test_the_docstring_check_counts_every_kind_of_docstring(tmp_path):
