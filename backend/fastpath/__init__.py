@@ -6,7 +6,8 @@ Packages, from the commands down to the building blocks:
     models       one folder per served model (text_embedding, text_detection): config, pipeline, batch
                  handler and the ``TritonPythonModel`` that ``model_repository/<model>/N/model.py`` re-exports.
     swaps        live version swaps: serving slots, the control plane, the serving-version record.
-    triton       python-backend plumbing the models share: request I/O, answers, metrics, liveness, logging.
+    triton       python-backend plumbing the models share: the ScheduledModel base, request I/O, answers,
+                 metrics, liveness, logging.
     scheduling   the batch scheduler: queue, batch policies behind one interface, cost model, threads (injected clock).
     engines      one folder per runtime (ONNX Runtime, PyTorch, TensorRT), each a loader and its engines.
     graphs       bucket sets and snapping, CUDA graph capture and replay.
