@@ -208,18 +208,20 @@ def test_sessions_close_after_an_error_a_cancellation_and_an_explicit_close(trit
 KEY = "test-client-restart-key"
 
 
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_inference_is_retried_while_a_crashed_instance_is_reloaded(tmp_path, protocol, caplog):
-    """After the model's stub is killed, Triton answers INTERNAL "Stub process ... is not healthy" until
-    the stub supervisor (what ``fastpath serve`` runs) unloads the model, then "no available versions"
-    until it has loaded it again: an embed sent meanwhile is retried through both (ModelRestartingError,
-    ModelNotReadyError: neither counts against max_attempts) and returns the rows the model gave before
-    the crash."""
+# Triton 2.51 itself aborted in ~2 of 27 stub kills under load (boost::interprocess::lock_exception,
+# docs/known-issues.md): no client can be retried through a server that is gone
+UPSTREAM_ABORT = "lock_exception"
+
+
+def _kill_stub_and_embed(root, protocol, caplog) -> dict:
+    """Embed 300 texts, kill the model's stub, wait for Triton's "not healthy", start the supervisor and
+    embed the same texts through the reload; what happened, and how tritonserver ended."""
     from fastpath.cli.serve import stub_supervisor
     from fastpath.server.process import group_members
     from fastpath.server.stubs import list_stubs
 
-    server = start_server(tmp_path, models=(MODEL,), admin_key=KEY)
+    root.mkdir(parents=True)
+    server = start_server(root, models=(MODEL,), admin_key=KEY)
     supervisor = stub_supervisor(server)
     seen = []
     try:
@@ -248,9 +250,27 @@ def test_inference_is_retried_while_a_crashed_instance_is_reloaded(tmp_path, pro
         outcome, unclosed = run_clean(embed, caplog)
     finally:
         supervisor.stop()
-        server.stop()
+        exit_code = server.stop()
+    log = (root / "tritonserver.log").read_text(errors="replace")
+    aborted = exit_code == -signal.SIGABRT and UPSTREAM_ABORT in log
+    return {"before": before, "outcome": outcome, "unclosed": unclosed, "seen": seen,
+            "reloaded": supervisor.reloaded, "upstream_abort": aborted}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_inference_is_retried_while_a_crashed_instance_is_reloaded(tmp_path, protocol, caplog):
+    """After the model's stub is killed, Triton answers INTERNAL "Stub process ... is not healthy" until
+    the stub supervisor (what ``fastpath serve`` runs) unloads the model, then "no available versions"
+    until it has loaded it again: an embed sent meanwhile is retried through both (ModelRestartingError,
+    ModelNotReadyError: neither counts against max_attempts) and returns the rows the model gave before
+    the crash. A run in which tritonserver itself aborts with Triton 2.51's documented lock_exception is
+    run once more on a fresh server (that abort is upstream's, not the client's to survive)."""
+    run = _kill_stub_and_embed(tmp_path / "first", protocol, caplog)
+    if run["upstream_abort"]:
+        run = _kill_stub_and_embed(tmp_path / "second", protocol, caplog)
+    outcome = run["outcome"]
     assert not isinstance(outcome, Exception), outcome
-    np.testing.assert_allclose(outcome, before, atol=ROW_ATOL)
-    assert any(isinstance(error, ModelRestartingError) for error in seen) and unclosed == []
-    assert supervisor.reloaded == [MODEL]
+    np.testing.assert_allclose(outcome, run["before"], atol=ROW_ATOL)
+    assert any(isinstance(error, ModelRestartingError) for error in run["seen"]) and run["unclosed"] == []
+    assert run["reloaded"] == [MODEL]
 
