@@ -7,8 +7,9 @@
 #                numpy-1 build) and pyclipper (text_detection's DB post-processing), tritonclient 2.51
 #                (perf_analyzer inside), python-rapidjson, py-spy
 #   pa/          perf_analyzer's two libraries: libcudart.so.12 (nvidia-cuda-runtime-cu12), libb64.so.0d (Debian)
-#   artifacts/   text_embedding/1 (fp16 weights, tokenizer, manifest, golden) and text_detection/1 (model.onnx,
-#                model.uint8.onnx, manifest)
+#   artifacts/   text_embedding/1 (fp16 weights, tokenizer, manifest, golden), text_embedding/2's torch-runtime
+#                files (bf16 weights, tokenizer, manifest, golden: `fastpath build --int8`) in text_embedding_2/,
+#                and text_detection/1 (model.onnx, model.uint8.onnx, manifest)
 #   prev/        backend/ at $PREV_COMMIT (default HEAD), for A/B runs of two versions of the code
 #   inputs/      real photos for benchmarks/gpu/served_detection_gpu.py (benchmarks/gpu/detection_inputs.py)
 # Result: .device/parts/part-00 .. part-NN. Every call but the last copies its part to /tmp/parts there
@@ -18,7 +19,8 @@
 set -euo pipefail
 PREV_COMMIT=${PREV_COMMIT:-HEAD}
 B=.device/bundle
-rm -rf "$B" .device/parts && mkdir -p "$B/wheels" "$B/pa" "$B/artifacts/text_embedding" "$B/artifacts/text_detection" "$B/prev" .device/parts
+rm -rf "$B" .device/parts && mkdir -p "$B/wheels" "$B/pa" "$B/artifacts/text_embedding" "$B/artifacts/text_embedding_2" \
+    "$B/artifacts/text_detection" "$B/prev" .device/parts
 TRITON=$(.venv/bin/python -c "import pytriton, pathlib; print(pathlib.Path(pytriton.__file__).parent)")
 tar -C "$(dirname "$TRITON")" --exclude='python_backend_stubs/3.[0-9]' --exclude='python_backend_stubs/3.1[013]' \
     -cJf "$B/triton.txz" pytriton/tritonserver nvidia_pytriton.libs
@@ -30,6 +32,9 @@ $PIP -d "$B/pa" nvidia-cuda-runtime-cu12==12.9.79
 (cd "$B/pa" && apt-get download -q libb64-0d >/dev/null)
 for name in model.fp16.safetensors tokenizer.json manifest.json golden.npz; do
     cp model_repository/text_embedding/1/$name "$B/artifacts/text_embedding/"
+done
+for name in model.bf16.safetensors tokenizer.json manifest.json golden.npz; do
+    cp model_repository/text_embedding/2/$name "$B/artifacts/text_embedding_2/"
 done
 for name in model.onnx model.uint8.onnx manifest.json; do
     cp model_repository/text_detection/1/$name "$B/artifacts/text_detection/"

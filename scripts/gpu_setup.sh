@@ -19,6 +19,7 @@ python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$SITE/
 echo "$PWD/backend" > "$SITE/fastpath_backend.pth"
 echo "$PWD" > "$SITE/fastpath_repo.pth"
 cp "$B"/artifacts/text_embedding/* model_repository/text_embedding/1/
+cp "$B"/artifacts/text_embedding_2/* model_repository/text_embedding/2/
 cp "$B"/artifacts/text_detection/* model_repository/text_detection/1/
 mkdir -p /tmp/pa/lib /tmp/pa/deb
 python3 - "$SITE" "$B" <<'PY'

@@ -22,7 +22,7 @@ from fastpath.errors import ConfigError
 T = TypeVar("T")
 
 RUNTIMES = ("onnxruntime", "torch", "tensorrt")
-PRECISIONS = ("fp32", "fp16", "int8", "fp8")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
 
 
 def _convert(key: str, raw: str, annotation: Any) -> Any:

@@ -79,7 +79,8 @@ def test_manifests_without_sizes_still_verify_by_checksum(version):
 
 @pytest.mark.parametrize(("version_number", "files"), [
     (1, {"model.onnx", "model.external.onnx", "model.external.onnx.data", "model.fp16.safetensors", "tokenizer.json", "golden.npz"}),
-    (2, {"model.onnx", "model.external.onnx", "model.external.onnx.data", "tokenizer.json", "golden.npz", "model.py"}),
+    (2, {"model.onnx", "model.external.onnx", "model.external.onnx.data", "model.bf16.safetensors", "tokenizer.json", "golden.npz",
+         "model.py"}),
 ])
 def test_the_built_versions_verify(version_number, files):
     directory = MODEL_REPOSITORY / "text_embedding" / str(version_number)
@@ -91,10 +92,14 @@ def test_the_built_versions_verify(version_number, files):
     accuracy = manifest["accuracy"]
     if version_number == 1:  # each runtime of the fp32 version against the reference
         assert all(report["passed"] for report in accuracy.values())
-    else:  # the gate, and each kind of held-out text on its own
+    else:  # the gate, and each kind of held-out text on its own; the same for the torch runtime's bf16 weights
         reports = [accuracy["evaluation"], accuracy["golden"], *accuracy["heldout"].values()]
         assert all(report["passed"] for report in reports)
         assert set(accuracy["heldout"]) >= {"repeated", "blank", "multilingual", "emoji", "code"}
+        bf16 = [accuracy["torch"]["golden"], *accuracy["torch"]["heldout"].values()]
+        assert all(report["passed"] and report["required_min_cosine"] == 0.999 for report in bf16)
+        assert set(accuracy["torch"]["heldout"]) == set(accuracy["heldout"])
+        assert manifest["artifacts"]["torch"] == {"file": "model.bf16.safetensors", "precision": "bf16"}
 
 
 def test_a_truncated_copy_of_the_real_artifact_is_refused(tmp_path):

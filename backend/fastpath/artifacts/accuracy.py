@@ -10,7 +10,7 @@ saying by how much.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -115,3 +115,27 @@ def check_gate(result: AccuracyReport) -> AccuracyReport:
 def embed_batches(run: Callable[[dict[str, np.ndarray]], np.ndarray], batches: Iterable[dict[str, np.ndarray]]) -> np.ndarray:
     """Concatenate ``run(feeds)`` over batches: float32 [N, D]."""
     return np.concatenate([np.asarray(run(feeds), dtype=np.float32) for feeds in batches])
+
+
+def reports_by_kind(kinds: Mapping[str, Sequence[str]], reference: np.ndarray, candidate: np.ndarray, *, reference_name: str,
+                    candidate_name: str, label: str, min_cosine: float = MIN_COSINE,
+                    mean_cosine: float = MEAN_COSINE) -> dict[str, AccuracyReport]:
+    """One report per kind, each held to the bounds on its own (a good mean on one kind cannot hide another).
+
+    Args:
+        kinds: texts by kind; ``reference`` and ``candidate`` hold their embeddings, float [N, D], in this order.
+        label: the text set's name; each report's split is ``"<label>: <kind>"``.
+    """
+    reports, start = {}, 0
+    for kind, texts in kinds.items():
+        end = start + len(texts)
+        reports[kind] = report(reference[start:end], candidate[start:end], texts, reference_name=reference_name,
+                               candidate_name=candidate_name, split=f"{label}: {kind}", min_cosine=min_cosine,
+                               mean_cosine=mean_cosine)
+        start = end
+    return reports
+
+
+def shortfalls_by_kind(reports: Mapping[str, AccuracyReport]) -> list[str]:
+    """``"<kind>: <shortfalls>"`` for each failing report (empty when all pass)."""
+    return [f"{kind}: " + "; ".join(result.shortfalls()) for kind, result in reports.items() if not result.passed]

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fastpath.artifacts.accuracy import AccuracyReport, check_gate, embed_batches, report
+from fastpath.artifacts.accuracy import AccuracyReport, check_gate, embed_batches, report, reports_by_kind, shortfalls_by_kind
 from fastpath.artifacts.heldout import calibration_extras, heldout_texts, split_heldout
 from fastpath.artifacts.quantize import RECIPES, QuantRecipe, quantize_int8, text_batches
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
@@ -88,17 +88,8 @@ class _Reference:
     def reports(self, candidate: Path, candidate_name: str, progress: Progress) -> dict[str, AccuracyReport]:
         """One report per kind (each held to the gate's bounds on its own)."""
         got = _embed(candidate, self.batches, progress, f"int8 on {self.label}")
-        reports, start = {}, 0
-        for kind, texts in self.kinds.items():
-            end = start + len(texts)
-            reports[kind] = report(self.embeddings[start:end], got[start:end], texts, reference_name="fp32 model.onnx",
-                                   candidate_name=candidate_name, split=f"{self.label}: {kind}")
-            start = end
-        return reports
-
-
-def _shortfalls(reports: dict[str, AccuracyReport]) -> list[str]:
-    return [f"{kind}: " + "; ".join(result.shortfalls()) for kind, result in reports.items() if not result.passed]
+        return reports_by_kind(self.kinds, self.embeddings, got, reference_name="fp32 model.onnx",
+                               candidate_name=candidate_name, label=self.label)
 
 
 def _first_passing_recipe(source_onnx: Path, output: Path, calibration: list[dict], validation: dict[str, list[str]],
@@ -109,7 +100,7 @@ def _first_passing_recipe(source_onnx: Path, output: Path, calibration: list[dic
         LOG.info("quantizing with recipe %s", recipe.name)
         summary = quantize_int8(source_onnx, output, calibration, recipe, progress=progress)
         reports = reference.reports(output, f"int8 ({recipe.name})", progress)
-        shortfalls = _shortfalls(reports)
+        shortfalls = shortfalls_by_kind(reports)
         if not shortfalls:
             return summary, {kind: result.to_dict() for kind, result in reports.items()}
         failures.append(f"{recipe.name}: " + "; ".join(shortfalls))
@@ -190,7 +181,7 @@ def build_int8_version(model_dir: Path, *, source_version: int = FP32_VERSION, t
                  evaluation_report.mean_cosine, evaluation_report.texts)
         heldout = _Reference(source / "model.onnx", heldout_evaluation, tokenizer, progress, "held-out text").reports(
             work / "model.onnx", "model.onnx (int8 QDQ)", progress)
-        shortfalls = _shortfalls(heldout)
+        shortfalls = shortfalls_by_kind(heldout)
         if shortfalls:
             raise AccuracyGateError("model.onnx (int8 QDQ) fails the accuracy gate against the fp32 version on held-out "
                                     "text: " + " | ".join(shortfalls))

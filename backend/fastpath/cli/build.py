@@ -2,16 +2,19 @@
 
     fastpath build                      fp32 version of text_embedding (1) + text_detection
     fastpath build --if-missing         the same, skipping versions whose manifest verifies (make serve/test)
-    fastpath build --int8               also the INT8 version of text_embedding (2), behind the accuracy gate
+    fastpath build --int8               also text_embedding version 2: INT8 (ONNX Runtime) and bf16 (torch runtime),
+                                        each behind its accuracy gate
     fastpath build --verify             check every version's manifest (sizes and sha256); exit 1 on a problem
 
 Layout (docs/design/engines.md): ``text_embedding/1`` holds ``model.onnx`` (fp32),
 ``model.fp16.safetensors`` (torch runtime), ``tokenizer.json``, ``golden.npz`` and ``manifest.json``;
-``text_embedding/2`` holds ``model.onnx`` (INT8 QDQ), ``tokenizer.json``, ``golden.npz``,
-``model.py`` and ``manifest.json``. Both also hold ``model.external.onnx`` + ``.data``: the same
-model with its weights in ONNX external data, which ONNX Runtime loads 3x faster for live swaps
-(:mod:`fastpath.artifacts.external_data`; made from the verified ``model.onnx``, added by ``--if-missing``
-to versions built before it). A failed build publishes nothing and exits 1 with the reason.
+``text_embedding/2`` holds ``model.onnx`` (INT8 QDQ), ``model.bf16.safetensors`` (torch runtime: the fp32
+weights cast to bf16, :mod:`fastpath.artifacts.bf16`), ``tokenizer.json``, ``golden.npz``, ``model.py`` and
+``manifest.json``. Both also hold ``model.external.onnx`` + ``.data``: the same model with its weights in ONNX
+external data, which ONNX Runtime loads 3x faster for live swaps (:mod:`fastpath.artifacts.external_data`;
+made from the verified ``model.onnx``). ``--if-missing`` adds the external-data copy and the bf16 weights to
+versions built before them, without exporting or quantizing again. A failed build publishes nothing and
+exits 1 with the reason.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     build.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
     build.add_argument("--if-missing", action="store_true", help="skip versions whose manifest verifies")
-    build.add_argument("--int8", action="store_true", help="also build text_embedding version 2 (INT8 QDQ)")
+    build.add_argument("--int8", action="store_true", help="also build text_embedding version 2 (INT8 QDQ, and bf16 weights for the torch runtime)")
     build.add_argument("--calibration-texts", type=int, default=256, help="calibration-split sentences for INT8 calibration")
     build.add_argument("--validation-texts", type=int, default=256, help="further calibration-split sentences to choose a recipe")
     build.add_argument("--evaluation-texts", type=int, default=None, help="evaluation-split sentences for the gate (default: all)")
@@ -121,6 +124,17 @@ def _build_text_embedding(args: argparse.Namespace) -> None:
                                        validation_texts=args.validation_texts, evaluation_texts=args.evaluation_texts)
         LOG.info("wrote %s (%.1f MB)", published / "model.onnx", (published / "model.onnx").stat().st_size / 1e6)
     _add_external_data(int8_dir)
+    _add_bf16_weights(model_dir)
+
+
+def _add_bf16_weights(model_dir: Path) -> None:
+    """List version 2's torch-runtime artifact, the fp32 weights cast to bf16 (fastpath.artifacts.bf16)."""
+    from fastpath.artifacts.bf16 import BF16_ARTIFACT, add_bf16_weights
+
+    if add_bf16_weights(model_dir):
+        LOG.info("wrote %s (bf16 weights for the torch runtime)", model_dir / "2" / BF16_ARTIFACT)
+    else:
+        LOG.info("text_embedding version 2 bf16 weights (torch runtime) present and verified")
 
 
 def cmd_build(args: argparse.Namespace) -> int:

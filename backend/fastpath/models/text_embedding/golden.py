@@ -2,8 +2,9 @@
 
 ``golden.npz`` holds ``texts`` (unicode [N]) and ``embeddings`` (float32 [N, 384]) computed by the
 fp32 reference; the version's manifest states the tolerance as ``golden.min_cosine`` (fp32 0.9999,
-int8 0.99: the INT8 accuracy gate). The gate also checks that the engine's
-inputs and outputs agree with the model config: three int64 inputs with
+int8 0.99: the INT8 accuracy gate), and may state another for a runtime whose artifact differs under
+``golden.min_cosine_by_runtime`` (version 2 under ``torch``: its bf16 weights, 0.999). The gate also
+checks that the engine's inputs and outputs agree with the model config: three int64 inputs with
 dynamic batch and sequence dimensions, one float32 output of width 384.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from fastpath.engines import load_engine
-from fastpath.errors import ArtifactError
+from fastpath.errors import ArtifactError, ConfigError
 from fastpath.manifest import ChecksumCache, external_data_artifact, read_manifest, verify_manifest, write_manifest
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.pipeline import EMBEDDING_DIM, TextEmbedder, engine_options, padded_length
@@ -33,6 +34,8 @@ GOLDEN_TEXTS = (
     "word " * 300,
 )
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+# runtimes whose manifest entry's ``precision`` is the engine's (the tensorrt entries describe a plan build in words)
+ENTRY_PRECISION_RUNTIMES = ("torch",)
 
 
 def write_golden(version_dir: Path, texts: tuple[str, ...], embeddings: np.ndarray) -> Path:
@@ -69,12 +72,13 @@ def _version_config(manifest: dict[str, Any], base: TextEmbeddingConfig, version
     ONNX Runtime: the manifest's artifact and precision, and the artifact's current external-data
     copy when listed (the same tensors, mapped from a file: 3x faster to load). Other runtimes (the
     torch runtime of the GPU configuration): the file the manifest lists for that runtime under
-    ``artifacts`` (version 1's ``model.fp16.safetensors``) at the config's precision, or the config's
+    ``artifacts`` (version 1's ``model.fp16.safetensors``, version 2's ``model.bf16.safetensors``), at the
+    precision that entry gives for the torch runtime (fp16, bf16), else the config's; the config's
     artifact when the manifest has no ``artifacts`` table.
 
     Raises:
         ArtifactError: the manifest's ``artifacts`` table has no entry for ``base.runtime`` (a version
-            built for another runtime, e.g. the INT8 ONNX version under the torch runtime).
+            built for another runtime), or its entry's precision is not one the config takes.
     """
     if base.runtime == "onnxruntime":
         artifact = manifest.get("artifact", base.artifact)
@@ -87,7 +91,25 @@ def _version_config(manifest: dict[str, Any], base: TextEmbeddingConfig, version
         raise ArtifactError(f"{version_dir / 'manifest.json'} lists no artifact for runtime {base.runtime!r} (it lists "
                             f"{', '.join(sorted(listed))}); the serving configuration runs {base.runtime!r}: expected a "
                             "version built for it")
-    return dataclasses.replace(base, artifact=listed[base.runtime]["file"])
+    entry = listed[base.runtime]
+    precision = entry.get("precision", base.precision) if base.runtime in ENTRY_PRECISION_RUNTIMES else base.precision
+    try:
+        return dataclasses.replace(base, artifact=entry["file"], precision=precision)
+    except ConfigError as exc:
+        raise ArtifactError(f"{version_dir / 'manifest.json'} lists {entry['file']} for runtime {base.runtime!r} at "
+                            f"precision {precision!r}, which the engine does not take ({exc}); rebuild it with "
+                            "'fastpath build'") from None
+
+
+def golden_min_cosine(manifest: dict[str, Any], runtime: str) -> float:
+    """The golden gate of a version under ``runtime``: ``golden.min_cosine_by_runtime[runtime]`` when the
+    manifest states one (that runtime's artifact is not the one ``min_cosine`` gates), else ``golden.min_cosine``.
+
+    Raises:
+        KeyError: the manifest states neither (:func:`validate_text_version` checks for ``min_cosine`` first).
+    """
+    golden_spec = manifest["golden"]
+    return float((golden_spec.get("min_cosine_by_runtime") or {}).get(runtime, golden_spec["min_cosine"]))
 
 
 def _check_same_tokenizer(version_dir: Path, manifest: dict[str, Any], config: TextEmbeddingConfig, sha256: str) -> None:
@@ -192,9 +214,9 @@ def validate_text_version(embedder: TextEmbedder, version_dir: Path, *, checksum
         manifest = read_manifest(version_dir)
     else:
         manifest = verify_manifest(version_dir)
-    golden_spec = manifest.get("golden") or {}
-    if GOLDEN_NAME not in manifest.get("files", {}) or "min_cosine" not in golden_spec:
+    if GOLDEN_NAME not in manifest.get("files", {}) or "min_cosine" not in (manifest.get("golden") or {}):
         raise ArtifactError(f"{version_dir} has no golden inputs with a stated tolerance; rebuild it with 'fastpath build'")
+    tolerance = golden_min_cosine(manifest, embedder.config.runtime)
     with np.load(version_dir / GOLDEN_NAME, allow_pickle=False) as golden:
         texts, expected = [str(t) for t in golden["texts"]], golden["embeddings"]
     got = embed_by_length(embedder, texts)
@@ -202,10 +224,10 @@ def validate_text_version(embedder: TextEmbedder, version_dir: Path, *, checksum
         raise ArtifactError(f"golden outputs have shape {got.shape} (finite: {bool(np.isfinite(got).all())}); expected {expected.shape}")
     cosine = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
     worst = float(cosine.min())
-    if worst < float(golden_spec["min_cosine"]):
+    if worst < tolerance:
         raise ArtifactError(
             f"golden check failed: cosine {worst:.5f} on {texts[int(cosine.argmin())][:40]!r} is below the version's "
-            f"tolerance {golden_spec['min_cosine']}"
+            f"tolerance {tolerance} for {embedder.config.artifact} ({embedder.config.runtime}, {embedder.config.precision})"
         )
     return worst
 
