@@ -120,6 +120,22 @@ def _check_same_tokenizer(version_dir: Path, manifest: dict[str, Any], config: T
         )
 
 
+def verify_loaded_files(version_dir: Path, manifest: dict[str, Any], config: TextEmbeddingConfig, *,
+                        checksums: ChecksumCache | None = None) -> None:
+    """Verify (size and sha256) the files of a version that ``config``'s runtime loads: its artifact (with
+    the external-data file of ONNX Runtime's external copy), the tokenizer and ``golden.npz``. Files for
+    other runtimes may be absent: a GPU host may carry only the torch runtime's files of a version.
+
+    Raises:
+        ArtifactError: a loaded file not listed in the manifest, missing, or not matching it.
+    """
+    external = manifest.get("external_data") or {}
+    needed = {config.artifact, config.tokenizer} | ({GOLDEN_NAME} & set(manifest.get("files") or ()))
+    if external.get("file") == config.artifact and external.get("data"):
+        needed.add(str(external["data"]))
+    verify_manifest(version_dir, required=sorted(needed), only_required=True, checksums=checksums)
+
+
 def load_text_version(model_dir: Path, version: int, base: TextEmbeddingConfig, *, checksums: ChecksumCache | None = None,
                       timings: dict[str, float] | None = None,
                       serving_tokenizer: tuple[TextTokenizer, str] | None = None) -> TextEmbedder:
@@ -147,8 +163,9 @@ def load_text_version(model_dir: Path, version: int, base: TextEmbeddingConfig, 
     if not version_dir.is_dir():
         raise ArtifactError(f"{version_dir} does not exist")
     started = time.perf_counter()
-    manifest = verify_manifest(version_dir, checksums=checksums)
+    manifest = read_manifest(version_dir)
     config = _version_config(manifest, base, version_dir)
+    verify_loaded_files(version_dir, manifest, config, checksums=checksums)
     verified = time.perf_counter()
     if serving_tokenizer is None:
         embedder = TextEmbedder.from_directory(version_dir, config)
@@ -210,10 +227,9 @@ def validate_text_version(embedder: TextEmbedder, version_dir: Path, *, checksum
         ArtifactError: no golden file/tolerance, shapes disagree, or an output is off (value and tolerance named).
     """
     check_engine_io(embedder)
-    if checksums_verified:  # load_text_version hashed every file moments ago
-        manifest = read_manifest(version_dir)
-    else:
-        manifest = verify_manifest(version_dir)
+    manifest = read_manifest(version_dir)
+    if not checksums_verified:  # load_text_version hashed the files it loads moments ago
+        verify_loaded_files(version_dir, manifest, embedder.config)
     if GOLDEN_NAME not in manifest.get("files", {}) or "min_cosine" not in (manifest.get("golden") or {}):
         raise ArtifactError(f"{version_dir} has no golden inputs with a stated tolerance; rebuild it with 'fastpath build'")
     tolerance = golden_min_cosine(manifest, embedder.config.runtime)

@@ -181,3 +181,25 @@ def test_a_version_without_an_artifact_for_the_serving_runtime_is_refused_naming
     with pytest.raises(ArtifactError, match=r"2/manifest.json lists no artifact for runtime 'torch' \(it lists onnxruntime, tensorrt\); "
                                             r"the serving configuration runs 'torch': expected a version built for it"):
         load_text_version(edited_version(tmp_path, 2, without_torch), 2, TORCH)
+
+
+def test_a_version_verifies_the_files_its_runtime_loads_and_may_lack_the_others(tmp_path):
+    """Invariant: a version is verified by the files the serving runtime loads (artifact, tokenizer,
+    golden.npz). A GPU host with only version 2's torch files (no INT8 model.onnx, no external-data copy)
+    loads and golden-checks it; the same directory under ONNX Runtime is refused naming the missing file,
+    and a bf16 file that does not match its manifest is refused under torch."""
+    source, target = MODEL_DIR / "2", tmp_path / "gpu_host" / "text_embedding" / "2"
+    target.mkdir(parents=True)
+    for name in ("manifest.json", "tokenizer.json", "golden.npz", "model.bf16.safetensors"):
+        (target / name).symlink_to(source / name)
+    embedder = load_text_version(target.parent, 2, TORCH)
+    try:
+        assert validate_text_version(embedder, target) >= 0.999
+    finally:
+        embedder.close()
+    with pytest.raises(ArtifactError, match=r"2/model.external.onnx is listed in manifest.json but missing"):
+        load_text_version(target.parent, 2, TextEmbeddingConfig())
+    (target / "model.bf16.safetensors").unlink()
+    (target / "model.bf16.safetensors").write_bytes(b"not the weights")
+    with pytest.raises(ArtifactError, match=r"model.bf16.safetensors"):
+        load_text_version(target.parent, 2, TORCH)
