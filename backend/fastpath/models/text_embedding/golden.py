@@ -122,17 +122,18 @@ def _check_same_tokenizer(version_dir: Path, manifest: dict[str, Any], config: T
 
 def verify_loaded_files(version_dir: Path, manifest: dict[str, Any], config: TextEmbeddingConfig, *,
                         checksums: ChecksumCache | None = None) -> None:
-    """Verify (size and sha256) the files of a version that ``config``'s runtime loads: its artifact (with
-    the external-data file of ONNX Runtime's external copy), the tokenizer and ``golden.npz``. Files for
-    other runtimes may be absent: a GPU host may carry only the torch runtime's files of a version.
+    """Verify (size and sha256) the files of a version that ``config``'s runtime loads: its artifact (for
+    ONNX Runtime's external copy also its data file and its source ``model.onnx``), the tokenizer and
+    ``golden.npz``. Files for other runtimes may be absent: a GPU host may carry only the torch runtime's
+    files of a version.
 
     Raises:
         ArtifactError: a loaded file not listed in the manifest, missing, or not matching it.
     """
     external = manifest.get("external_data") or {}
     needed = {config.artifact, config.tokenizer} | ({GOLDEN_NAME} & set(manifest.get("files") or ()))
-    if external.get("file") == config.artifact and external.get("data"):
-        needed.add(str(external["data"]))
+    if external.get("file") == config.artifact:  # the copy is current only against its source's listed sha256
+        needed.update(str(external[key]) for key in ("data", "source") if external.get(key))
     verify_manifest(version_dir, required=sorted(needed), only_required=True, checksums=checksums)
 
 
