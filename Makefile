@@ -2,6 +2,8 @@
 #   make serve   set up .venv, build artifacts if missing (fp32 v1, INT8 v2), run tritonserver with every model
 #                (DEVICE=cuda: text_embedding from its GPU configuration, model_repository/text_embedding/configs/gpu.pbtxt)
 #   make test    the same set-up, then ruff and the test suite
+#   make perf-analyzer   perf_analyzer (Triton's C++ load generator, the served benchmarks' load) with its two
+#                libraries in .venv (scripts/install_perf_analyzer.sh); part of make setup
 #   make test-container   build the CPU image (docker/Dockerfile.cpu) and test it running (root; installs docker.io)
 PYTHON ?= python3.11
 VENV := .venv
@@ -20,7 +22,7 @@ ARTIFACT := model_repository/text_embedding/1/model.onnx model_repository/text_e
 INT8_ARTIFACT := model_repository/text_embedding/2/model.onnx model_repository/text_embedding/2/model.bf16.safetensors
 PYTEST_ARGS ?=
 
-.PHONY: setup artifacts artifacts-int8 lint serve test test-container clean
+.PHONY: setup perf-analyzer artifacts artifacts-int8 lint serve test test-container clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +30,16 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[build,test]'
 	touch $@
 
-setup: $(BIN)/.installed
+# perf_analyzer ships in the tritonclient 2.51.0 wheel; its libcudart.so.12 and libb64.so.0d go to .venv/lib/perf_analyzer
+PERF_ANALYZER := $(VENV)/lib/perf_analyzer/.installed
+
+$(PERF_ANALYZER): $(BIN)/.installed scripts/install_perf_analyzer.sh
+	bash scripts/install_perf_analyzer.sh $(VENV)
+	touch $@
+
+perf-analyzer: $(PERF_ANALYZER)
+
+setup: $(BIN)/.installed $(PERF_ANALYZER)
 
 # grouped target (GNU make >= 4.3): one build for all three files, not one per out-of-date file
 $(ARTIFACT) &: $(BIN)/.installed
@@ -43,18 +54,18 @@ artifacts-int8: $(INT8_ARTIFACT)
 
 # exec: the recipe's shell (make runs it through /bin/sh -c) becomes fastpath serve, so the SIGTERM make forwards
 # to its child reaches it and it stops tritonserver; without exec only the shell died, leaving both running
-serve: artifacts artifacts-int8
+serve: setup artifacts artifacts-int8
 	exec $(BIN)/fastpath serve --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --device $(DEVICE)
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 
-test: lint artifacts artifacts-int8
+test: setup lint artifacts artifacts-int8
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Builds the debootstrap base and the CPU image, then runs it: requests, live swap, SIGTERM, read-only, probes,
 # Prometheus on every dashboard and adapter query (tests/container; needs root for apt-get, dockerd, debootstrap)
-test-container: artifacts artifacts-int8
+test-container: setup artifacts artifacts-int8
 	$(BIN)/python -m pytest tests/container -p no:cacheprovider -rs --timeout=1800 $(PYTEST_ARGS)
 
 clean:

@@ -12,6 +12,7 @@ process id, so leaks are easy to find (and tests look).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import ipaddress
 import itertools
 import os
@@ -31,6 +32,9 @@ MIN_REGION_BYTES = 64 << 10
 SharedMemoryMode = Literal["auto", "always", "never"]
 _counter = itertools.count()
 _counter_lock = threading.Lock()
+# newer tritonclient releases can refuse a name that already exists (create_only); 2.51 opens it. Names here hold this
+# process's id and a counter, so only a dead process's leftover could exist, and 2.51 resizes that one for reuse.
+_CREATE_ONLY = {"create_only": True} if "create_only" in inspect.signature(tshm.create_shared_memory_region).parameters else {}
 
 
 def is_local_url(url: str) -> bool:
@@ -130,7 +134,7 @@ def new_region(byte_size: int) -> InputRegion:
     """
     with _counter_lock:
         name = f"{REGION_PREFIX}{os.getpid()}_{next(_counter)}"
-    handle = tshm.create_shared_memory_region(name, name, byte_size, create_only=True)
+    handle = tshm.create_shared_memory_region(name, name, byte_size, **_CREATE_ONLY)
     return InputRegion(name=name, key=name, byte_size=byte_size, handle=handle)
 
 
