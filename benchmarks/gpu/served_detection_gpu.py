@@ -22,12 +22,9 @@ Writes JSON to ``--out`` and prints a table.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
-import os
 import re
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -40,9 +37,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "backend"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import served_gpu  # noqa: E402  (perf_analyzer cells)
+import perf_analyzer as pa  # noqa: E402  (benchmarks/perf_analyzer.py: input data, cells)
 import triton_gpu  # noqa: E402  (CPU accounting)
 
 VERSION_DIR = ROOT / "model_repository" / "text_detection" / "1"
@@ -279,26 +277,15 @@ def build_repository(root: Path) -> Path:
     return repository
 
 
-def serialized(data: bytes) -> bytes:
-    """One BYTES element as Triton's raw binary tensor format: 4-byte little-endian length, then the bytes."""
-    return struct.pack("<I", len(data)) + data
-
-
 def input_files(root: Path, inputs: Path) -> dict[str, Path]:
     """perf_analyzer --input-data JSON per workload: one image per request, each entry another photo."""
     files = {}
     for workload, pattern in (("jpeg720", "720_*.jpg"), ("png720", "720_*.png"), ("jpegmixed", "mixed_*.jpg")):
-        entries = [{"IMAGE_BYTES": {"b64": base64.b64encode(serialized(p.read_bytes())).decode(), "shape": [1]}}
-                   for p in sorted(inputs.glob(pattern))]
-        if entries:
-            files[workload] = root / f"{workload}.json"
-            files[workload].write_text(json.dumps({"data": entries}))
-    raw = []
-    for path in sorted(inputs.glob("720_*.jpg"))[:8]:
-        image = decode(path.read_bytes())
-        raw.append({"IMAGE": {"b64": base64.b64encode(np.ascontiguousarray(image).tobytes()).decode(), "shape": [1, *image.shape]}})
-    files["raw720"] = root / "raw720.json"
-    files["raw720"].write_text(json.dumps({"data": raw}))
+        photos = [p.read_bytes() for p in sorted(inputs.glob(pattern))]
+        if photos:
+            files[workload] = pa.write_input_data(root / f"{workload}.json", pa.image_entries(photos))
+    raw = [np.ascontiguousarray(decode(path.read_bytes()))[None] for path in sorted(inputs.glob("720_*.jpg"))[:8]]
+    files["raw720"] = pa.write_input_data(root / "raw720.json", pa.array_entries(raw, "IMAGE"))
     return files
 
 
@@ -312,9 +299,7 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
     from fastpath.server.process import ServerOptions, TritonServer
     from tests.conftest import free_ports
 
-    binary = Path(os.environ.get("PERF_ANALYZER", shutil.which("perf_analyzer") or "perf_analyzer"))
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = ":".join(p for p in (os.environ.get("FASTPATH_PA_LIBS", ""), env.get("LD_LIBRARY_PATH", "")) if p)
+    analyzer = pa.find()  # PERF_ANALYZER and FASTPATH_PA_LIBS on the GPU machine (detection_gpu.sh)
     repository = build_repository(root)
     http_port, grpc_port, metrics_port = free_ports(3)
     models = ("text_detection", "text_detection_tf32", "naive_detection")
@@ -334,10 +319,10 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
                 account = triton_gpu.CpuAccount(server.pid)
                 t0 = time.monotonic()
                 try:
-                    cell = served_gpu.perf_analyzer_cell(binary, server.grpc_url, model, files[workload], batch=1,
-                                                         concurrency=concurrency, measurement_ms=args.measurement_ms,
-                                                         csv_path=root / f"{model}_{workload}_c{concurrency}.csv", env=env)
-                except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                    load = pa.Load(model=model, url=server.grpc_url, data=files[workload], concurrency=concurrency)
+                    cell = pa.stable_cell(analyzer, load, measurement_ms=args.measurement_ms,
+                                          csv_path=root / f"{model}_{workload}_c{concurrency}.csv")
+                except (pa.PerfAnalyzerError, subprocess.TimeoutExpired) as exc:
                     report.setdefault("failed_cells", []).append({"cell": spec, "concurrency": concurrency, "error": str(exc)[-600:]})
                     print("FAILED", spec, concurrency, str(exc)[-600:], flush=True)
                     continue

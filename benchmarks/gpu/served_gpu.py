@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
-import os
 import random
 import resource
 import shutil
@@ -47,8 +46,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "backend"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import perf_analyzer as pa  # noqa: E402  (benchmarks/perf_analyzer.py: input data, cells, CSV)
 import triton_gpu  # noqa: E402  (benchmarks/gpu: repository layout, CPU accounting, py-spy)
 
 WORKLOADS = {"short": 1, "passages": 1, "passages32": 32}  # texts per request
@@ -110,51 +111,15 @@ def build_repository(root: Path, version_dir: Path, models: list[str], *, instan
     return repository
 
 
-def write_input_data(path: Path, texts: list[str]) -> Path:
-    """perf_analyzer ``--input-data`` JSON, one text per entry (``TEXT`` dims [1]); with ``-b N`` each
-    request carries N consecutive entries, N distinct texts (checked on Triton 2.51)."""
-    path.write_text(json.dumps({"data": [{"TEXT": {"content": [text], "shape": [1]}} for text in texts]}))
-    return path
-
-
-CSV_COLUMNS = {"Inferences/Second": "infer_per_s", "Client Send": "client_send_us", "Network+Server Send/Recv": "network_server_us",
-               "Server Queue": "server_queue_us", "Server Compute Input": "server_compute_input_us",
-               "Server Compute Infer": "server_compute_infer_us", "Server Compute Output": "server_compute_output_us",
-               "Client Recv": "client_recv_us", "p50 latency": "p50_us", "p90 latency": "p90_us", "p95 latency": "p95_us",
-               "p99 latency": "p99_us", "Avg latency": "avg_us"}
-
-
-def perf_analyzer_cell(binary: Path, url: str, model: str, data: Path, *, batch: int, concurrency: int, measurement_ms: int,
-                       csv_path: Path, env: dict[str, str]) -> dict:
-    """One perf_analyzer run at one concurrency; its CSV row (microseconds), req/s and the argv."""
-    argv = [str(binary), "-m", model, "-u", url, "-i", "grpc", "--input-data", str(data), "-b", str(batch),
-            "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "time_windows",
-            "-p", str(measurement_ms), "-s", "25", "--max-trials", "6", "-f", str(csv_path), "--verbose-csv"]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
-    unstable = "Failed to obtain stable measurement" in done.stdout + done.stderr
-    if unstable:  # a noisy machine: one more try with windows twice as long and a looser threshold
-        argv[argv.index("-p") + 1], argv[argv.index("-s") + 1] = str(2 * measurement_ms), "50"
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
-    if done.returncode != 0:
-        raise RuntimeError(f"perf_analyzer exited {done.returncode}: {(done.stdout + done.stderr)[-1500:]}")
-    header, row = csv_path.read_text().splitlines()[:2]
-    values = dict(zip(header.split(","), row.split(",")))
-    cell = {key: float(values[name]) for name, key in CSV_COLUMNS.items() if name in values}
-    cell["req_per_s"] = cell.pop("infer_per_s") / batch  # perf_analyzer counts inferences = batch x requests
-    cell["texts_per_s"] = cell["req_per_s"] * batch
-    cell["command"] = " ".join(argv)
-    cell["unstable_first_try"] = unstable
-    return cell
-
-
-def run_cell(binary: Path, env: dict[str, str], server, model: str, workload: str, data: Path, concurrency: int,
+def run_cell(analyzer: pa.PerfAnalyzer, server, model: str, workload: str, data: Path, concurrency: int,
              measurement_ms: int, out_dir: Path) -> dict:
-    """A cell with the CPU its process groups used (cores, and microseconds per request)."""
+    """A cell (:func:`perf_analyzer.stable_cell` over gRPC) with the CPU its process groups used (cores, and
+    microseconds per request)."""
     account = triton_gpu.CpuAccount(server.pid)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    cell = perf_analyzer_cell(binary, server.grpc_url, model, data, batch=WORKLOADS[workload], concurrency=concurrency,
-                              measurement_ms=measurement_ms, csv_path=out_dir / f"{model}_{workload}_c{concurrency}.csv", env=env)
+    load = pa.Load(model=model, url=server.grpc_url, data=data, batch=WORKLOADS[workload], concurrency=concurrency)
+    cell = pa.stable_cell(analyzer, load, measurement_ms=measurement_ms, csv_path=out_dir / f"{model}_{workload}_c{concurrency}.csv")
     wall_s = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     client_s = (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime)
@@ -219,9 +184,7 @@ def main() -> int:
     from fastpath.text.corpus import pydoc_sentences
     from tests.conftest import free_ports
 
-    binary = Path(os.environ.get("PERF_ANALYZER", shutil.which("perf_analyzer") or "perf_analyzer"))
-    env = dict(os.environ)
-    env["LD_LIBRARY_PATH"] = ":".join(p for p in (os.environ.get("FASTPATH_PA_LIBS", ""), env.get("LD_LIBRARY_PATH", "")) if p)
+    analyzer = pa.find()  # PERF_ANALYZER and FASTPATH_PA_LIBS on the GPU machine (served_gpu.sh)
     models = args.models.split(",")
     root = Path(tempfile.mkdtemp(prefix="served-gpu-"))
     out_dir = args.csv_dir or args.out.parent
@@ -230,7 +193,8 @@ def main() -> int:
     random.Random(0).shuffle(sentences)
     chunks = passages(args.version_dir / "tokenizer.json")
     random.Random(1).shuffle(chunks)
-    data = {"short": write_input_data(root / "short.json", sentences), "passages": write_input_data(root / "passages.json", chunks)}
+    data = {"short": pa.write_input_data(root / "short.json", pa.text_entries(sentences)),
+            "passages": pa.write_input_data(root / "passages.json", pa.text_entries(chunks))}
     data["passages32"] = data["passages"]
     repository = build_repository(root, args.version_dir, models, instances=args.instances, prev_backend=args.prev_backend,
                                   device=args.device, precision=args.precision)
@@ -260,8 +224,8 @@ def main() -> int:
                     if {(model, workload, "*"), (model, workload, str(concurrency))} & skip:
                         continue
                     try:
-                        rows.append(run_cell(binary, env, server, model, workload, data[workload], concurrency, args.measurement_ms, out_dir))
-                    except (RuntimeError, subprocess.TimeoutExpired) as exc:  # reported; the other cells still run
+                        rows.append(run_cell(analyzer, server, model, workload, data[workload], concurrency, args.measurement_ms, out_dir))
+                    except (pa.PerfAnalyzerError, subprocess.TimeoutExpired) as exc:  # reported; the other cells still run
                         report.setdefault("failed_cells", []).append({"model": model, "workload": workload,
                                                                       "concurrency": concurrency, "error": str(exc)[-800:]})
                         print("FAILED", report["failed_cells"][-1], flush=True)
@@ -271,7 +235,7 @@ def main() -> int:
                     args.out.write_text(json.dumps(report, indent=2) + "\n")  # what ran so far survives a time limit
         report["load"] = rows
         if args.py_spy:
-            report["py_spy"] = spy_cell(binary, env, server, models[0], data["short"], max(int(c) for c in args.cells.split(";")[0].split(":")[1].split(",")),
+            report["py_spy"] = spy_cell(analyzer, server, models[0], data["short"], max(int(c) for c in args.cells.split(";")[0].split(":")[1].split(",")),
                                         args.py_spy, root)
         report["triton_statistics"] = statistics(server.grpc_url, models)
         report["fastpath_metrics"] = fastpath_metrics(metrics_port, models)
@@ -343,14 +307,14 @@ def statistics(url: str, models: list[str]) -> dict:
     return result
 
 
-def spy_cell(binary: Path, env: dict[str, str], server, model: str, data: Path, concurrency: int, seconds: float, root: Path) -> dict:
+def spy_cell(analyzer: pa.PerfAnalyzer, server, model: str, data: Path, concurrency: int, seconds: float, root: Path) -> dict:
     """py-spy on one stub of ``model`` while perf_analyzer loads it (a cell of its own, not measured)."""
     spying = triton_gpu.start_py_spy(model, seconds, root / "py_spy.txt")
     if spying is None:
         return {}
     try:
-        perf_analyzer_cell(binary, server.grpc_url, model, data, batch=1, concurrency=concurrency,
-                           measurement_ms=int(seconds * 1000 / 3), csv_path=root / "spy.csv", env=env)
+        pa.stable_cell(analyzer, pa.Load(model=model, url=server.grpc_url, data=data, concurrency=concurrency),
+                       measurement_ms=int(seconds * 1000 / 3), csv_path=root / "spy.csv")
     finally:
         spying.wait(timeout=120)
     return triton_gpu.summarize_py_spy(root / "py_spy.txt", top=30)
