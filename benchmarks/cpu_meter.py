@@ -4,7 +4,8 @@ The dev machine has 2 cores and is shared: another process's CPU time during a s
 the served path (client, tritonserver, stub threads) more than the one-process raw engine. Each
 cell records, per second of wall time:
 
-    ours_cores     CPU seconds of this process and all its descendants (tritonserver, its stubs)
+    ours_cores     CPU seconds of this process and all its descendants (tritonserver, its stubs, and the
+                   perf_analyzer runs that loaded them, which have exited and been waited for by then)
     other_cores    every other process's CPU seconds (system-wide busy time minus ours; includes
                    kernel threads and interrupts)
     steal_cores    time the hypervisor ran another guest instead of this machine's CPUs
@@ -20,13 +21,14 @@ import time
 import psutil
 
 
-def cpu_seconds(process: psutil.Process) -> float:
-    """User + system CPU seconds of ``process`` so far; 0 once it has exited."""
+def cpu_seconds(process: psutil.Process, reaped_children: bool = False) -> float:
+    """User + system CPU seconds of ``process`` so far (with ``reaped_children``, also those of its children
+    that exited and were waited for, e.g. perf_analyzer runs); 0 once it has exited."""
     try:
         times = process.cpu_times()
     except psutil.NoSuchProcess:
         return 0.0
-    return times.user + times.system
+    return times.user + times.system + (times.children_user + times.children_system if reaped_children else 0.0)
 
 
 def _busy(times) -> float:
@@ -41,7 +43,7 @@ class CpuMeter:
 
     def _ours(self) -> float:
         # a process that exited since the listing counts 0: its time is lost to "other"
-        return sum(cpu_seconds(process) for process in [self.root, *self.root.children(recursive=True)])
+        return cpu_seconds(self.root, reaped_children=True) + sum(cpu_seconds(p) for p in self.root.children(recursive=True))
 
     def sample(self) -> tuple[float, float, float, float]:
         """(wall s, system busy CPU s, our tree's CPU s, steal s) now."""

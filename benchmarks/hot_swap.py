@@ -1,7 +1,7 @@
 """Live swap vs Triton's own reload, side by side under load.
 
-Starts a real tritonserver on a private model repository (v1 fp32, v2 int8 when built), runs 16
-concurrent one-text streams (8 HTTP, 8 gRPC) and, in one run, ``--rounds`` times:
+Starts a real tritonserver on a private model repository (v1 fp32, v2 int8 when built), loads it with
+16 concurrent one-text streams (8 HTTP, 8 gRPC) of real sentences and, in one run, ``--rounds`` times:
   1. steady state window;
   2. FastPath swap v1 -> v2 (fastpath_admin), then v2 -> v1;
   3. Triton's reload through the model-repository API (load with a config whose version_policy
@@ -10,6 +10,17 @@ For each switch it reports the time from the call to the last response of the ol
 failed requests, and p99 latency in a window around the switch vs that round's steady state; for
 FastPath swaps also the stub's own account (pickup of the command, and each stage of the swap).
 The summary gives the median and range over rounds of each switch and of p99 / steady.
+
+The load is perf_analyzer 2.51 (Triton's C++ load generator, ``make perf-analyzer``;
+benchmarks/perf_analyzer.py): for each phase (the steady window, each switch) one run over gRPC and one
+over HTTP, each with half the streams as synchronous workers, started ``LEAD_S`` before the switch and
+ended (SIGINT) ``--duration-s / 5`` after the switch call returned. Their profile exports give every
+request's send and response time and the ``MODEL_VERSION`` it was answered by, from which the switch time
+and the latency windows are cut. Failed requests are what perf_analyzer reports: it stops a worker at
+its first failed request and ends that run within half a second, so the count is the number of workers
+that failed (a lower bound on the failed requests, exact when it is 0, the goal), the switch the phase
+it happened in, and that run's requests are lost. The admin call and Triton's load call are single
+control requests through tritonclient, not load.
 
     .venv/bin/python benchmarks/hot_swap.py --duration-s 30 --rounds 3 --out docs/benchmarks/hot_swap.json
 """
@@ -29,27 +40,31 @@ import numpy as np
 import tritonclient.http as httpclient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import perf_analyzer as pa  # noqa: E402
+
 from tests.conftest import start_server  # noqa: E402
-from tests.e2e.swap_support import MODELS, LoadStreams, admin, make_swap_repository  # noqa: E402
+from tests.e2e.swap_support import MODELS, admin, make_swap_repository  # noqa: E402
 
 KEY = "bench-admin-key"
+LEAD_S = 1.0  # load before each phase's switch call (and before the steady window)
 SWITCHES = ("fastpath_swap_v1_to_v2", "fastpath_swap_v2_to_v1", "triton_reload_v1_to_v2", "triton_reload_v2_to_v1")
 
 
-def _switch_stats(records, call_s, returned_s, old, new, window_s, until_s):
-    """Seconds from the call to the last old-version response done (before the next switch at
-    ``until_s``), failures and p99 around the switch."""
-    after = [r for r in records if call_s <= r[2] < until_s]
-    old_done = [r[2] for r in after if r[4] and r[4][0] == old]
+def _switch_stats(requests: list[pa.Request], errors: list[str], call_s: float, returned_s: float, old: int, new: int,
+                  window_s: float) -> dict:
+    """Seconds from the call to the last old-version response of the phase, its failed requests and p99 around
+    the switch (requests sent from 0.5 s before the call to ``window_s`` after it)."""
+    after = [r for r in requests if r.done_s >= call_s]
+    old_done = [r.done_s for r in after if r.outputs.get("MODEL_VERSION") == old]
     last_old = max(old_done) if old_done else call_s
-    window = [r[3] for r in records if call_s - 0.5 <= r[1] <= call_s + window_s]
-    failed = [r for r in records if r[5] and call_s - 0.5 <= r[1] <= returned_s + window_s]
+    window = [r.latency_s for r in requests if call_s - 0.5 <= r.sent_s <= call_s + window_s]
     return {
         "call_returned_s": round(returned_s - call_s, 3),
         "switch_s": round(last_old - call_s, 3),
-        "new_version_seen": any(r[4] and r[4][0] == new for r in after),
-        "failed_requests": len(failed),
-        "failure_examples": sorted({r[5][:160] for r in failed})[:3],
+        "new_version_seen": any(r.outputs.get("MODEL_VERSION") == new for r in after),
+        "failed_requests": len(errors),
+        "failure_examples": sorted({e[:160] for e in errors})[:3],
         "p99_ms_during": round(float(np.percentile(window, 99)) * 1e3, 1) if window else None,
         "requests_during": len(window),
     }
@@ -68,30 +83,53 @@ def _fastpath_swap(server, version):
             for name, status in reply["instances"].items()}
 
 
-def _round(server, load, phase_s):
-    """One steady window and the four switches; returns this round's results."""
-    started = time.monotonic()
-    time.sleep(phase_s)
-    steady = [r[3] for r in load.snapshot() if started + 1.0 <= r[1] <= started + phase_s]
+def _phase(analyzer: pa.PerfAnalyzer, loads: list[pa.Load], root: Path, phase_s: float, action=None) -> dict:
+    """One phase under load: start the runs, ``LEAD_S`` later call ``action`` (if any), ``phase_s`` after it
+    returned end the runs. Returns the requests of both runs, their failures and the call's times."""
+    runs = [pa.TimedRun(analyzer, load, root / f"export_{load.protocol}.json") for load in loads]
+    try:
+        for run in runs:
+            run.start()
+        time.sleep(LEAD_S)
+        call_s = time.time()
+        stub = action() if action else None
+        returned_s = time.time()
+        time.sleep(phase_s)
+        requests, errors = [], []
+        for run in runs:
+            try:
+                result = run.stop()
+            except pa.PerfAnalyzerError as exc:  # it stopped at a failed request: its requests are lost
+                errors += exc.errors or [str(exc)]
+                continue
+            requests += result.requests
+            errors += result.errors
+    finally:
+        for run in runs:
+            run.__exit__(None, None, None)
+    return {"requests": requests, "errors": errors, "call_s": call_s, "returned_s": returned_s, "stub": stub}
+
+
+def _round(server, analyzer: pa.PerfAnalyzer, loads: list[pa.Load], root: Path, phase_s: float) -> dict:
+    """One steady window and the four switches, each a phase of its own load; returns this round's results."""
+    steady = _phase(analyzer, loads, root, phase_s)
+    latencies = [r.latency_s for r in steady["requests"] if steady["call_s"] <= r.sent_s <= steady["returned_s"] + phase_s]
+    results = {"steady": {"p99_ms": round(float(np.percentile(latencies, 99)) * 1e3, 1), "requests": len(latencies),
+                          "failed_requests": len(steady["errors"])}}
     actions = {"fastpath_swap_v1_to_v2": (lambda: _fastpath_swap(server, 2), 1, 2),
                "fastpath_swap_v2_to_v1": (lambda: _fastpath_swap(server, 1), 2, 1),
                "triton_reload_v1_to_v2": (lambda: _triton_reload(server, 2), 1, 2),
                "triton_reload_v2_to_v1": (lambda: _triton_reload(server, 1), 2, 1)}
-    events = []
     for name in SWITCHES:
         action, old, new = actions[name]
-        call = time.monotonic()
-        stub = action()
-        events.append((name, call, time.monotonic(), old, new, stub))
-        time.sleep(phase_s)
-    records = load.snapshot()
-    results = {"steady": {"p99_ms": round(float(np.percentile(steady, 99)) * 1e3, 1), "requests": len(steady)}}
-    ends = [event[1] for event in events[1:]] + [time.monotonic()]
-    for (name, call, returned, old, new, stub), until in zip(events, ends):
-        results[name] = _switch_stats(records, call, returned, old, new, window_s=max(2.0, returned - call + 1.0), until_s=until)
-        results[name]["p99_over_steady"] = round(results[name]["p99_ms_during"] / results["steady"]["p99_ms"], 2)
-        if stub:
-            results[name]["stub"] = stub
+        phase = _phase(analyzer, loads, root, phase_s, action)
+        call, returned = phase["call_s"], phase["returned_s"]
+        results[name] = _switch_stats(phase["requests"], phase["errors"], call, returned, old, new,
+                                      window_s=max(2.0, returned - call + 1.0))
+        during = results[name]["p99_ms_during"]
+        results[name]["p99_over_steady"] = round(during / results["steady"]["p99_ms"], 2) if during is not None else None
+        if phase["stub"]:
+            results[name]["stub"] = phase["stub"]
     return results
 
 
@@ -99,7 +137,7 @@ def _summary(rounds):
     summary = {}
     for name in SWITCHES:
         switch = [r[name]["switch_s"] for r in rounds]
-        ratio = [r[name]["p99_over_steady"] for r in rounds]
+        ratio = [r[name]["p99_over_steady"] for r in rounds if r[name]["p99_over_steady"] is not None] or [float("nan")]
         summary[name] = {"switch_s_median": round(statistics.median(switch), 3), "switch_s_range": [min(switch), max(switch)],
                          "p99_over_steady_median": round(statistics.median(ratio), 2), "p99_over_steady_range": [min(ratio), max(ratio)],
                          "failed_requests": sum(r[name]["failed_requests"] for r in rounds)}
@@ -112,7 +150,7 @@ def _print(rounds, summary):
         for name in SWITCHES:
             r = results[name]
             print(f"{index:<6}{name:<26}{r['call_returned_s']:>8.3f}{r['switch_s']:>10.3f}{r['failed_requests']:>8}"
-                  f"{r['p99_ms_during']:>9}{r['p99_over_steady']:>11.2f}")
+                  f"{r['p99_ms_during']!s:>9}{r['p99_over_steady']!s:>11}")
         print(f"{index:<6}steady p99 {results['steady']['p99_ms']} ms over {results['steady']['requests']} requests")
     for name, s in summary.items():
         print(f"median {name:<26} switch {s['switch_s_median']:.3f} s {s['switch_s_range']}, "
@@ -128,14 +166,17 @@ def main() -> int:
     args = parser.parse_args()
     from fastpath.text.corpus import pydoc_sentences
 
+    analyzer = pa.find()
     v2 = MODELS / "text_embedding" / "2"
     root = Path(tempfile.mkdtemp(prefix="hot-swap-bench-"))
     repository = make_swap_repository(root, {1: MODELS / "text_embedding" / "1", 2: v2})
+    data = pa.write_input_data(root / "texts.json", pa.text_entries(pydoc_sentences()))
     server = start_server(root, repository=repository, admin_key=KEY)
+    loads = [pa.Load(model="text_embedding", url=server.grpc_url, protocol="grpc", data=data, concurrency=(args.streams + 1) // 2),
+             pa.Load(model="text_embedding", url=server.http_url, protocol="http", data=data, concurrency=max(1, args.streams // 2))]
     load_average = Path("/proc/loadavg").read_text().split()[:3]
     try:
-        with LoadStreams(server.http_url, server.grpc_url, pydoc_sentences(), count=args.streams) as load:
-            rounds = [_round(server, load, args.duration_s / 5) for _ in range(args.rounds)]
+        rounds = [_round(server, analyzer, loads, root, args.duration_s / 5) for _ in range(args.rounds)]
     finally:
         server.stop()
     summary = _summary(rounds)
@@ -145,6 +186,7 @@ def main() -> int:
         "load_average_at_start": load_average,
         "load_average_at_end": Path("/proc/loadavg").read_text().split()[:3],
         "streams": args.streams,
+        "load": f"perf_analyzer 2.51: {loads[0].concurrency} gRPC + {loads[1].concurrency} HTTP synchronous workers, one run each per phase",
         "v2_precision": json.loads((v2 / "manifest.json").read_text()).get("precision"),
         "summary": summary,
         "rounds": rounds,

@@ -5,7 +5,7 @@ Run from the repository root with the artifacts built (about 8 minutes on a 2-co
     .venv/bin/python benchmarks/scheduler_cpu.py
 
 Side by side in one run, on real sentences (``fastpath.text.corpus.pydoc_sentences``, shuffled with a
-fixed seed), one text per request, tritonclient gRPC (asyncio) at concurrency 1, 8 and 32:
+fixed seed), one text per request, at concurrency 1, 8 and 32:
 
     raw_ideal         raw engine: batches of 64 texts of nearly equal length (runs of the length-sorted
                       corpus at evenly spaced quantiles), each padded to its longest: no padding waste
@@ -39,12 +39,20 @@ A cell (a variant's slices in one round) measures ``--warmup-s`` + ``--duration-
 per slice; its ``vs ideal`` is its throughput over the mean of the raw_ideal runs beside its slices,
 a ratio between two served variants the ratio of their ``vs ideal``; the median over rounds is
 reported. Writes docs/benchmarks/scheduler_cpu.json and .md (``--out`` changes the stem).
+
+The served load is perf_analyzer 2.51 (Triton's C++ load generator, ``make perf-analyzer``;
+benchmarks/perf_analyzer.py): one run per slice over gRPC, ``concurrency`` synchronous workers each
+keeping one request in flight, the texts in the slice's order as its ``--input-data``. Each slice's
+window is cut from the run's profile export (every request's send and response time), so warm-up,
+window and latency by send time are as this benchmark defines them, not perf_analyzer's own stable
+windows. perf_analyzer stops at a failed request, and so does the benchmark, naming the error: the
+``errors`` column of a finished run is 0. The raw engine runs, the metrics scrape and the served INT8
+cosine use tritonclient: they are single calls, not load.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import itertools
 import json
 import os
@@ -66,6 +74,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
+import perf_analyzer as pa  # noqa: E402
 from cpu_meter import CpuMeter  # noqa: E402
 from scheduler_report import goals, markdown, summarize  # noqa: E402
 
@@ -163,12 +172,12 @@ def merge_raw(runs: list[dict]) -> dict:
 IDEAL_SETTLE_S = 0.5  # pause before each raw_ideal run, so a served slice's tail (lingering threads) is over
 
 
-async def interleaved_round(raw: RawEngine, client, metrics_url: str, variants: list[str], texts: list[str],
-                            concurrency: int, ideal: Callable[[], dict], args, index: int, cursor: list[int],
-                            before: Callable[[], dict] | None = None, after: Callable[[dict], dict] | None = None) -> dict:
-    """One round at ``concurrency``: ``args.passes`` passes over the served ``variants`` (order reversed
-    every other pass and round), each slice (``args.warmup_s`` + ``args.duration_s / args.passes``
-    measured) between two ``ideal`` runs: ideal, v1, ideal, v2, ideal, ..., over every pass.
+def interleaved_round(raw: RawEngine, slice_load: Callable[[str], dict], metrics_url: str, variants: list[str],
+                      ideal: Callable[[], dict], args, index: int, before: Callable[[], dict] | None = None,
+                      after: Callable[[dict], dict] | None = None) -> dict:
+    """One round: ``args.passes`` passes over the served ``variants`` (order reversed every other pass and
+    round), each slice (``slice_load(model)``: :func:`load_slice`, ``args.warmup_s`` + ``args.duration_s /
+    args.passes`` measured) between two ``ideal`` runs: ideal, v1, ideal, v2, ideal, ..., over every pass.
 
     Returns {variant: cell (:func:`merge_slices`, with the round's padded and real tokens from the
     metrics endpoint)} plus "raw_ideal" (all its runs merged) and, where given, "before" (``before()``:
@@ -203,8 +212,7 @@ async def interleaved_round(raw: RawEngine, client, metrics_url: str, variants: 
     for number in range(args.passes):
         for variant in (variants if (index + number) % 2 == 0 else variants[::-1]):
             start = raw.meter.sample()
-            cell = await load_slice(client, SERVED[variant], texts, concurrency, args.warmup_s,
-                                    args.duration_s / args.passes, cursor)
+            cell = slice_load(SERVED[variant])
             cell["cpu"] = raw.meter.since(start)
             runs.append(settled())
             cell["ideal_runs_per_s"] = [runs[-2]["throughput_per_s"], runs[-1]["throughput_per_s"]]
@@ -294,57 +302,38 @@ def scrape_counters(metrics_url: str) -> dict[str, float]:
     return values
 
 
-async def load_slice(client, model: str, texts: list[str], concurrency: int, warmup_s: float, duration_s: float,
-                     cursor: list[int]) -> dict:
-    """One closed-loop slice on an open ``tritonclient.grpc.aio`` client: ``concurrency`` clients, one text
-    per request (``texts`` from ``cursor[0]`` on, which advances), sending until the window
-    [start + ``warmup_s``, + ``duration_s``] ends, then waiting for every request in flight.
+def load_slice(analyzer: pa.PerfAnalyzer, url: str, model: str, texts: list[str], concurrency: int, warmup_s: float,
+               duration_s: float, cursor: list[int], workdir: Path) -> dict:
+    """One closed-loop slice from perf_analyzer over gRPC: ``concurrency`` requests in flight, one text per
+    request (``texts`` from ``cursor[0]`` on, which advances by the requests sent), loading for ``warmup_s`` +
+    ``duration_s``; the window [load start + ``warmup_s``, + ``duration_s``] is cut from its profile export
+    (:class:`perf_analyzer.TimedRun`), and the requests in flight at its end are waited for.
 
-    Returns {"throughput_per_s": completions inside the window / ``duration_s``, "texts": those
-    completions, "seconds": ``duration_s``, "latencies_s": the latency of every request sent inside the
-    window, "errors": failed requests}. Latencies are taken by send time and waited for, so a slow
-    request sent late in the window counts (taking only those that also finished inside it would cut off
-    the longest ones and bias p99 low).
+    Returns {"throughput_per_s": completions inside the window / ``duration_s``, "texts": those completions,
+    "seconds": ``duration_s``, "latencies_s": the latency of every request sent inside the window, "errors": 0}.
+    Latencies are taken by send time, so a slow request sent late in the window counts (taking only those
+    that also finished inside it would cut off the longest ones and bias p99 low).
+
+    Raises:
+        perf_analyzer.PerfAnalyzerError: a request failed (perf_analyzer stops at the first), naming the error.
     """
-    import tritonclient.grpc.aio as grpcaio
-
-    begin = time.perf_counter()
-    window = (begin + warmup_s, begin + warmup_s + duration_s)
-    latencies: list[float] = []
-    state = {"done": 0, "errors": 0}
-
-    async def worker() -> None:
-        while time.perf_counter() < window[1]:
-            text = texts[cursor[0] % len(texts)]
-            cursor[0] += 1
-            tensor = grpcaio.InferInput("TEXT", [1, 1], "BYTES")
-            tensor.set_data_from_numpy(np.array([[text.encode()]], dtype=np.object_))
-            sent = time.perf_counter()
-            try:
-                await client.infer(model, [tensor])
-            except Exception:
-                state["errors"] += 1
-                continue
-            done = time.perf_counter()
-            if window[0] <= done <= window[1]:
-                state["done"] += 1
-            if window[0] <= sent <= window[1]:
-                latencies.append(done - sent)
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return {"throughput_per_s": state["done"] / duration_s, "texts": state["done"], "seconds": duration_s,
-            "latencies_s": latencies, "errors": state["errors"]}
+    first = cursor[0] % len(texts)
+    data = pa.write_input_data(workdir / "slice_input.json", pa.text_entries(texts[first:] + texts[:first]))
+    load = pa.Load(model=model, url=url, data=data, concurrency=concurrency)
+    result = pa.timed(analyzer, load, warmup_s + duration_s, workdir / "slice_export.json")
+    if result.errors:
+        raise pa.PerfAnalyzerError(f"{model}: {len(result.errors)} failed request(s): {result.errors[0]}", result.errors)
+    cursor[0] += len(result.requests)
+    begin = result.started_s + warmup_s
+    window = pa.window(result.requests, begin, begin + duration_s)
+    return {"throughput_per_s": window["throughput_per_s"], "texts": window["completed"], "seconds": duration_s,
+            "latencies_s": window["latencies_s"], "errors": 0}
 
 
-async def load(url: str, model: str, texts: list[str], concurrency: int, warmup_s: float, duration_s: float) -> dict:
-    """:func:`load_slice` on a client of its own, starting at a random text."""
-    import tritonclient.grpc.aio as grpcaio
-
-    client = grpcaio.InferenceServerClient(url)
-    try:
-        return await load_slice(client, model, texts, concurrency, warmup_s, duration_s, [random.randrange(len(texts))])
-    finally:
-        await client.close()
+def load(url: str, model: str, texts: list[str], concurrency: int, warmup_s: float, duration_s: float) -> dict:
+    """:func:`load_slice` on its own, starting at a random text."""
+    with tempfile.TemporaryDirectory(prefix="fastpath-load-") as tmp:
+        return load_slice(pa.find(), url, model, texts, concurrency, warmup_s, duration_s, [random.randrange(len(texts))], Path(tmp))
 
 
 def merge_slices(slices: list[dict]) -> dict:
@@ -400,11 +389,9 @@ def ideal_sample(sorted_texts: list[str], round_index: int, runs: int = 4) -> li
 
 def run_round(raw: RawEngine, server, metrics_url: str, texts: list[str], sorted_texts: list[str],
               sample: Callable[[int], list[str]], concurrency: int, index: int, args) -> dict:
-    """One round at ``concurrency`` (:func:`interleaved_round`); at concurrency 1 also echo among the
-    served variants, raw_batch_1 first and raw_call last (one raw call after the idle gap of the round's
-    echo p50)."""
-    import tritonclient.grpc.aio as grpcaio
-
+    """One round at ``concurrency`` (:func:`interleaved_round`, slices of :func:`load_slice`); at concurrency 1
+    also echo among the served variants, raw_batch_1 first and raw_call last (one raw call after the idle gap
+    of the round's echo p50)."""
     variants = list(args.variants) + (["echo"] if concurrency == 1 else [])
     ideal_samples = itertools.count(index * 64)
     cursor = [random.randrange(len(texts))]
@@ -421,15 +408,13 @@ def run_round(raw: RawEngine, server, metrics_url: str, texts: list[str], sorted
             gap_us = int(np.percentile(cells["echo"]["latencies_s"], 50) * 1e6)
             return raw.measure("raw_call", sample(RAW_TEXTS["raw_batch_1"]), gap_us=gap_us)
 
-    async def measure() -> dict:
-        client = grpcaio.InferenceServerClient(server.grpc_url)
-        try:
-            return await interleaved_round(raw, client, metrics_url, variants, texts, concurrency, ideal, args, index,
-                                           cursor, before, after)
-        finally:
-            await client.close()
+    analyzer = pa.find()
+    with tempfile.TemporaryDirectory(prefix="fastpath-slices-") as tmp:
+        def slice_load(model: str) -> dict:
+            return load_slice(analyzer, server.grpc_url, model, texts, concurrency, args.warmup_s, args.duration_s / args.passes,
+                              cursor, Path(tmp))
 
-    cells = asyncio.run(measure())
+        cells = interleaved_round(raw, slice_load, metrics_url, variants, ideal, args, index, before, after)
     for name, renamed in (("before", "raw_batch_1"), ("after", "raw_call")):
         if name in cells:
             cells[renamed] = cells.pop(name)
@@ -539,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
                     "nice": os.nice(0),
                     "note": args.machine_note},
         "workload": {"sentences": len(texts), "source": "fastpath.text.corpus.pydoc_sentences(), shuffled (seed 0)",
-                     "texts_per_request": 1, "rounds": args.rounds, "passes": args.passes, "warmup_s": args.warmup_s,
+                     "texts_per_request": 1, "load": "perf_analyzer 2.51 gRPC", "rounds": args.rounds, "passes": args.passes, "warmup_s": args.warmup_s,
                      "duration_s": args.duration_s},
         "wall_s": time.time() - started,
     }

@@ -145,8 +145,8 @@ def markdown(report: dict) -> str:
         "",
         f"Machine: {machine['cpus']} CPUs ({machine.get('process_cpus', machine['cpus'])} in the benchmark's affinity mask); load average {machine['loadavg_before'][0]:.1f} before, "
         f"{machine['loadavg_after'][0]:.1f} after; benchmark nice value {machine.get('nice', 0)}. {machine['note']}.",
-        f"Workload: {workload['source']}, {workload['sentences']} sentences, one text per request, tritonclient "
-        f"gRPC (asyncio) closed loop; {workload['rounds']} rounds per concurrency"
+        f"Workload: {workload['source']}, {workload['sentences']} sentences, one text per request, "
+        f"{workload.get('load', 'tritonclient gRPC (asyncio)')} closed loop; {workload['rounds']} rounds per concurrency"
         + (f", each a cell of {workload['passes']} slices per variant ({workload['warmup_s']:g} s warm-up + "
            f"{workload['duration_s'] / workload['passes']:g} s measured each), every slice between two raw_ideal runs"
            if "passes" in workload else f", each cell {workload['warmup_s']:g} s warm-up + {workload['duration_s']:g} s measured")

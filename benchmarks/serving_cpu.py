@@ -6,10 +6,11 @@ Run from the repository root with the artifacts built (about 2 minutes on a 2-co
 
 One tritonserver serves echo_embedding (tokenizes and answers zeros: Triton's and the python
 backend's own path, no engine), naive_embedding, and FastPath's text_embedding as shipped
-(benchmarks/scheduler_cpu.py builds the repository). Each is loaded by the same closed-loop
-tritonclient gRPC (asyncio) client, one text per request, at ``--concurrency`` (default 32); per
-model the CPU seconds of the client (this process), tritonserver and the model's stub process(es)
-are read with psutil before and after and divided by the requests completed.
+(benchmarks/scheduler_cpu.py builds the repository). Each is loaded by the same closed loop of
+perf_analyzer (Triton's C++ load generator, gRPC; ``scheduler_cpu.load``), one text per request, at
+``--concurrency`` (default 32); per model the CPU seconds of the client (this process and the
+perf_analyzer run it waited for), tritonserver and the model's stub process(es) are read with psutil
+before and after and divided by the requests completed.
 
 The ceiling. On a machine of ``C`` cores whose ideal raw engine (raw_ideal: batches of 64 of equal
 length, measured here in a stub) runs ``I`` texts/s, the engine needs ``C / I`` CPU seconds per
@@ -23,7 +24,6 @@ docs/benchmarks/serving_cpu.json and .md (``--out`` changes the stem).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
@@ -45,7 +45,7 @@ MODELS = ("echo_embedding", "naive_embedding", "text_embedding")
 
 
 def components(server_pid: int, models: tuple[str, ...]) -> dict[str, list[psutil.Process]]:
-    """{"client": [this process], "tritonserver": [it], "stub:<model>": [its stubs], ...}."""
+    """{"client": [this process, whose waited-for children are perf_analyzer's runs], "tritonserver": [it], "stub:<model>": [its stubs], ...}."""
     server = psutil.Process(server_pid)
     out: dict[str, list[psutil.Process]] = {"client": [psutil.Process()], "tritonserver": [server]}
     for child in server.children(recursive=True):
@@ -61,11 +61,14 @@ def components(server_pid: int, models: tuple[str, ...]) -> dict[str, list[psuti
 def measure(server, model: str, texts: list[str], concurrency: int, args) -> dict:
     """Throughput and CPU ms per request of each process while ``model`` serves ``concurrency`` clients."""
     procs = components(server.pid, MODELS + tuple(args.extra))
-    before = {name: sum(cpu_seconds(p) for p in group) for name, group in procs.items()}
+    def used_s() -> dict[str, float]:  # the client's perf_analyzer has exited and been waited for by the second call
+        return {name: sum(cpu_seconds(p, reaped_children=name == "client") for p in group) for name, group in procs.items()}
+
+    before = used_s()
     started = time.perf_counter()
-    cell = asyncio.run(load(server.grpc_url, model, texts, concurrency, 0.0, args.duration_s))
+    cell = load(server.grpc_url, model, texts, concurrency, 0.0, args.duration_s)
     wall = time.perf_counter() - started
-    after = {name: sum(cpu_seconds(p) for p in group) for name, group in procs.items()}
+    after = used_s()
     requests = cell["throughput_per_s"] * args.duration_s  # completed in the window (no warm-up: whole wall)
     used = {name: after[name] - before[name] for name in procs}
     own = {"client": used["client"], "tritonserver": used["tritonserver"], "stub": used.get(f"stub:{model}", 0.0)}
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             for index in range(args.rounds):
                 cells = {"raw_ideal": raw.measure("raw_ideal", ideal_sample(sorted_texts, index))["throughput_per_s"]}
                 for model in (models if index % 2 == 0 else models[::-1]):
-                    asyncio.run(load(server.grpc_url, model, texts, args.concurrency, 0.0, 1.0))  # warm
+                    load(server.grpc_url, model, texts, args.concurrency, 0.0, 1.0)  # warm
                     cells[model] = measure(server, model, texts, args.concurrency, args)
                 cells["raw_ideal"] = (cells["raw_ideal"] + raw.measure(
                     "raw_ideal", ideal_sample(sorted_texts, index + 1))["throughput_per_s"]) / 2

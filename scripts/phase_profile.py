@@ -7,7 +7,7 @@ Run from the repository root with the artifacts built:
 
 Starts one tritonserver on the benchmark repository of ``benchmarks/scheduler_cpu.py`` with
 ``FASTPATH_PHASE_PROFILE`` set (fastpath.profiling: seconds and counts per phase, written by the stub
-at unload), loads ``--model`` (several: in ``--passes`` alternating slices each) with a tritonclient gRPC closed loop
+at unload), loads ``--model`` (several: in ``--passes`` alternating slices each) with a perf_analyzer gRPC closed loop
 of one text per request, and
 prints throughput, p50 latency and each phase's total seconds, count, and milliseconds per call;
 ``execute.total``'s count is the number of requests (one per ``execute()`` call at c=1).
@@ -16,7 +16,6 @@ prints throughput, p50 latency and each phase's total seconds, count, and millis
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
@@ -48,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for number in range(args.passes):
                 for model in (args.model if number % 2 == 0 else args.model[::-1]):
-                    cells[model].append(asyncio.run(load(server.grpc_url, model, texts, args.concurrency, 1.0,
-                                                         args.seconds / args.passes)))
+                    cells[model].append(load(server.grpc_url, model, texts, args.concurrency, 1.0, args.seconds / args.passes))
         finally:
             server.stop()  # the stub writes its profile at unload
         for model, parts in cells.items():

@@ -8,7 +8,7 @@ Run from the repository root with the artifacts built and ``perf`` installed (Li
 Starts one tritonserver on the benchmark repository of ``benchmarks/scheduler_cpu.py`` (the shipped
 text_embedding, its variants, and the baselines), warms ``--model`` for 3 s, then records
 ``perf record -a -F 499`` (no call graphs: Python 3.11 frames do not resolve in perf) for
-``--seconds`` while ``--concurrency`` tritonclient gRPC clients send one text each. Prints the share
+``--seconds`` while perf_analyzer keeps ``--concurrency`` gRPC requests of one text each in flight. Prints the share
 of samples by process and by process x shared object x symbol (top ``--top``), and writes them as
 JSON to ``--out`` when given. What it is for: finding per-request CPU outside the engine (IPC,
 futex wake-ups, the interpreter) that ``benchmarks/serving_cpu.py`` only totals per process.
@@ -17,7 +17,6 @@ futex wake-ups, the interpreter) that ``benchmarks/serving_cpu.py`` only totals 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import json
 import re
@@ -88,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fastpath-profile-") as tmp:
         server = start_server(Path(tmp), models=(args.model,), repository=build_repository(Path(tmp)))
         try:
-            asyncio.run(load(server.grpc_url, args.model, texts, args.concurrency, 0.0, 3.0))
+            load(server.grpc_url, args.model, texts, args.concurrency, 0.0, 3.0)
             data = Path(tmp) / "perf.data"
             perf = subprocess.Popen(["perf", "record", "-a", "-F", "499", "-o", str(data)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -99,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                                         "-d", str(int(args.seconds)), "-f", "raw", "-o", str(Path(tmp) / "spy.txt"),
                                         "-p", str(stub.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.5)
-            cell = asyncio.run(load(server.grpc_url, args.model, texts, args.concurrency, 0.0, args.seconds))
+            cell = load(server.grpc_url, args.model, texts, args.concurrency, 0.0, args.seconds)
             perf.send_signal(2)
             perf.wait(timeout=60)
             samples = perf_samples(data)
