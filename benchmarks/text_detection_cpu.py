@@ -12,7 +12,8 @@ Both variants run side by side in this one run, each in its own tritonserver (bo
     sync       benchmarks/models/sync_detection: an execute() without the scheduler, blocking, one request
                per engine call (Triton hands a max_batch_size-0 model one request at a time)
 
-Workloads (real photos from scikit-image's wheel, sent as UINT8 ``IMAGE`` over gRPC asyncio, closed loop):
+Workloads (real photos from scikit-image's wheel, sent as UINT8 ``IMAGE`` over gRPC by perf_analyzer, closed
+loop; benchmarks/perf_analyzer.py, :func:`load`):
 
     same       one image per request, eight 512x512 photos (all resize to 512x512)
     mixed      one image per request, ten photos of eight resized shapes (192x384 .. 416x640)
@@ -31,7 +32,6 @@ Writes docs/benchmarks/text_detection_cpu.json and .md (``--out`` changes the st
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -46,6 +46,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import perf_analyzer as pa  # noqa: E402
 
 SOURCE = REPO / "model_repository" / "text_detection"
 VARIANTS = {"fastpath": "text_detection", "sync": "sync_detection"}
@@ -85,42 +88,35 @@ def batch_stats(metrics_url: str) -> tuple[float, float]:
     return values["count"], values["sum"]
 
 
-async def load(url: str, model: str, requests: list[np.ndarray], concurrency: int, warmup_s: float,
-               duration_s: float) -> dict:
-    """Closed loop: ``concurrency`` clients cycling through ``requests`` (UINT8 [N, H, W, 3] each)."""
-    import tritonclient.grpc.aio as grpcaio
+def load(url: str, model: str, requests: list[np.ndarray], concurrency: int, warmup_s: float,
+         duration_s: float) -> dict:
+    """Closed loop from perf_analyzer over gRPC: ``concurrency`` requests in flight cycling through ``requests``
+    (UINT8 [N, H, W, 3] each, N alike), for ``warmup_s`` + ``duration_s``; the window after the warm-up is cut
+    from its profile export (:class:`perf_analyzer.TimedRun`).
 
-    client = grpcaio.InferenceServerClient(url)
-    begin = time.perf_counter()
-    window = (begin + warmup_s, begin + warmup_s + duration_s)
-    state = {"next": 0, "images": 0, "errors": 0}
-    latencies: list[float] = []
-
-    async def worker() -> None:
-        while time.perf_counter() < window[1]:
-            batch = requests[state["next"] % len(requests)]
-            state["next"] += 1
-            tensor = grpcaio.InferInput("IMAGE", list(batch.shape), "UINT8")
-            tensor.set_data_from_numpy(batch)
-            sent = time.perf_counter()
-            try:
-                await client.infer(model, [tensor], client_timeout=120)
-            except Exception:
-                state["errors"] += 1
-                continue
-            done = time.perf_counter()
-            if window[0] <= done <= window[1]:
-                state["images"] += batch.shape[0]
-                if sent >= window[0]:
-                    latencies.append(done - sent)
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    await client.close()
-    return {"images_per_s": state["images"] / duration_s, "latencies_s": latencies, "errors": state["errors"]}
+    Returns {"images_per_s": images answered inside the window / ``duration_s``, "latencies_s": of the requests
+    both sent and answered inside it, "errors": failed requests}. perf_analyzer stops a worker at its first
+    failed request and the run within half a second: then ``errors`` counts the workers that failed (a lower
+    bound), and the run's throughput and latencies are lost (0 images/s, none).
+    """
+    with tempfile.TemporaryDirectory(prefix="fastpath-detload-") as tmp:
+        data = pa.write_input_data(Path(tmp) / "images.json", pa.array_entries(requests, "IMAGE"))
+        try:
+            result = pa.timed(pa.find(), pa.Load(model=model, url=url, data=data, concurrency=concurrency),
+                              warmup_s + duration_s, Path(tmp) / "export.json")
+        except pa.PerfAnalyzerError as exc:
+            if not exc.errors:
+                raise
+            return {"images_per_s": 0.0, "latencies_s": [], "errors": len(exc.errors)}
+    begin = result.started_s + warmup_s
+    window = pa.window(result.requests, begin, begin + duration_s)
+    latencies = [r.latency_s for r in result.requests if begin <= r.sent_s and r.done_s <= begin + duration_s]
+    return {"images_per_s": window["completed"] * requests[0].shape[0] / duration_s, "latencies_s": latencies,
+            "errors": len(result.errors)}
 
 
 def workload_requests(name: str) -> list[np.ndarray]:
-    from unit.vision.reference import skimage_rgb
+    from unit.models.text_detection.reference import skimage_rgb
 
     files, per_request = WORKLOADS[name]
     photos = [skimage_rgb(file) for file in files]
@@ -263,8 +259,7 @@ def measure_round(servers: dict, ensure_up, requests: list[np.ndarray], concurre
         ensure_up(variant)
         metrics_url = f"http://127.0.0.1:{servers['fastpath'].options.metrics_port}/metrics"
         calls, images = batch_stats(metrics_url)
-        cell[variant] = asyncio.run(load(servers[variant].grpc_url, VARIANTS[variant], requests, concurrency,
-                                         args.warmup_s, args.duration_s))
+        cell[variant] = load(servers[variant].grpc_url, VARIANTS[variant], requests, concurrency, args.warmup_s, args.duration_s)
         calls_after, images_after = batch_stats(metrics_url)
         cell[variant]["images_per_call"] = (images_after - images) / (calls_after - calls) if calls_after > calls else 0.0
     return cell
