@@ -21,14 +21,19 @@ import time
 import psutil
 
 
-def cpu_seconds(process: psutil.Process, reaped_children: bool = False) -> float:
-    """User + system CPU seconds of ``process`` so far (with ``reaped_children``, also those of its children
-    that exited and were waited for, e.g. perf_analyzer runs); 0 once it has exited."""
+def cpu_seconds(process: psutil.Process) -> float:
+    """User + system CPU seconds of ``process`` so far; 0 once it has exited."""
     try:
         times = process.cpu_times()
     except psutil.NoSuchProcess:
         return 0.0
-    return times.user + times.system + (times.children_user + times.children_system if reaped_children else 0.0)
+    return times.user + times.system
+
+
+def waited_children_seconds() -> float:
+    """User + system CPU seconds of this process's children that exited and were waited for (perf_analyzer runs)."""
+    times = psutil.Process().cpu_times()
+    return times.children_user + times.children_system
 
 
 def _busy(times) -> float:
@@ -43,7 +48,7 @@ class CpuMeter:
 
     def _ours(self) -> float:
         # a process that exited since the listing counts 0: its time is lost to "other"
-        return cpu_seconds(self.root, reaped_children=True) + sum(cpu_seconds(p) for p in self.root.children(recursive=True))
+        return waited_children_seconds() + sum(cpu_seconds(p) for p in [self.root, *self.root.children(recursive=True)])
 
     def sample(self) -> tuple[float, float, float, float]:
         """(wall s, system busy CPU s, our tree's CPU s, steal s) now."""

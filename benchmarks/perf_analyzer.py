@@ -261,11 +261,12 @@ class Request:
 
 @dataclass(frozen=True)
 class RunResult:
-    """A :class:`TimedRun`: its requests (sorted by send time), the load's start (``time.time()`` clock), the
-    failed requests perf_analyzer reported, and its output."""
+    """A :class:`TimedRun`: its requests (sorted by send time; none without an export), the load's start and
+    the SIGINT that ended it (``time.time()`` clock), the failed requests perf_analyzer reported, its output."""
 
     requests: list[Request]
     started_s: float
+    ended_s: float
     errors: list[str]
     output: str
 
@@ -296,14 +297,17 @@ class TimedRun:
 
     ``start()`` returns once the load has begun (``started_s``, ``time.time()`` clock). Its windows
     (:data:`TIMED_WINDOW_MS`) never count as stable (``-s 0``), so it loads until SIGINT; it then waits for the
-    requests in flight and writes ``export_path``, all within about one window.
+    requests in flight and writes ``export_path``, all within about one window. Without ``export_path`` it
+    records nothing per request (writing every response's outputs costs perf_analyzer CPU): for a benchmark
+    that counts requests elsewhere, e.g. in Triton's statistics.
     """
 
-    def __init__(self, analyzer: PerfAnalyzer, load: Load, export_path: Path, *, start_timeout_s: float = 60) -> None:
+    def __init__(self, analyzer: PerfAnalyzer, load: Load, export_path: Path | None, *, start_timeout_s: float = 60) -> None:
         self.analyzer, self.load, self.export_path = analyzer, load, export_path
         self.start_timeout_s = start_timeout_s
-        self.argv = load.argv(analyzer) + ["-p", str(TIMED_WINDOW_MS), "-s", "0", "--max-trials", "1000000",
-                                           "--profile-export-file", str(export_path)]
+        self.argv = load.argv(analyzer) + ["-p", str(TIMED_WINDOW_MS), "-s", "0", "--max-trials", "1000000"]
+        if export_path is not None:
+            self.argv += ["--profile-export-file", str(export_path)]
         self.started_s = float("nan")
         self._process: subprocess.Popen | None = None
         self._head = b""
@@ -314,7 +318,8 @@ class TimedRun:
         Raises:
             PerfAnalyzerError: it exited or printed nothing of the sort within ``start_timeout_s``.
         """
-        self.export_path.unlink(missing_ok=True)
+        if self.export_path is not None:
+            self.export_path.unlink(missing_ok=True)
         self._process = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.analyzer.env())
         deadline = time.monotonic() + self.start_timeout_s
         descriptor = self._process.stdout.fileno()
@@ -343,6 +348,7 @@ class TimedRun:
         if process is None:
             raise PerfAnalyzerError("TimedRun.stop() before start()")
         early = process.poll() is not None
+        ended_s = time.time()
         if not early:
             process.send_signal(signal.SIGINT)
         try:
@@ -353,9 +359,10 @@ class TimedRun:
             raise PerfAnalyzerError(f"perf_analyzer did not end within {timeout_s} s of SIGINT: {output[-800:]}") from None
         finally:
             self._process = None
-        if early or process.returncode != 0 or not self.export_path.exists():
+        if early or process.returncode != 0 or (self.export_path is not None and not self.export_path.exists()):
             raise _failure(self.argv, process.returncode, output)
-        return RunResult(parse_export(self.export_path.read_text()), self.started_s, thread_errors(output), output)
+        requests = parse_export(self.export_path.read_text()) if self.export_path is not None else []
+        return RunResult(requests, self.started_s, ended_s, thread_errors(output), output)
 
     def __enter__(self) -> TimedRun:
         return self.start()
@@ -367,7 +374,7 @@ class TimedRun:
             self._process = None
 
 
-def timed(analyzer: PerfAnalyzer, load: Load, seconds: float, export_path: Path) -> RunResult:
+def timed(analyzer: PerfAnalyzer, load: Load, seconds: float, export_path: Path | None) -> RunResult:
     """:class:`TimedRun` for ``seconds`` of load."""
     run = TimedRun(analyzer, load, export_path).start()
     try:

@@ -7,16 +7,17 @@ Run from the repository root with the artifacts built (about 2 minutes on a 2-co
 One tritonserver serves echo_embedding (tokenizes and answers zeros: Triton's and the python
 backend's own path, no engine), naive_embedding, and FastPath's text_embedding as shipped
 (benchmarks/scheduler_cpu.py builds the repository). Each is loaded by the same closed loop of
-perf_analyzer (Triton's C++ load generator, gRPC; ``scheduler_cpu.load``), one text per request, at
-``--concurrency`` (default 32); per model the CPU seconds of the client (this process and the
-perf_analyzer run it waited for), tritonserver and the model's stub process(es) are read with psutil
-before and after and divided by the requests completed.
+perf_analyzer (Triton's C++ load generator, gRPC; benchmarks/perf_analyzer.py), one text per request, at
+``--concurrency`` (default 32), for ``--duration-s``; per model the CPU seconds of the client (the
+perf_analyzer run, from its start to its exit; it writes no per-request export here), tritonserver and the
+model's stub process(es) are read with psutil before and after and divided by the requests Triton
+answered (its statistics).
 
 The ceiling. On a machine of ``C`` cores whose ideal raw engine (raw_ideal: batches of 64 of equal
 length, measured here in a stub) runs ``I`` texts/s, the engine needs ``C / I`` CPU seconds per
 text. If serving a request costs ``S`` CPU seconds elsewhere (echo's client + tritonserver + stub),
 no served model can exceed ``C / (C / I + S)`` texts/s, i.e. ``1 / (1 + S * I / C)`` of ideal (a
-little low: echo's stub also tokenizes, which the raw ideal pays too; CPU seconds include the
+little low: echo's stub also tokenizes, which the raw ideal pays too; CPU seconds and requests include the
 requests still in flight when the window closes, ~3% at concurrency 32). Writes
 docs/benchmarks/serving_cpu.json and .md (``--out`` changes the stem).
 """
@@ -38,14 +39,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from cpu_meter import cpu_seconds  # noqa: E402
+import perf_analyzer as pa  # noqa: E402
+from cpu_meter import cpu_seconds, waited_children_seconds  # noqa: E402
 from scheduler_cpu import FASTPATH_VARIANTS, RawEngine, build_repository, by_length, ideal_sample, load, workload_texts  # noqa: E402
 
 MODELS = ("echo_embedding", "naive_embedding", "text_embedding")
 
 
 def components(server_pid: int, models: tuple[str, ...]) -> dict[str, list[psutil.Process]]:
-    """{"client": [this process, whose waited-for children are perf_analyzer's runs], "tritonserver": [it], "stub:<model>": [its stubs], ...}."""
+    """{"client": [this process, whose waited-for children are the perf_analyzer runs], "tritonserver": [it], "stub:<model>": [its stubs], ...}."""
     server = psutil.Process(server_pid)
     out: dict[str, list[psutil.Process]] = {"client": [psutil.Process()], "tritonserver": [server]}
     for child in server.children(recursive=True):
@@ -58,21 +60,35 @@ def components(server_pid: int, models: tuple[str, ...]) -> dict[str, list[psuti
     return out
 
 
-def measure(server, model: str, texts: list[str], concurrency: int, args) -> dict:
-    """Throughput and CPU ms per request of each process while ``model`` serves ``concurrency`` clients."""
-    procs = components(server.pid, MODELS + tuple(args.extra))
-    def used_s() -> dict[str, float]:  # the client's perf_analyzer has exited and been waited for by the second call
-        return {name: sum(cpu_seconds(p, reaped_children=name == "client") for p in group) for name, group in procs.items()}
+def served_requests(server, model: str) -> int:
+    """Requests ``model`` has answered successfully so far (Triton's statistics, every version)."""
+    import tritonclient.grpc as grpcclient
 
-    before = used_s()
+    stats = grpcclient.InferenceServerClient(server.grpc_url).get_inference_statistics(model, as_json=True)["model_stats"]
+    return sum(int(version["inference_stats"]["success"].get("count", 0)) for version in stats)
+
+
+def measure(server, model: str, data: Path, concurrency: int, args) -> dict:
+    """Throughput and CPU ms per request of each process while perf_analyzer keeps ``concurrency`` requests of
+    ``model`` in flight for ``args.duration_s`` (texts from ``data``). perf_analyzer writes no profile export here
+    (it would cost its CPU per response): the requests are Triton's success count over the run, those in flight
+    when it ends included."""
+    procs = components(server.pid, MODELS + tuple(args.extra))
+
+    def used_s() -> dict[str, float]:  # the client: the perf_analyzer run, exited and waited for by the second call
+        used = {name: sum(cpu_seconds(p) for p in group) for name, group in procs.items() if name != "client"}
+        return {"client": waited_children_seconds(), **used}
+
+    before, served = used_s(), served_requests(server, model)
     started = time.perf_counter()
-    cell = load(server.grpc_url, model, texts, concurrency, 0.0, args.duration_s)
+    result = pa.timed(pa.find(), pa.Load(model=model, url=server.grpc_url, data=data, concurrency=concurrency), args.duration_s, None)
     wall = time.perf_counter() - started
-    after = used_s()
-    requests = cell["throughput_per_s"] * args.duration_s  # completed in the window (no warm-up: whole wall)
+    after, requests = used_s(), served_requests(server, model) - served
+    if result.errors or not requests:
+        raise pa.PerfAnalyzerError(f"{model}: {requests} requests served, failures: {result.errors[:1]}", result.errors)
     used = {name: after[name] - before[name] for name in procs}
     own = {"client": used["client"], "tritonserver": used["tritonserver"], "stub": used.get(f"stub:{model}", 0.0)}
-    return {"texts_per_s": round(cell["throughput_per_s"], 1), "errors": cell["errors"],
+    return {"texts_per_s": round(requests / (result.ended_s - result.started_s), 1), "errors": 0,
             "cpu_ms_per_request": {k: round(v / requests * 1e3, 3) for k, v in own.items()},
             "cores": {k: round(v / wall, 3) for k, v in own.items()},
             "other_processes_cores": round(sum(v for k, v in used.items() if k not in ("client", "tritonserver", f"stub:{model}")) / wall, 3)}
@@ -96,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     cores = len(os.sched_getaffinity(0))
     rounds: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="fastpath-serving-cpu-") as tmp:
+        data = pa.write_input_data(Path(tmp) / "texts.json", pa.text_entries(texts))
         server = start_server(Path(tmp), models=models + ("raw_engine_bench",), repository=build_repository(Path(tmp)))
         try:
             raw = RawEngine(server, texts, sum(lengths) / len(lengths))
@@ -104,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 cells = {"raw_ideal": raw.measure("raw_ideal", ideal_sample(sorted_texts, index))["throughput_per_s"]}
                 for model in (models if index % 2 == 0 else models[::-1]):
                     load(server.grpc_url, model, texts, args.concurrency, 0.0, 1.0)  # warm
-                    cells[model] = measure(server, model, texts, args.concurrency, args)
+                    cells[model] = measure(server, model, data, args.concurrency, args)
                 cells["raw_ideal"] = (cells["raw_ideal"] + raw.measure(
                     "raw_ideal", ideal_sample(sorted_texts, index + 1))["throughput_per_s"]) / 2
                 rounds.append(cells)

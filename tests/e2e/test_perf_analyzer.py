@@ -55,3 +55,20 @@ def test_failed_requests_are_reported(triton_server, sentences, tmp_path):
     with pytest.raises(pa.PerfAnalyzerError, match="failed request") as raised:
         pa.timed(pa.find(), load, 3.0, tmp_path / "export.json")
     assert raised.value.errors and all("TEXT[0] is not valid UTF-8" in error for error in raised.value.errors)
+
+
+def test_timed_run_without_export_counts_in_tritons_statistics(triton_server, sentences, tmp_path):
+    """Without a profile export the run records no request, and every request it sent shows in Triton's success count."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(triton_server.grpc_url)
+
+    def served() -> int:
+        stats = client.get_inference_statistics("text_embedding", as_json=True)["model_stats"]
+        return sum(int(version["inference_stats"]["success"].get("count", 0)) for version in stats)
+
+    data = pa.write_input_data(tmp_path / "in.json", pa.text_entries(sentences[:100]))
+    before = served()
+    result = pa.timed(pa.find(), pa.Load(model="text_embedding", url=triton_server.grpc_url, data=data, concurrency=2), 1.5, None)
+    assert result.requests == [] and result.errors == [] and result.ended_s > result.started_s
+    assert served() > before
