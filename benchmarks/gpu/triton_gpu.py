@@ -151,7 +151,7 @@ def _worker(url: str, model: str, texts: list[str], concurrency: int, duration_s
 
     ``client_kind``: ``tritonclient`` (``tritonclient.grpc.InferenceServerClient.infer``: builds
     ``InferInput`` s, serializes, parses the response into numpy) or ``grpc-raw`` (a lean client
-    in the spirit of perf_analyzer, which is C++ and not installable here: pre-serialized
+    in the spirit of perf_analyzer, the served benchmarks' load (benchmarks/perf_analyzer.py): pre-serialized
     ``ModelInferRequest`` bytes sent over a plain grpcio channel, responses checked for an OK status
     and a non-empty output, and every 64th parsed and its EMBEDDING shape checked), so the load
     generator takes less of the host's CPU. (tritonclient.grpc.aio requests hung in spawned
