@@ -71,10 +71,12 @@ def _switch_stats(requests: list[pa.Request], errors: list[str], call_s: float, 
 
 
 def _triton_reload(server, version):
-    """Triton's own switch: load the model with a version policy of ``version``. FastPath's serving-version
-    record is removed first; otherwise the reloaded instance comes back on the version last swapped to
-    (docs/design/hot-swap.md), and Triton's reload would not switch."""
+    """Triton's own switch: load the model with a version policy of ``version``. FastPath's swap state (the
+    serving-version record and the control plane's desired version) is removed first; otherwise the reloaded
+    instance comes back on the version last swapped to (docs/design/hot-swap.md), and Triton's reload would
+    not switch."""
     (Path(server.options.version_state_dir) / "text_embedding.json").unlink(missing_ok=True)
+    (Path(server.state_dir) / "text_embedding" / "desired.json").unlink(missing_ok=True)
     client = httpclient.InferenceServerClient(server.http_url)
     config = client.get_model_config("text_embedding")
     config["version_policy"] = {"specific": {"versions": [version]}}
