@@ -22,9 +22,10 @@ Runs on the device machine (docs/benchmarks/served_gpu_h200.md has the exact com
   4. optionally py-spy on one FastPath stub at the highest concurrency, and the raw in-process
      engine (tokenize + pad + graph) on the 32-text batches of the passages workload.
 
-Workloads: ``short`` (pydoc sentences, ~12-72 tokens, one per request) and ``passages`` (pydoc
+Workloads: ``short`` (pydoc sentences, ~12-72 tokens, one per request), ``passages`` (pydoc
 topic text cut into 64-256-token chunks of mixed length; one per request, and ``passages32``: 32
-per request). Writes JSON to ``--out`` and prints a table.
+per request) and ``mixed`` (every paragraph of the pydoc topics as written, one per request: one-line
+paragraphs beside long passages in the proportion that documentation has them; :func:`paragraphs`). Writes JSON to ``--out`` and prints a table.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import argparse
 import bisect
 import json
 import random
+import re
 import resource
 import shutil
 import subprocess
@@ -52,7 +54,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import perf_analyzer as pa  # noqa: E402  (benchmarks/perf_analyzer.py: input data, cells, CSV)
 import triton_gpu  # noqa: E402  (benchmarks/gpu: repository layout, CPU accounting, py-spy)
 
-WORKLOADS = {"short": 1, "passages": 1, "passages32": 32}  # texts per request
+WORKLOADS = {"short": 1, "passages": 1, "passages32": 32, "mixed": 1}  # texts per request
+
+
+def paragraphs(min_chars: int = 20) -> list[str]:
+    """Every paragraph (blank-line separated, whitespace collapsed) of the pydoc topics of at least
+    ``min_chars`` characters, in topic order: sentences and passages in a real corpus's own proportion."""
+    from pydoc_data.topics import topics
+
+    found = []
+    for key in sorted(topics):
+        for block in re.split(r"\n\s*\n", topics[key]):
+            text = " ".join(block.split())
+            if len(text) >= min_chars:
+                found.append(text)
+    return found
+
+
+def token_lengths(tokenizer_path: Path, texts: list[str], max_tokens: int = 256) -> dict:
+    """Median and p90 tokens ([CLS]/[SEP] included, before truncation) and the share over ``max_tokens``."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    lengths = np.array([len(e.ids) for e in tokenizer.encode_batch(texts)])
+    return {"texts": len(texts), "median_tokens": int(np.median(lengths)), "p90_tokens": int(np.percentile(lengths, 90)),
+            "truncated_share": round(float(np.mean(lengths > max_tokens)), 3),
+            "median_chars": int(np.median([len(t) for t in texts]))}
 
 
 def passages(tokenizer_path: Path, *, min_tokens: int = 64, max_tokens: int = 256, seed: int = 0) -> list[str]:
@@ -170,8 +199,8 @@ def main() -> int:
     parser.add_argument("--precision", default="fp16", help="fp16 (the GPU configuration); fp32 for a CPU smoke test")
     parser.add_argument("--models", default="text_embedding_rt,stack_pad_embedding,naive_embedding,floor_embedding")
     parser.add_argument("--prev-backend", type=Path, default=None)
-    parser.add_argument("--cells", default="short:1,64,256;passages:64;passages32:32",
-                        help="workload:concurrencies;... (workloads: short, passages, passages32)")
+    parser.add_argument("--cells", default="short:1,64,256;passages:64;passages32:32;mixed:1,64,256,512",
+                        help="workload:concurrencies;... (workloads: short, passages, passages32, mixed)")
     parser.add_argument("--skip", default="naive_embedding@short:256,512;naive_embedding@passages32",
                         help="cells not to run: model@workload[:concurrencies];...")
     parser.add_argument("--measurement-ms", type=int, default=3000)
@@ -196,6 +225,9 @@ def main() -> int:
     data = {"short": pa.write_input_data(root / "short.json", pa.text_entries(sentences)),
             "passages": pa.write_input_data(root / "passages.json", pa.text_entries(chunks))}
     data["passages32"] = data["passages"]
+    mixed = paragraphs()
+    random.Random(2).shuffle(mixed)
+    data["mixed"] = pa.write_input_data(root / "mixed.json", pa.text_entries(mixed))
     repository = build_repository(root, args.version_dir, models, instances=args.instances, prev_backend=args.prev_backend,
                                   device=args.device, precision=args.precision)
     http_port, grpc_port, metrics_port = free_ports(3)
@@ -203,7 +235,8 @@ def main() -> int:
                                         host="127.0.0.1", exit_timeout_s=60, models=tuple(dict.fromkeys(["fastpath_admin", *models]))),
                           log_path=root / "tritonserver.log")
     report: dict = {"command": " ".join(sys.argv), "instances": args.instances, "models": models,
-                    "corpus": {"short_texts": len(sentences), "passages": len(chunks)}}
+                    "corpus": {"short_texts": len(sentences), "passages": len(chunks),
+                               "mixed": token_lengths(args.version_dir / "tokenizer.json", mixed)}}
     skip = set()
     for item in filter(None, args.skip.split(";")):
         model, _, rest = item.partition("@")
