@@ -19,6 +19,7 @@ from PIL import Image
 from tritonclient.utils import InferenceServerException
 
 from fastpath.artifacts.detection import build_text_detection, text_detection_present
+from fastpath_client._core import collect
 from tests.conftest import MODEL_REPOSITORY, start_server
 from tests.unit.models.text_detection.reference import (
     assert_matches_reference,
@@ -62,7 +63,8 @@ def _infer(server, protocol, inputs):
         tensors.append(tensor)
     try:  # closed after each call: an open HTTP keep-alive connection holds up Triton's shutdown for 30 s
         result = client.infer(MODEL, tensors, outputs=[module.InferRequestedOutput(n) for n in OUTPUTS])
-        return tuple(result.as_numpy(n) for n in OUTPUTS)
+        arrays = collect(result, MODEL, OUTPUTS)  # the SDK's reading: empty outputs in the response's datatype
+        return tuple(arrays[n] for n in OUTPUTS)
     finally:
         client.close()
 
