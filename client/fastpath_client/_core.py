@@ -38,7 +38,7 @@ from fastpath_client.shm import (
     packed_bytes,
     size_class,
 )
-from fastpath_client.tensors import ModelSpec, chunks, renumber_items, text_array, wire_array
+from fastpath_client.tensors import ModelSpec, chunks, renumber_items, text_array, typed_empty, wire_array
 
 LOG = logging.getLogger("fastpath_client")
 PROTOCOLS = ("http", "grpc")
@@ -125,19 +125,9 @@ def collect(result: Any, model: str, names: Sequence[str] | None) -> dict[str, n
         array = result.as_numpy(name)
         if array is None:
             raise ServerError(f"model '{model}' sent no output '{name}'")
-        arrays[name] = array if array.size else _typed_empty(result, name, array)
+        arrays[name] = array if array.size else typed_empty(result, name, array)
     return arrays
 
-
-def _typed_empty(result: Any, name: str, array: np.ndarray) -> np.ndarray:
-    """An empty output in the dtype the response names: tritonclient 2.51's HTTP client returns a
-    zero-size binary output as float64 whatever its datatype (text_detection's BOXES of an image without text)."""
-    from tritonclient.utils import triton_to_np_dtype
-
-    output = result.get_output(name)
-    datatype = output["datatype"] if isinstance(output, dict) else output.datatype
-    dtype = triton_to_np_dtype(datatype)
-    return array.astype(dtype) if dtype is not None and datatype != "BYTES" else array
 
 
 def index_state(rows: Sequence[Mapping[str, str]]) -> str:

@@ -251,3 +251,14 @@ def repository_versions(index: Any, model: str) -> list[dict[str, str]]:
         if e.get("name") == model
     ]
     return sorted(rows, key=lambda row: (len(row["version"]), row["version"]))
+
+
+def typed_empty(result: Any, name: str, array: np.ndarray) -> np.ndarray:
+    """An empty output in the dtype the response names: tritonclient 2.51's HTTP client returns a
+    zero-size binary output as float64 whatever its datatype (text_detection's BOXES of an image without text)."""
+    from tritonclient.utils import triton_to_np_dtype
+
+    output = result.get_output(name)
+    datatype = output["datatype"] if isinstance(output, dict) else output.datatype
+    dtype = triton_to_np_dtype(datatype)
+    return array.astype(dtype) if dtype is not None and datatype != "BYTES" else array
