@@ -11,6 +11,7 @@ Where a new model goes: docs/architecture.md.
 
 from __future__ import annotations
 
+import abc
 import gc
 import json
 import logging
@@ -29,7 +30,7 @@ from fastpath.triton.watchdog import exit_with_server
 LOG = logging.getLogger(__name__)
 
 
-class ScheduledModel:
+class ScheduledModel(abc.ABC):
     """A python-backend model whose requests FastPath's scheduler batches; ``N/model.py`` re-exports a
     subclass as ``TritonPythonModel``.
 
@@ -50,21 +51,21 @@ class ScheduledModel:
 
     # -- what a model supplies ------------------------------------------------------------------
 
+    @abc.abstractmethod
     def load(self, args: dict[str, str], model_config: dict[str, Any]) -> Sizes:
         """Load the engine and pipeline and create the staging ``pool``; return the scheduler's batch sizes."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def batch_handler(self, on_batch: Any) -> BatchHandler:
         """The handler that stages and runs each batch; it calls ``on_batch()`` (if not None) after each."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def batch_policy(self, sizes: Sizes) -> BatchPolicy:
         """The queue's batch policy over ``sizes``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def warm_up(self, queue: BatchQueue) -> None:
         """Run a few batches at load (``warmup`` on) to warm the engine and seed ``queue.costs``."""
-        raise NotImplementedError
 
     def started(self) -> None:
         """Last steps after the warm-up, before the runner starts (none by default)."""
