@@ -11,7 +11,7 @@ export FASTPATH_TRITON_DIR=/tmp/g/pytriton/tritonserver PERF_ANALYZER=/tmp/pa/pe
 if [ -z "${SKIP_CHECKS:-}" ]; then  # SKIP_CHECKS=1: the benchmark alone
     timeout 120 /tmp/venv/bin/python benchmarks/gpu/serve_check.py --photo /tmp/bundle/inputs/720_text.jpg > "$OUT/serve_check.log" 2>&1
     echo "== serve_check rc=$?"; tail -6 "$OUT/serve_check.log"
-    timeout 80 /tmp/venv/bin/python -m pytest tests/gpu/test_detection_cuda.py -q -rs -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
+    timeout 150 /tmp/venv/bin/python -m pytest tests/gpu/test_detection_cuda.py -q -rs -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
     echo "== tests/gpu/test_detection_cuda.py rc=$?"; tail -4 "$OUT/gpu_tests.log"
 fi
 timeout "${BENCH_TIMEOUT_S:-300}" /tmp/venv/bin/python benchmarks/gpu/served_detection_gpu.py --inputs /tmp/bundle/inputs \

@@ -42,92 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import perf_analyzer as pa  # noqa: E402  (benchmarks/perf_analyzer.py: input data, cells)
 import triton_gpu  # noqa: E402  (CPU accounting)
-
-VERSION_DIR = ROOT / "model_repository" / "text_detection" / "1"
-GPU_CONFIG = ROOT / "model_repository" / "text_detection" / "configs" / "gpu.pbtxt"
-PAD_SIDES_PX = (736, 832, 992, 1088, 1312, 1472, 1664, 1920, 2208, 2848)  # a candidate bucket set, ~1.13x apart
-
-
-def gpu_config():
-    """(TextDetectionConfig, DetectionSchedulerConfig) of the shipped configs/gpu.pbtxt."""
-    from google.protobuf import json_format, text_format
-    from tritonclient.grpc import model_config_pb2
-
-    from fastpath.config import parse_sections, triton_parameters
-    from fastpath.models.text_detection.config import DetectionSchedulerConfig, TextDetectionConfig
-
-    config = text_format.Parse(GPU_CONFIG.read_text(), model_config_pb2.ModelConfig())
-    as_json = json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
-    return parse_sections(triton_parameters(as_json), TextDetectionConfig, DetectionSchedulerConfig)
-
-
-def decode(data: bytes) -> np.ndarray:
-    from fastpath.models.text_detection.image import images_from_bytes
-
-    return images_from_bytes(np.array([data], dtype=object), max_image_pixels=1 << 30, max_request_pixels=1 << 30, max_images=1)[0]
-
-
-def quad_iou(a: np.ndarray, b: np.ndarray) -> float:
-    import cv2
-
-    a, b = a.astype(np.float32), b.astype(np.float32)
-    inter, _ = cv2.intersectConvexConvex(a, b)
-    union = cv2.contourArea(a) + cv2.contourArea(b) - inter
-    return float(inter / union) if union > 0 else 1.0
-
-
-def compare(reference, other) -> dict:
-    """Box counts and, greedily matched, the smallest IoU (1.0 when both are empty)."""
-    ious, used = [], set()
-    for box in reference.boxes:
-        scores = [(quad_iou(box, cand), j) for j, cand in enumerate(other.boxes) if j not in used]
-        if scores:
-            best, j = max(scores)
-            used.add(j)
-            ious.append(best)
-    return {"boxes": len(reference.boxes), "other_boxes": len(other.boxes), "min_iou": round(min(ious, default=1.0), 4)}
-
-
-def numerics(photos: list[Path], device: str) -> dict:
-    """Step 1: the CPU path vs the GPU path (float32, TF32, float32 padded to a bucket), per photo."""
-    import dataclasses
-
-    from fastpath.graphs import ImageSideBuckets
-    from fastpath.memory import PoolConfig, create_host_pool
-    from fastpath.models.text_detection.device_batches import DeviceBatchHandler
-    from fastpath.models.text_detection.pipeline import TextDetector
-
-    config, sched = gpu_config()
-    cpu = TextDetector.from_directory(VERSION_DIR, config)
-    pool = create_host_pool(PoolConfig(capacity_bytes=1 << 30, max_block_bytes=1 << 29), name="numerics", device=device)
-    handlers = {name: DeviceBatchHandler(TextDetector.from_directory(VERSION_DIR, dataclasses.replace(config, cuda_tf32=tf32),
-                                                                     device=device, batch_sizes=sched.batch_buckets), pool)
-                for name, tf32 in (("fp32", False), ("tf32", True))}
-    buckets = ImageSideBuckets(PAD_SIDES_PX)
-    rows = []
-    for path in photos:
-        image = decode(path.read_bytes())
-        prepared = cpu.prepare(image)
-        reference = cpu.finish(prepared, cpu.run_batch([prepared])[0])
-        h, w = prepared.shape_hw
-        padded = buckets.snap(prepared.shape_hw)
-        results = {}
-        for name, handler, bucket in (("fp32", handlers["fp32"], prepared.shape_hw), ("tf32", handlers["tf32"], prepared.shape_hw),
-                                      ("fp32_padded", handlers["fp32"], padded)):
-            maps = handler.run(handler.stage_images([prepared], 1, bucket))
-            results[name] = compare(reference, handler.detector.finish(prepared, maps.maps[0][:h, :w]))
-            maps.lease.release()
-        rows.append({"photo": path.name, "source_hw": list(image.shape[:2]), "resized_hw": [h, w], "padded_hw": list(padded),
-                     "padded_pixels_ratio": round(padded[0] * padded[1] / (h * w), 3), **results})
-    for handler in handlers.values():
-        handler.detector.close()
-    cpu.close()
-    pool.close()
-    summary = {}
-    for name in ("fp32", "tf32", "fp32_padded"):
-        summary[name] = {"counts_equal": all(r[name]["boxes"] == r[name]["other_boxes"] for r in rows),
-                         "min_iou": min(r[name]["min_iou"] for r in rows)}
-    return {"photos": rows, "summary": summary}
+from detection_numerics import GPU_CONFIG, VERSION_DIR, decode, gpu_config, numerics  # noqa: E402  (step 1)
 
 
 def raw_pipeline(jpegs: list[bytes], device: str, batch: int, seconds: float = 6.0, tf32: bool = False) -> dict:
@@ -259,8 +174,14 @@ def pinned_h2d_GBps(device: str, nbytes: int = 64 << 20) -> float:
     return round(best, 2)
 
 
+VARIANTS = {  # served beside text_detection: the shipped configs/gpu.pbtxt with one parameter changed
+    "text_detection_tf32": ("cuda_tf32", "true"),
+    "text_detection_nvjpeg": ("decode_device", "cuda"),
+}
+
+
 def build_repository(root: Path) -> Path:
-    """text_detection (configs/gpu.pbtxt), text_detection_tf32 (the same with cuda_tf32) and naive_detection."""
+    """text_detection (configs/gpu.pbtxt), its :data:`VARIANTS` and naive_detection."""
     repository = root / "repo"
     for name, source in (("text_detection", ROOT / "model_repository" / "text_detection"),
                          ("naive_detection", ROOT / "benchmarks" / "models" / "naive_detection")):
@@ -270,10 +191,12 @@ def build_repository(root: Path) -> Path:
             (repository / name / "1" / artifact).symlink_to((VERSION_DIR / artifact).resolve())
     shutil.copy(GPU_CONFIG, repository / "text_detection" / "config.pbtxt")
     shutil.copy(ROOT / "benchmarks" / "models" / "naive_detection" / "config.pbtxt", repository / "naive_detection" / "config.pbtxt")
-    shutil.copytree(repository / "text_detection", repository / "text_detection_tf32", symlinks=True)
-    config = GPU_CONFIG.read_text().replace('name: "text_detection"', 'name: "text_detection_tf32"')
-    (repository / "text_detection_tf32" / "config.pbtxt").write_text(
-        config + 'parameters { key: "cuda_tf32" value: { string_value: "true" } }\n')
+    for variant, (key, value) in VARIANTS.items():
+        shutil.copytree(repository / "text_detection", repository / variant, symlinks=True)
+        config = re.sub(rf'(parameters {{ key: "{key}" value: {{ string_value: )"[^"]*"', rf'\1"{value}"', GPU_CONFIG.read_text())
+        if f'key: "{key}"' not in config:
+            config += f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+        (repository / variant / "config.pbtxt").write_text(config.replace('name: "text_detection"', f'name: "{variant}"'))
     return repository
 
 
@@ -302,7 +225,7 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
     analyzer = pa.find()  # PERF_ANALYZER and FASTPATH_PA_LIBS on the GPU machine (detection_gpu.sh)
     repository = build_repository(root)
     http_port, grpc_port, metrics_port = free_ports(3)
-    models = ("text_detection", "text_detection_tf32", "naive_detection")
+    models = ("text_detection", *VARIANTS, "naive_detection")
     server = TritonServer(ServerOptions(model_repository=repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
                                         host="127.0.0.1", exit_timeout_s=60, models=models), log_path=root / "tritonserver.log")
     report: dict = {"rows": []}
@@ -332,7 +255,7 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
                 cell.update(model=model, workload=workload, concurrency=concurrency)
                 report["rows"].append(cell)
                 print(line(cell), flush=True)
-                args.out.write_text(json.dumps(report, indent=2) + "\n")
+                args.out.write_text(json.dumps({**args.report, "served": report}, indent=2) + "\n")  # so far, kept if cut short
         report["gpu_memory_mib_end"] = gpu_memory_mib()
     finally:
         server.stop()
@@ -358,9 +281,11 @@ def main() -> int:
     parser.add_argument("--device", default="cuda:0")
     # perf_analyzer 2.51 refuses --shared-memory for a model with optional inputs (text_detection's IMAGE and
     # IMAGE_BYTES are both optional), so uint8 IMAGE goes over gRPC only
-    parser.add_argument("--cells", default="text_detection:jpeg720:64,32,8,1;naive_detection:jpeg720:32,1;"
-                                           "text_detection_tf32:jpeg720:64;text_detection:jpegmixed:64;text_detection:raw720:32;"
-                                           "text_detection:png720:32")
+    parser.add_argument("--cells", default="text_detection:jpeg720:64,32,8,1;text_detection_nvjpeg:jpeg720:64,32,8,1;"
+                                           "naive_detection:jpeg720:32,1;text_detection_tf32:jpeg720:64;"
+                                           "text_detection:raw720:32;text_detection:png720:32;"
+                                           "text_detection:jpegmixed:64;text_detection_nvjpeg:jpegmixed:64")
+    parser.add_argument("--raw", default="16,8,16tf32", help="raw in-process pipeline runs: batch sizes, 'tf32' suffix for TF32")
     parser.add_argument("--measurement-ms", type=int, default=3000)
     parser.add_argument("--skip-serve", action="store_true")
     parser.add_argument("--skip-numerics", action="store_true")
@@ -375,17 +300,19 @@ def main() -> int:
     jpegs = [p.read_bytes() for p in sorted(args.inputs.glob("720_*.jpg"))]
     report["pinned_h2d_GBps"] = pinned_h2d_GBps(args.device)
     report["raw"] = []
-    for batch, tf32 in ((16, False), (8, False), (16, True)):
+    for spec in filter(None, args.raw.split(",")):
+        batch, tf32 = int(spec.removesuffix("tf32")), spec.endswith("tf32")
         report["raw"].append(raw_pipeline(jpegs, args.device, batch, tf32=tf32))
         print("raw pipeline", {k: v for k, v in report["raw"][-1].items() if k != "engine"}, flush=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     if not args.skip_serve:
+        args.report = report
         report["served"] = serve(args, input_files(root, args.inputs), root)
         for row in report["served"]["rows"]:
             tf32 = row["model"].endswith("_tf32")
-            best_raw = max(r["images_per_s"] for r in report["raw"] if r["tf32"] == tf32)
-            row["vs_raw_pipeline"] = round(row["req_per_s"] / best_raw, 3)
+            best_raw = max((r["images_per_s"] for r in report["raw"] if r["tf32"] == tf32), default=None)
+            row["vs_raw_pipeline"] = round(row["req_per_s"] / best_raw, 3) if best_raw else None
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print("\npinned H2D", report["pinned_h2d_GBps"], "GB/s")
     for row in report.get("served", {}).get("rows", []):

@@ -2,11 +2,16 @@
 # Device machine, the last call of a run (scripts/gpu_bundle.sh made the parts; the earlier calls copied theirs
 # to /tmp/parts, this one carries the last): set up, then one benchmarks/gpu/served_gpu.py run per argument, one
 # server each. An argument is
-# NAME=FLAGS ("6=--instances 6 --models ..."). Each run leaves $OUT/NAME.json, $OUT/NAME.log and
+# NAME=FLAGS ("6=--instances 6 --models ..."); GPU_TESTS names tests/gpu files to run first. Each run leaves $OUT/NAME.json, $OUT/NAME.log and
 # $OUT/NAME_csv.tgz (perf_analyzer's CSV files); the last lines of each log are printed.
 set -uo pipefail
 bash scripts/gpu_setup.sh > "$OUT/setup.log" 2>&1 || { tail -20 "$OUT/setup.log"; exit 1; }
 export FASTPATH_TRITON_DIR=/tmp/g/pytriton/tritonserver PERF_ANALYZER=/tmp/pa/perf_analyzer FASTPATH_PA_LIBS=/tmp/pa/lib PYTHONUNBUFFERED=1
+if [ -n "${GPU_TESTS:-}" ]; then  # GPU_TESTS="tests/gpu/a.py tests/gpu/b.py": run them first, log in $OUT/gpu_tests.log
+    # shellcheck disable=SC2086
+    timeout 150 /tmp/venv/bin/python -m pytest $GPU_TESTS -q -rs -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
+    echo "== $GPU_TESTS rc=$?"; tail -5 "$OUT/gpu_tests.log"
+fi
 for spec in "$@"; do
     name=${spec%%=*}
     # shellcheck disable=SC2086  # the flags are meant to split

@@ -92,3 +92,71 @@ def test_a_captured_shape_replays_a_graph_with_each_requests_own_maps(gpu):
 def test_no_text_gives_zero_boxes_on_the_gpu(gpu):
     (white,) = gpu.detect([np.full((640, 640, 3), 255, np.uint8)])
     assert white.boxes.shape == (0, 4, 2) and white.scores.shape == (0,)
+
+
+@pytest.fixture(scope="module")
+def nvjpeg(gpu):
+    pytest.importorskip("torchvision", reason="torchvision is not installed (decode_device cuda needs its nvJPEG decoder)")
+    from fastpath.models.text_detection.device_decode import DeviceJpegDecoder
+
+    return DeviceJpegDecoder("cuda:0")
+
+
+def jpeg(image: np.ndarray, quality: int = 95) -> bytes:
+    import cv2
+
+    ok, data = cv2.imencode(".jpg", np.ascontiguousarray(image[..., ::-1]), [cv2.IMWRITE_JPEG_QUALITY, quality])
+    assert ok
+    return data.tobytes()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["text.png", "page.png", "chelsea.png"])
+def test_nvjpeg_decode_and_device_resize_find_the_cpu_paths_boxes(gpu, cpu, nvjpeg, name):
+    """decode_device cuda: nvJPEG + device resize + device staging (D2D into the graph input) give the same box
+    count as OpenCV's decode on the CPU path, each box matched at IoU >= 0.9 (decoders differ by a level or two)."""
+    from fastpath.models.text_detection.device_decode import prepare_on_device
+    from fastpath.models.text_detection.image import decode_encoded
+
+    data = jpeg(skimage_rgb(name))
+    image = decode_encoded(data, index=0, expected_hw=skimage_rgb(name).shape[:2])
+    (expected,) = cpu.detect([image])
+    (decoded,) = nvjpeg.images([data], [image.shape[:2]])
+    assert decoded.is_cuda and tuple(decoded.shape) == (3, *image.shape[:2])
+    assert float((decoded.permute(1, 2, 0).cpu().numpy().astype(int) - image).__abs__().mean()) < 2.0
+    prepared = prepare_on_device(decoded, CONFIG)
+    pool = create_host_pool(PoolConfig(capacity_bytes=64 << 20, max_block_bytes=32 << 20), name="nvjpeg", device="cuda:0")
+    handler = DeviceBatchHandler(gpu, pool)
+    staged = handler.stage_images([prepared], 2, prepared.shape_hw)
+    assert staged.lease is None and staged.images.is_cuda
+    result = handler.run(staged)
+    got = gpu.finish(prepared, result.maps[0])
+    result.lease.release()
+    assert gpu.engine.stats().d2d_bytes > 0 and pool.stats().bytes_in_use == 0
+    pool.close()
+    assert len(got.boxes) == len(expected.boxes)
+    for box in expected.boxes:
+        assert max(iou(box, other) for other in got.boxes) >= 0.9
+
+
+@pytest.mark.gpu
+def test_nvjpeg_leaves_png_to_the_cpu_decoder_and_a_cut_jpeg_gets_the_cpu_paths_400(nvjpeg):
+    """A PNG comes back as a host array. A JPEG cut short (no end marker) goes to the CPU decoder, which
+    refuses it with the same message as the CPU path: the tensor, the element and "corrupt or truncated"."""
+    import cv2
+
+    from fastpath.errors import InvalidInputError
+    from fastpath.models.text_detection.image import images_from_bytes
+
+    image = skimage_rgb("page.png")
+    ok, png = cv2.imencode(".png", image)
+    (host,) = nvjpeg.images([png.tobytes()], [image.shape[:2]])
+    assert isinstance(host, np.ndarray) and host.shape == (*image.shape[:2], 3)
+    photo = skimage_rgb("chelsea.png")
+    cut = jpeg(photo)[: len(jpeg(photo)) * 6 // 10]
+    limits = {"max_image_pixels": 1 << 24, "max_request_pixels": 1 << 24, "max_images": 4}
+    with pytest.raises(InvalidInputError) as on_cpu:
+        images_from_bytes(np.array([cut], dtype=object), **limits)
+    with pytest.raises(InvalidInputError) as on_gpu:
+        nvjpeg.images([cut], [photo.shape[:2]])
+    assert str(on_gpu.value) == str(on_cpu.value) and "input IMAGE_BYTES element 0" in str(on_gpu.value)

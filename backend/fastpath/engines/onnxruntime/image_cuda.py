@@ -37,6 +37,7 @@ class EngineStats:
     Attributes:
         h2d_bytes, h2d_s: bytes copied host-to-device and the seconds the copies took (CUDA events).
         d2h_bytes, d2h_s: the same device-to-host.
+        d2d_bytes, d2d_s: input copied from device batches (``decode_device cuda``) into the bound input.
         graph_runs: replays of a captured graph; capture_runs: runs that warmed or captured one;
         eager_runs: runs on the graph-free session; graphs: graphs captured.
     """
@@ -45,6 +46,8 @@ class EngineStats:
     h2d_s: float = 0.0
     d2h_bytes: int = 0
     d2h_s: float = 0.0
+    d2d_bytes: int = 0
+    d2d_s: float = 0.0
     graph_runs: int = 0
     capture_runs: int = 0
     eager_runs: int = 0
@@ -156,11 +159,7 @@ class OnnxRuntimeCudaImageEngine(Engine):
 
     def run_into(self, images: np.ndarray, maps: np.ndarray, *, force_graph: bool = False) -> str:
         """Run one batch on the engine's worker thread: ``images`` uint8 [B, H, W, 3] (host) -> ``maps``
-        float32 [B, H, W] (host, written); see :meth:`_run_into`."""
-        return self._worker.submit(self._run_into, images, maps, force_graph).result()
-
-    def _run_into(self, images: np.ndarray, maps: np.ndarray, force_graph: bool) -> str:
-        """Run one batch: ``images`` uint8 [B, H, W, 3] (host) -> ``maps`` float32 [B, H, W] (host, written).
+        float32 [B, H, W] (host, written).
 
         Both should be page-locked (staging-pool blocks) for DMA-speed copies; pageable memory
         works, slower. ``force_graph``: give the shape a graph now (warm-up). Returns how it ran:
@@ -172,18 +171,27 @@ class OnnxRuntimeCudaImageEngine(Engine):
         """
         if images.dtype != np.uint8 or images.ndim != 4 or images.shape[3] != 3 or not images.flags.c_contiguous:
             raise EngineError(f"images must be C-contiguous uint8 [B, H, W, 3]; got {images.dtype}{list(images.shape)}")
-        shape = images.shape[:3]
-        if maps.dtype != np.float32 or maps.shape != shape or not maps.flags.c_contiguous:
+        return self._worker.submit(self._run_into, images.ctypes.data, images.shape[:3], maps, False, force_graph).result()
+
+    def run_device_into(self, data_ptr: int, shape: ImageShape, maps: np.ndarray) -> str:
+        """As :meth:`run_into` for a batch already on this engine's GPU: uint8 [B, H, W, 3] at ``data_ptr``
+        (contiguous, its producer's work finished), copied device to device into the bound input."""
+        return self._worker.submit(self._run_into, data_ptr, tuple(shape), maps, True, False).result()
+
+    def _run_into(self, source_ptr: int, shape: ImageShape, maps: np.ndarray, on_device: bool, force_graph: bool) -> str:
+        """One batch of ``shape`` (batch, height, width) from ``source_ptr`` (host or device): copy in, run, copy the maps out."""
+        if maps.dtype != np.float32 or maps.shape != tuple(shape) or not maps.flags.c_contiguous:
             raise EngineError(f"maps must be C-contiguous float32 {list(shape)}; got {maps.dtype}{list(maps.shape)}")
         cudart = runtime()
+        nbytes = int(np.prod(shape)) * 3
         with self._lock:
             if self._eager._session is None:
                 raise EngineError("ONNX Runtime CUDA image engine is closed")
             cuda_call(cudart.cudaSetDevice(self.device_id), "cudaSetDevice")  # the runtime's device is per thread
             with CAPTURE_LOCK:  # a new shape's buffers are cudaMalloc'ed
-                binding, kind = self._binding(shape, force_graph)
-            self._stats.h2d_s += self._copy(binding.input.data_ptr(), images.ctypes.data, images.nbytes,
-                                            cudart.cudaMemcpyKind.cudaMemcpyHostToDevice)
+                binding, kind = self._binding(tuple(shape), force_graph)
+            copy_kind = cudart.cudaMemcpyKind.cudaMemcpyDeviceToDevice if on_device else cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
+            seconds = self._copy(binding.input.data_ptr(), source_ptr, nbytes, copy_kind)
             session = self._eager._session if kind == "eager" else self._graph_session
             try:
                 if kind == "capture":
@@ -192,11 +200,16 @@ class OnnxRuntimeCudaImageEngine(Engine):
                 else:
                     session.run_with_iobinding(binding.binding, binding.run_options)
             except Exception as exc:
-                raise EngineError(f"ONNX Runtime CUDA run failed for images {list(images.shape)} ({kind}): {exc}") from exc
+                raise EngineError(f"ONNX Runtime CUDA run failed for images {[*shape, 3]} ({kind}): {exc}") from exc
             binding.runs += 1
             self._stats.d2h_s += self._copy(maps.ctypes.data, binding.output.data_ptr(), maps.nbytes,
                                             cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost)
-            self._stats.h2d_bytes += images.nbytes
+            if on_device:
+                self._stats.d2d_bytes += nbytes
+                self._stats.d2d_s += seconds
+            else:
+                self._stats.h2d_bytes += nbytes
+                self._stats.h2d_s += seconds
             self._stats.d2h_bytes += maps.nbytes
             if kind == "capture" and binding.runs == WARM_RUNS_BEFORE_CAPTURE:
                 self._stats.graphs += 1

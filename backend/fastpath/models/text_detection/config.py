@@ -15,6 +15,7 @@ from fastpath.scheduling.config import SchedulerConfig
 NETWORK_STRIDE_PX = 32  # DB's backbone downsamples by 32: each resized side is a multiple of this
 LIMIT_TYPES = ("max", "min")  # PaddleOCR DetResizeForTest limit_type: cap the longer side / raise the shorter side
 DEFAULT_MAX_RESIZED_PIXELS = 2048 * 1024  # resized h * w cap: 24 MiB of float32 input per image
+DECODE_DEVICES = ("cpu", "cuda")  # where JPEG files of IMAGE_BYTES are decoded and resized (cuda: nvJPEG, GPU instances)
 UINT8_ARTIFACT = "model.uint8.onnx"  # the GPU engine's artifact: uint8 RGB input, normalized in the graph
 MIB = 1 << 20
 
@@ -59,6 +60,7 @@ class TextDetectionConfig:
     cuda_graph_after_runs: int = 0
     cuda_tf32: bool = False
     decode_threads: int = 0
+    decode_device: str = "cpu"
     post_threads: int = 0
     capture_shapes_px: tuple[str, ...] = ()
     arena_max_input_bytes: int = 32 * MIB
@@ -95,6 +97,8 @@ class TextDetectionConfig:
         check_parameter(self.max_cuda_graphs >= 0, "max_cuda_graphs", self.max_cuda_graphs, ">= 0")
         check_parameter(self.cuda_graph_after_runs >= 0, "cuda_graph_after_runs", self.cuda_graph_after_runs, ">= 0 (0: never)")
         check_parameter(0 <= self.decode_threads <= 64, "decode_threads", self.decode_threads, "in 0..64")
+        check_parameter(self.decode_device in DECODE_DEVICES, "decode_device", self.decode_device,
+                        f"one of {', '.join(DECODE_DEVICES)} (cuda: nvJPEG on a KIND_GPU instance)")
         check_parameter(0 <= self.post_threads <= 64, "post_threads", self.post_threads, "in 0..64")
         for text in self.capture_shapes_px:
             parts = text.lower().split("x")

@@ -41,16 +41,17 @@ IMAGE_BYTES_PER_PIXEL = 3  # uint8 RGB
 
 @dataclasses.dataclass(eq=False)
 class StagedImages:
-    """A batch input in a staging-pool block.
+    """A batch input in a staging-pool block, or on the GPU when its images were decoded there.
 
     Attributes:
-        images: uint8 [batch_size, Hb, Wb, 3] view over ``lease`` (valid until release).
-        lease: the pool lease.
+        images: uint8 [batch_size, Hb, Wb, 3]: a view over ``lease`` (valid until release), or a torch
+            tensor on the engine's GPU (``decode_device cuda``; ``lease`` is then None).
+        lease: the pool lease, or None.
         count: real images (rows ``0..count-1``; the rest are filler).
     """
 
-    images: np.ndarray
-    lease: Lease
+    images: Any
+    lease: Lease | None
     count: int
 
 
@@ -127,6 +128,12 @@ class DeviceBatchHandler:
             UnavailableError: the pool stayed exhausted for the lease timeout (retryable).
         """
         height, width = bucket_hw
+        if any(not isinstance(item.resized, np.ndarray) for item in images):  # decoded on the GPU: stage there
+            from fastpath.models.text_detection.device_decode import stage_on_device
+
+            resized = [item.resized for item in images]
+            device = next(image.device for image in resized if not isinstance(image, np.ndarray))
+            return StagedImages(stage_on_device(resized, batch_size, bucket_hw, device), None, len(images))
         lease = self.pool.lease(batch_size * height * width * IMAGE_BYTES_PER_PIXEL, timeout_s=self.lease_timeout_s)
         try:
             staged = stage_padded(images, lease.view(np.uint8, (batch_size, height, width, 3)))
@@ -138,21 +145,26 @@ class DeviceBatchHandler:
         return StagedImages(staged, lease, len(images))
 
     def run(self, staged: StagedImages) -> DeviceMaps:
-        """One engine call into a leased map block; releases the input lease."""
+        """One engine call into a leased map block; releases the input lease (a device batch: its tensor)."""
         with self._lock:
             self._live.pop(id(staged.lease), None)
         try:
-            rows, height, width = staged.images.shape[:3]
+            rows, height, width = (int(side) for side in staged.images.shape[:3])
             out = self.pool.lease(rows * height * width * MAP_BYTES_PER_PIXEL, timeout_s=self.lease_timeout_s)
             try:
                 maps = out.view(np.float32, (rows, height, width))
-                self.engine.run_into(staged.images, maps)
+                if staged.lease is None:
+                    self.engine.run_device_into(staged.images.data_ptr(), (rows, height, width), maps)
+                else:
+                    self.engine.run_into(staged.images, maps)
             except BaseException:
                 out.release()
                 raise
             return DeviceMaps(maps[: staged.count], out)
         finally:
-            staged.lease.release()
+            if staged.lease is not None:
+                staged.lease.release()
+            staged.images = None  # a device batch's memory goes back to torch's cache
 
     def finish(self, batch: Batch, result: DeviceMaps) -> None:
         """Post-process each real image on its own region of the map (here or on the post threads);

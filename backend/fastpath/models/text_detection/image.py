@@ -260,13 +260,13 @@ def decode_encoded(data: bytes, *, index: int, expected_hw: tuple[int, int]) -> 
     return to_rgb8(decoded, channel_order="bgr", where=where)
 
 
-def images_from_bytes(values: np.ndarray, *, max_image_pixels: int, max_request_pixels: int, max_images: int) -> list[np.ndarray]:
-    """Images of an ``IMAGE_BYTES`` tensor: BYTES ``[N]`` (object array of ``bytes``) -> N uint8 RGB ``[H, W, 3]``.
-
-    Every header is read and every limit checked before the first image is decoded.
+def probe_request(values: np.ndarray, *, max_image_pixels: int, max_request_pixels: int,
+                  max_images: int) -> tuple[list[bytes], list[tuple[int, int]]]:
+    """The files of an ``IMAGE_BYTES`` tensor (BYTES ``[N]``) and their (height, width) from the headers,
+    every limit checked before anything is decoded.
 
     Raises:
-        InvalidInputError: an element is not a PNG/JPEG file, is corrupt, or is above a limit.
+        InvalidInputError: no elements, an element that is not a PNG/JPEG file, or a limit exceeded.
     """
     elements = [value if isinstance(value, bytes) else bytes(value) for value in values.reshape(-1)]
     if not elements:
@@ -277,4 +277,17 @@ def images_from_bytes(values: np.ndarray, *, max_image_pixels: int, max_request_
     sizes = [probe_encoded(data, index=i, max_image_pixels=max_image_pixels) for i, data in enumerate(elements)]
     check_pixel_limits(sizes, tensor=BYTES_INPUT, max_image_pixels=max_image_pixels,
                        max_request_pixels=max_request_pixels, max_images=max_images)
+    return elements, sizes
+
+
+def images_from_bytes(values: np.ndarray, *, max_image_pixels: int, max_request_pixels: int, max_images: int) -> list[np.ndarray]:
+    """Images of an ``IMAGE_BYTES`` tensor: BYTES ``[N]`` (object array of ``bytes``) -> N uint8 RGB ``[H, W, 3]``.
+
+    Every header is read and every limit checked before the first image is decoded (:func:`probe_request`).
+
+    Raises:
+        InvalidInputError: an element is not a PNG/JPEG file, is corrupt, or is above a limit.
+    """
+    elements, sizes = probe_request(values, max_image_pixels=max_image_pixels, max_request_pixels=max_request_pixels,
+                                    max_images=max_images)
     return [decode_encoded(data, index=i, expected_hw=size) for i, (data, size) in enumerate(zip(elements, sizes))]

@@ -36,7 +36,7 @@ from fastpath.models.text_detection.batches import DetectionBatchHandler, check_
 from fastpath.models.text_detection.budget import MemoryBudget, peak_budget
 from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, DetectionSchedulerConfig, TextDetectionConfig
 from fastpath.models.text_detection.device_batches import DeviceBatchHandler, warm_up_device
-from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes
+from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes, probe_request
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
 from fastpath.scheduling import BatchQueue, ExactShapePolicy, Ticket, WorkItem
 from fastpath.triton.io import TensorSpec, error_response, input_rows, read_input
@@ -112,6 +112,7 @@ class TextDetectionModel(ScheduledModel):
         self.device = instance_device(args, None, runtime=self.config.runtime, gpu_runtimes=("onnxruntime",))
         self.gpu = self.device.startswith("cuda")
         self.buckets = ImageSideBuckets(self.config.bucket_sides_px)
+        self.device_decoder = self._device_decoder()
         self.detector = TextDetector.from_directory(Path(args["model_repository"]) / self.model_version, self.config,
                                                     device=self.device, batch_sizes=self.batch_sizes)
         self.pool = create_host_pool(staging_pool_config(self.config), name="staging", device=self.device if self.gpu else None)
@@ -121,6 +122,21 @@ class TextDetectionModel(ScheduledModel):
         self.memory = MemoryReturner([self.pool], keep_idle_bytes=self.config.staging_keep_idle_bytes,
                                      trim_growth_bytes=self.config.heap_trim_growth_bytes)
         return self.batch_sizes
+
+    def _device_decoder(self) -> Any:
+        """nvJPEG for ``decode_device cuda`` (a KIND_GPU instance only), else None.
+
+        Raises:
+            ConfigError: ``decode_device cuda`` on a CPU instance, or without a working torchvision nvJPEG.
+        """
+        if self.config.decode_device != "cuda":
+            return None
+        if not self.gpu:
+            raise ConfigError(f"config.pbtxt parameter 'decode_device' = cuda needs a KIND_GPU instance on ONNX Runtime; "
+                              f"this instance runs on {self.device}; set decode_device to cpu")
+        from fastpath.models.text_detection.device_decode import DeviceJpegDecoder
+
+        return DeviceJpegDecoder(self.device)
 
     def batch_handler(self, on_batch: Any) -> DetectionBatchHandler | DeviceBatchHandler:
         """The device or host batch handler; after each batch it gives memory back, then runs ``on_batch``."""
@@ -151,9 +167,13 @@ class TextDetectionModel(ScheduledModel):
         bucket = self.buckets.snap(shape_hw)
         return bucket if bucket[0] * bucket[1] <= self.config.max_resized_pixels else tuple(shape_hw)
 
-    def _prepare(self, image: np.ndarray) -> PreparedImage:
-        """Resize for the network; an image kept at its size is copied out of the request's tensor memory,
-        which the queue must not hold on to after ``execute`` returns."""
+    def _prepare(self, image: Any) -> PreparedImage:
+        """Resize for the network (on the GPU for an image decoded there); an image kept at its size is copied
+        out of the request's tensor memory, which the queue must not hold on to after ``execute`` returns."""
+        if not isinstance(image, np.ndarray):
+            from fastpath.models.text_detection.device_decode import prepare_on_device
+
+            return prepare_on_device(image, self.config)
         prepared = self.detector.prepare(image)
         if prepared.resized is image and image.base is not None:
             prepared = PreparedImage(np.array(image, copy=True), prepared.source_hw)
@@ -217,12 +237,14 @@ class TextDetectionModel(ScheduledModel):
         except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
             ticket.fail(exc)  # through the ticket: the request is answered once, whatever the queue kept
 
-    def _decode(self, values: np.ndarray, name: str) -> list[np.ndarray]:
+    def _decode(self, values: np.ndarray, name: str) -> list[Any]:
         config = self.config
         limits = {"max_image_pixels": config.max_image_pixels, "max_request_pixels": config.max_request_pixels,
                   "max_images": config.max_images_per_request}
         if name == ARRAY_INPUT:
             return images_from_array(values, **limits)
+        if self.device_decoder is not None:  # JPEGs to device tensors [3, H, W]; the rest decoded here
+            return self.device_decoder.images(*probe_request(values, **limits))
         return images_from_bytes(values, **limits)
 
     def _image_count(self, request: Any) -> int:
