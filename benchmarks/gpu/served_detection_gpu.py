@@ -218,6 +218,36 @@ def gpu_memory_mib() -> dict:
     return {line.split(",")[0].strip(): int(line.split(",")[1]) for line in done.stdout.splitlines() if "," in line}
 
 
+def fastpath_metrics(port: int, model: str) -> dict[str, float]:
+    """FastPath's metric samples of ``model`` (pool waits and fallbacks, batch sizes, queue delay), summed over other labels."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    found: dict[str, float] = {}
+    for sample in text.splitlines():
+        name = sample.split("{", 1)[0]
+        if name.startswith("fastpath_") and not name.endswith("_bucket") and f'model="{model}"' in sample:
+            found[name] = found.get(name, 0.0) + float(sample.rsplit(" ", 1)[1])
+    return found
+
+
+def metric_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Counters, sums and counts as the cell's increase; gauges as read after it."""
+    counted = ("_total", "_sum", "_count")
+    return {name: round(value - before.get(name, 0.0) if name.endswith(counted) else value, 6) for name, value in sorted(after.items())}
+
+
+def py_spy_dumps(model: str, out: list, count: int = 3, delay_s: float = 2.0) -> None:
+    """``py-spy dump`` (every thread, idle ones too) of ``model``'s stub ``count`` times, 1 s apart, into ``out``."""
+    time.sleep(delay_s)
+    binary = triton_gpu._py_spy()
+    pid = next((pid for pid, name in triton_gpu._stub_pids().items() if name == model), None)
+    for _ in range(count if binary and pid else 0):
+        done = subprocess.run([binary, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30, check=False)
+        out.append((done.stdout + done.stderr)[-12000:])
+        time.sleep(1.0)
+
+
 def serve(args, files: dict[str, Path], root: Path) -> dict:
     from fastpath.server.process import ServerOptions, TritonServer
     from tests.conftest import free_ports
@@ -240,6 +270,14 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
             model, workload, levels = spec.split(":")
             for concurrency in (int(c) for c in levels.split(",")):
                 account = triton_gpu.CpuAccount(server.pid)
+                before = fastpath_metrics(metrics_port, model)
+                dumps: list = []
+                spy = None
+                if f"{model}:{workload}:{concurrency}" in args.py_spy_cells.split(";"):
+                    import threading
+
+                    spy = threading.Thread(target=py_spy_dumps, args=(model, dumps), daemon=True)
+                    spy.start()
                 t0 = time.monotonic()
                 try:
                     load = pa.Load(model=model, url=server.grpc_url, data=files[workload], concurrency=concurrency)
@@ -250,6 +288,10 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
                     print("FAILED", spec, concurrency, str(exc)[-600:], flush=True)
                     continue
                 wall_s = time.monotonic() - t0
+                cell["fastpath_metrics"] = metric_deltas(before, fastpath_metrics(metrics_port, model))
+                if spy is not None:
+                    spy.join(timeout=60)
+                    report.setdefault("py_spy_dumps", {})[f"{model}:{workload}:{concurrency}"] = dumps
                 cell["cpu"] = account.finish(max(1, int(cell["req_per_s"] * wall_s)), 0.0, wall_s)
                 cell.pop("texts_per_s", None)
                 cell.update(model=model, workload=workload, concurrency=concurrency)
@@ -269,10 +311,12 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
 
 def line(r: dict) -> str:
     cpu = r["cpu"]["cpu_us_per_request"]
-    stubs = sum(v for k, v in cpu.items() if k.startswith("stubs:"))
-    return (f"{r['model']:<16}{r['workload']:<12}c={r['concurrency']:<4}{r['req_per_s']:>8.1f} img/s  p50 {r['p50_us'] / 1e3:7.2f}"
-            f" p99 {r['p99_us'] / 1e3:7.2f} ms  cpu ms/img: stubs {stubs / 1e3:5.2f} server {cpu['tritonserver'] / 1e3:5.2f}"
-            f"  busy {r['cpu']['machine_busy_pct']}%")
+    stub = cpu.get(f"stubs:{r['model']}", sum(v for k, v in cpu.items() if k.startswith("stubs:")))
+    m = r.get("fastpath_metrics", {})
+    batch = m.get("fastpath_batch_size_sum", 0) / max(1, m.get("fastpath_batch_size_count", 0))
+    return (f"{r['model']:<22}{r['workload']:<10}c={r['concurrency']:<3}{r['req_per_s']:>7.1f} img/s  p50 {r['p50_us'] / 1e3:7.2f}"
+            f" p99 {r['p99_us'] / 1e3:7.2f} ms  stub cpu ms/img {stub / 1e3:5.2f}  busy {r['cpu']['machine_busy_pct']}%"
+            f"  batch {batch:4.1f}  pool waits {m.get('fastpath_pool_waits_total', 0):g} fallbacks {m.get('fastpath_pool_fallbacks_total', 0):g}")
 
 
 def main() -> int:
@@ -286,6 +330,7 @@ def main() -> int:
                                            "text_detection:raw720:32;text_detection:png720:32;"
                                            "text_detection:jpegmixed:64;text_detection_nvjpeg:jpegmixed:64")
     parser.add_argument("--raw", default="16,8,16tf32", help="raw in-process pipeline runs: batch sizes, 'tf32' suffix for TF32")
+    parser.add_argument("--py-spy-cells", default="", help="MODEL:WORKLOAD:C;...: py-spy dumps of the stub during these cells")
     parser.add_argument("--measurement-ms", type=int, default=3000)
     parser.add_argument("--skip-serve", action="store_true")
     parser.add_argument("--skip-numerics", action="store_true")

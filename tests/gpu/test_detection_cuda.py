@@ -16,7 +16,7 @@ import pytest
 from fastpath.memory import PoolConfig, create_host_pool
 from fastpath.models.text_detection.config import UINT8_ARTIFACT, TextDetectionConfig
 from fastpath.models.text_detection.device_batches import DeviceBatchHandler
-from fastpath.models.text_detection.pipeline import TextDetector
+from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector
 from tests.gpu.torch_support import REPO_ROOT
 from tests.unit.models.text_detection.reference import skimage_rgb
 
@@ -112,31 +112,32 @@ def jpeg(image: np.ndarray, quality: int = 95) -> bytes:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["text.png", "page.png", "chelsea.png"])
-def test_nvjpeg_decode_and_device_resize_find_the_cpu_paths_boxes(gpu, cpu, nvjpeg, name):
-    """decode_device cuda: nvJPEG + device resize + device staging (D2D into the graph input) give the same box
-    count as OpenCV's decode on the CPU path, each box matched at IoU >= 0.9 (decoders differ by a level or two)."""
+def test_nvjpeg_batches_staged_on_the_device_give_the_maps_of_the_same_pixels_staged_on_the_host(gpu, nvjpeg, name):
+    """decode_device cuda: nvJPEG decodes to the header's size within a mean of 2 levels of OpenCV's pixels; a batch
+    staged on the device (padding, filler rows, D2D into the graph input) gives the very maps that the same pixels
+    staged through the pinned pool give. (Boxes against the CPU decode are a benchmark figure: the decoders differ.)"""
     from fastpath.models.text_detection.device_decode import prepare_on_device
     from fastpath.models.text_detection.image import decode_encoded
 
     data = jpeg(skimage_rgb(name))
     image = decode_encoded(data, index=0, expected_hw=skimage_rgb(name).shape[:2])
-    (expected,) = cpu.detect([image])
     (decoded,) = nvjpeg.images([data], [image.shape[:2]])
     assert decoded.is_cuda and tuple(decoded.shape) == (3, *image.shape[:2])
-    assert float((decoded.permute(1, 2, 0).cpu().numpy().astype(int) - image).__abs__().mean()) < 2.0
+    assert float(np.abs(decoded.permute(1, 2, 0).cpu().numpy().astype(int) - image).mean()) < 2.0
     prepared = prepare_on_device(decoded, CONFIG)
+    on_host = PreparedImage(prepared.resized.cpu().numpy(), prepared.source_hw)
     pool = create_host_pool(PoolConfig(capacity_bytes=64 << 20, max_block_bytes=32 << 20), name="nvjpeg", device="cuda:0")
     handler = DeviceBatchHandler(gpu, pool)
-    staged = handler.stage_images([prepared], 2, prepared.shape_hw)
-    assert staged.lease is None and staged.images.is_cuda
-    result = handler.run(staged)
-    got = gpu.finish(prepared, result.maps[0])
-    result.lease.release()
+    maps = {}
+    for where, item in (("device", prepared), ("host", on_host)):
+        staged = handler.stage_images([item], 2, item.shape_hw)
+        assert (staged.lease is None) == (where == "device")
+        result = handler.run(staged)
+        maps[where] = result.maps[0].copy()
+        result.lease.release()
+    np.testing.assert_array_equal(maps["device"], maps["host"])
     assert gpu.engine.stats().d2d_bytes > 0 and pool.stats().bytes_in_use == 0
     pool.close()
-    assert len(got.boxes) == len(expected.boxes)
-    for box in expected.boxes:
-        assert max(iou(box, other) for other in got.boxes) >= 0.9
 
 
 @pytest.mark.gpu

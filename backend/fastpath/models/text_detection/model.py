@@ -104,6 +104,7 @@ class TextDetectionModel(ScheduledModel):
               TensorSpec(BYTES_INPUT, "TYPE_STRING", (-1,), optional=True))
     OUTPUTS = (TensorSpec("BOXES", "TYPE_FP32", (-1, 4, 2)), TensorSpec("SCORES", "TYPE_FP32", (-1,)),
                TensorSpec("BOX_COUNTS", "TYPE_INT32", (-1,)))
+    device_decoder: Any = None  # nvJPEG (decode_device cuda), set by load(); subclasses that skip load() decode on the CPU
 
     def load(self, args: dict[str, str], model_config: dict[str, Any]) -> Sizes:
         """The detector (on the GPU Triton assigned a KIND_GPU instance: ONNX Runtime's CUDA EP,
