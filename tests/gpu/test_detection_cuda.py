@@ -161,3 +161,24 @@ def test_nvjpeg_leaves_png_to_the_cpu_decoder_and_a_cut_jpeg_gets_the_cpu_paths_
     with pytest.raises(InvalidInputError) as on_gpu:
         nvjpeg.images([cut], [photo.shape[:2]])
     assert str(on_gpu.value) == str(on_cpu.value) and "input IMAGE_BYTES element 0" in str(on_gpu.value)
+
+
+@pytest.mark.gpu
+def test_the_warm_up_captures_a_graph_per_batch_bucket_and_seeds_the_cost_model_from_replays(gpu):
+    """The served model's warm-up (warm_up_device) captures the graph of every (batch bucket, shape) it is given at
+    load, so the first requests of those shapes replay graphs, and the cost model holds each bucket's replay time."""
+    from fastpath.models.text_detection.device_batches import warm_up_device
+    from fastpath.scheduling.clock import MonotonicClock
+    from fastpath.scheduling.costs import CostModel
+
+    pool = create_host_pool(PoolConfig(capacity_bytes=256 << 20, max_block_bytes=128 << 20), name="warm", device="cuda:0")
+    handler, costs = DeviceBatchHandler(gpu, pool), CostModel()
+    before = gpu.engine.stats()
+    warm_up_device(handler, costs, MonotonicClock(), (1, 2), [(704, 960)])
+    after = gpu.engine.stats()
+    assert {(1, 704, 960), (2, 704, 960)} <= set(gpu.engine.graph_shapes)
+    assert after.graph_runs - before.graph_runs >= 4 and after.eager_runs == before.eager_runs
+    cells = (704 // 32) * (960 // 32)
+    assert {(1, cells), (2, cells)} <= set(costs.measured())
+    assert pool.stats().bytes_in_use == 0
+    pool.close()

@@ -100,7 +100,11 @@ class OnnxRuntimeCudaImageEngine(Engine):
         self.graph_after_runs = graph_after_runs
         self.max_eager_shapes = max_eager_shapes
         provider_options = {"device_id": str(device_id), "use_tf32": "1" if tf32 else "0"}
-        self._eager = OnnxRuntimeEngine(path, providers=((PROVIDER, provider_options),))
+        # The graph-free session meets new shapes while serving: cuDNN's heuristic picks each convolution's
+        # algorithm at once, where ONNX Runtime's default (EXHAUSTIVE) benchmarks every algorithm on a shape's
+        # first run. The graph session keeps EXHAUSTIVE: its shapes are captured once, at load.
+        eager_options = {**provider_options, "cudnn_conv_algo_search": "HEURISTIC"}
+        self._eager = OnnxRuntimeEngine(path, providers=((PROVIDER, eager_options),))
         self._inputs, self._outputs = self._eager.inputs, self._eager.outputs
         spec = self._inputs[0]
         if len(self._inputs) != 1 or spec.dtype != np.uint8 or len(spec.shape) != 4 or spec.shape[3] != 3:

@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from fastpath.engines.onnxruntime.image_cuda import WARM_RUNS_BEFORE_CAPTURE
 from fastpath.errors import EngineError
 from fastpath.memory import BlockPool, Lease
 from fastpath.models.text_detection.config import NETWORK_STRIDE_PX
@@ -222,15 +221,16 @@ def warm_up_device(handler: DeviceBatchHandler, costs: Any, clock: Any, batch_bu
                    buckets_hw: Sequence[tuple[int, int]]) -> None:
     """Capture the graphs of ``buckets_hw`` x ``batch_buckets`` and seed the cost model from them.
 
-    For each bucket and batch size: white images through stage and run until the engine replays a
-    graph (or runs eagerly, for a bucket without one), then one timed run whose seconds seed
-    ``costs`` at (batch size, 32x32 cells of the bucket).
+    For each bucket and batch size: the engine captures its graph (white images; ``capture``), then
+    white images go through stage and run once untimed and once timed (both graph replays); the timed
+    run's seconds seed ``costs`` at (batch size, 32x32 cells of the bucket).
     """
     for height, width in buckets_hw:
         image = PreparedImage(np.full((height, width, 3), 255, np.uint8), (height, width))
         cells = (height // NETWORK_STRIDE_PX) * (width // NETWORK_STRIDE_PX)
         for size in batch_buckets:
-            for timed in (False,) * (WARM_RUNS_BEFORE_CAPTURE + 1) + (True,):
+            handler.engine.capture([(size, height, width)])
+            for timed in (False, True):
                 staged = handler.stage_images([image] * size, size, (height, width))
                 start_s = clock.now()
                 handler.run(staged).lease.release()
