@@ -1,4 +1,4 @@
-"""Scheduler batches for text detection on a GPU: uint8 staging, one H2D, graph replay, one D2H.
+"""Scheduler batches for text detection on a GPU: uint8 staging, one H2D, one run, one D2H.
 
 :class:`DeviceBatchHandler` is the :class:`~fastpath.scheduling.BatchHandler` of a ``KIND_GPU`` ``text_detection``
 instance. A batch (:class:`~fastpath.scheduling.ExactShapePolicy`, keyed by the shape bucket (Hb, Wb) of
@@ -221,8 +221,9 @@ def warm_up_device(handler: DeviceBatchHandler, costs: Any, clock: Any, batch_bu
                    buckets_hw: Sequence[tuple[int, int]]) -> None:
     """Capture the graphs of ``buckets_hw`` x ``batch_buckets`` and seed the cost model from them.
 
-    For each bucket and batch size: the engine captures its graph (white images; ``capture``), then
-    white images go through stage and run once untimed and once timed (both graph replays); the timed
+    For each bucket and batch size: the engine captures its graph (white images; ``capture``; regular
+    runs when it has no graph session), then white images go through stage and run once untimed and once
+    timed (graph replays where captured); the timed
     run's seconds seed ``costs`` at (batch size, 32x32 cells of the bucket).
     """
     for height, width in buckets_hw:

@@ -9,7 +9,7 @@ For a ``KIND_GPU`` ``text_detection`` instance whose config sets ``decode_device
     resize   bilinear on the device to the same shape the CPU path picks (``resized_shape``),
              rounded half up, as ``cv2.resize`` rounds its fixed-point result; uint8 [h, w, 3];
     stage    a batch is padded on the device (black bottom/right, filler rows copy row 0) into
-             uint8 [B, Hb, Wb, 3]; the engine copies it into the graph's input buffer (device to device).
+             uint8 [B, Hb, Wb, 3]; the engine copies it into its bound input buffer (device to device).
 
 Each step leaves the device tensor ready (its stream synchronized), so the engine's own stream may read it.
 The functions take a torch device, so the CPU build of torch runs them too (tests). The pixels differ a

@@ -160,7 +160,7 @@ class TextDetector:
             directory: the version directory.
             config: the model's parameters.
             device: ``cpu`` (``config.artifact`` on ONNX Runtime's CPU EP) or ``cuda[:N]``
-                (``model.uint8.onnx`` on the CUDA EP, CUDA graphs for the ``capture_shapes_px`` of
+                (``model.uint8.onnx`` on the CUDA EP; with ``max_cuda_graphs`` > 0, CUDA graphs for the ``capture_shapes_px`` of
                 ``batch_sizes`` images: the onnxruntime loader's ``layout="images"``,
                 :mod:`fastpath.engines.onnxruntime.image_cuda`).
             batch_sizes: the scheduler's batch buckets (graphs are captured for these).
