@@ -91,6 +91,24 @@ def stage_padded(images: Sequence[PreparedImage], out: np.ndarray) -> np.ndarray
     return out
 
 
+def stage_on_device(images: Sequence[PreparedImage], batch_size: int, bucket_hw: tuple[int, int], device: Any) -> Any:
+    """:func:`stage_padded` into a new uint8 [batch_size, Hb, Wb, 3] torch tensor on ``device`` (``decode_device cuda``);
+    an image still on the host is copied up. The tensor is ready when this returns (its stream synchronized).
+
+    Raises:
+        EngineError: see :func:`stage_padded`.
+    """
+    import torch
+
+    from fastpath.models.text_detection.device_decode import synchronize
+
+    on_device = [item if isinstance(item.resized, torch.Tensor) else
+                 PreparedImage(torch.from_numpy(np.ascontiguousarray(item.resized)), item.source_hw) for item in images]
+    out = stage_padded(on_device, torch.empty((batch_size, *bucket_hw, 3), dtype=torch.uint8, device=device))
+    synchronize(out)
+    return out
+
+
 class DeviceBatchHandler:
     """Stages, runs and delivers one scheduler batch of images on a GPU engine.
 
@@ -128,11 +146,8 @@ class DeviceBatchHandler:
         """
         height, width = bucket_hw
         if any(not isinstance(item.resized, np.ndarray) for item in images):  # decoded on the GPU: stage there
-            from fastpath.models.text_detection.device_decode import stage_on_device
-
-            resized = [item.resized for item in images]
-            device = next(image.device for image in resized if not isinstance(image, np.ndarray))
-            return StagedImages(stage_on_device(resized, batch_size, bucket_hw, device), None, len(images))
+            device = next(item.resized.device for item in images if not isinstance(item.resized, np.ndarray))
+            return StagedImages(stage_on_device(images, batch_size, bucket_hw, device), None, len(images))
         lease = self.pool.lease(batch_size * height * width * IMAGE_BYTES_PER_PIXEL, timeout_s=self.lease_timeout_s)
         try:
             staged = stage_padded(images, lease.view(np.uint8, (batch_size, height, width, 3)))

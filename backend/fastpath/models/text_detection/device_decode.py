@@ -8,8 +8,8 @@ For a ``KIND_GPU`` ``text_detection`` instance whose config sets ``decode_device
              gives a corrupt file its 400;
     resize   bilinear on the device to the same shape the CPU path picks (``resized_shape``),
              rounded half up, as ``cv2.resize`` rounds its fixed-point result; uint8 [h, w, 3];
-    stage    a batch is padded on the device (black bottom/right, filler rows copy row 0) into
-             uint8 [B, Hb, Wb, 3]; the engine copies it into its bound input buffer (device to device).
+    stage    a batch is laid out on the device by ``device_batches.stage_on_device`` (``stage_padded``'s
+             layout) in uint8 [B, Hb, Wb, 3]; the engine copies it into its bound input buffer (device to device).
 
 Each step leaves the device tensor ready (its stream synchronized), so the engine's own stream may read it.
 The functions take a torch device, so the CPU build of torch runs them too (tests). The pixels differ a
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from fastpath.errors import ConfigError, EngineError, InvalidInputError
+from fastpath.errors import ConfigError, InvalidInputError
 from fastpath.models.text_detection.config import TextDetectionConfig
 from fastpath.models.text_detection.image import BYTES_INPUT, SIGNATURES, decode_encoded
 from fastpath.models.text_detection.pipeline import PreparedImage
@@ -62,30 +62,6 @@ def prepare_on_device(image_chw: Any, config: TextDetectionConfig) -> PreparedIm
     resized = resize_on_device(image_chw, shape)
     synchronize(resized)
     return PreparedImage(resized, (height, width))
-
-
-def stage_on_device(images: Sequence[Any], batch_size: int, bucket_hw: tuple[int, int], device: Any) -> Any:
-    """uint8 [batch_size, Hb, Wb, 3] on ``device``: each image (a torch tensor there, or a numpy uint8
-    [h, w, 3] copied up) top-left in its row, black to its bottom and right; rows from len(images) on copy row 0.
-
-    Raises:
-        EngineError: no images, more images than rows, or an image larger than the bucket.
-    """
-    torch = _torch()
-    height, width = bucket_hw
-    if not images or len(images) > batch_size:
-        raise EngineError(f"a staged detection batch needs 1..{batch_size} images; got {len(images)}")
-    out = torch.zeros((batch_size, height, width, 3), dtype=torch.uint8, device=device)
-    for row, image in enumerate(images):
-        h, w = image.shape[:2]
-        if h > height or w > width:
-            raise EngineError(f"an image resized to {h}x{w} does not fit the bucket {height}x{width}")
-        source = image if isinstance(image, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(image))
-        out[row, :h, :w].copy_(source)
-    if len(images) < batch_size:
-        out[len(images):] = out[0]
-    synchronize(out)
-    return out
 
 
 def synchronize(tensor: Any) -> None:

@@ -21,13 +21,13 @@ import pytest
 
 from fastpath.errors import ConfigError, EngineError
 from fastpath.models.text_detection.config import TextDetectionConfig
-from fastpath.models.text_detection.device_batches import stage_padded
+from fastpath.models.text_detection.device_batches import stage_on_device, stage_padded
 from fastpath.models.text_detection.model import TextDetectionModel
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector
 from tests.unit.models.text_detection.reference import skimage_rgb
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[build]')")
-from fastpath.models.text_detection.device_decode import prepare_on_device, resize_on_device, stage_on_device  # noqa: E402
+from fastpath.models.text_detection.device_decode import prepare_on_device, resize_on_device  # noqa: E402
 
 CONFIG = TextDetectionConfig(limit_type="min", limit_side_len_px=736, intra_op_threads=1)
 
@@ -83,10 +83,11 @@ def test_boxes_from_the_device_resize_equal_the_cpu_paths(detector, name):
 def test_stage_on_device_lays_out_a_batch_as_stage_padded_does():
     images = [np.full((32, 64, 3), 200, np.uint8), np.full((64, 96, 3), 100, np.uint8)]
     expected = stage_padded([PreparedImage(image, image.shape[:2]) for image in images], np.full((4, 64, 96, 3), 7, np.uint8))
-    got = stage_on_device([torch.from_numpy(images[0]), images[1]], 4, (64, 96), torch.device("cpu"))
+    mixed = [PreparedImage(torch.from_numpy(images[0]), images[0].shape[:2]), PreparedImage(images[1], images[1].shape[:2])]
+    got = stage_on_device(mixed, 4, (64, 96), torch.device("cpu"))
     np.testing.assert_array_equal(got.numpy(), expected)
     with pytest.raises(EngineError, match="does not fit the bucket 32x32"):
-        stage_on_device([images[0]], 1, (32, 32), torch.device("cpu"))
+        stage_on_device(mixed[:1], 1, (32, 32), torch.device("cpu"))
 
 
 def test_decode_device_takes_cpu_or_cuda_and_cuda_needs_a_gpu_instance():
