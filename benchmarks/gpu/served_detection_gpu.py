@@ -218,36 +218,6 @@ def gpu_memory_mib() -> dict:
     return {line.split(",")[0].strip(): int(line.split(",")[1]) for line in done.stdout.splitlines() if "," in line}
 
 
-def fastpath_metrics(port: int, model: str) -> dict[str, float]:
-    """FastPath's metric samples of ``model`` (pool waits and fallbacks, batch sizes, queue delay), summed over other labels."""
-    import urllib.request
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    found: dict[str, float] = {}
-    for sample in text.splitlines():
-        name = sample.split("{", 1)[0]
-        if name.startswith("fastpath_") and not name.endswith("_bucket") and f'model="{model}"' in sample:
-            found[name] = found.get(name, 0.0) + float(sample.rsplit(" ", 1)[1])
-    return found
-
-
-def metric_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """Counters, sums and counts as the cell's increase; gauges as read after it."""
-    counted = ("_total", "_sum", "_count")
-    return {name: round(value - before.get(name, 0.0) if name.endswith(counted) else value, 6) for name, value in sorted(after.items())}
-
-
-def py_spy_dumps(model: str, out: list, count: int = 3, delay_s: float = 2.0) -> None:
-    """``py-spy dump`` (every thread, idle ones too) of ``model``'s stub ``count`` times, 1 s apart, into ``out``."""
-    time.sleep(delay_s)
-    binary = triton_gpu._py_spy()
-    pid = next((pid for pid, name in triton_gpu._stub_pids().items() if name == model), None)
-    for _ in range(count if binary and pid else 0):
-        done = subprocess.run([binary, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30, check=False)
-        out.append((done.stdout + done.stderr)[-12000:])
-        time.sleep(1.0)
-
-
 def serve(args, files: dict[str, Path], root: Path) -> dict:
     from fastpath.server.process import ServerOptions, TritonServer
     from tests.conftest import free_ports
@@ -270,13 +240,13 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
             model, workload, levels = spec.split(":")
             for concurrency in (int(c) for c in levels.split(",")):
                 account = triton_gpu.CpuAccount(server.pid)
-                before = fastpath_metrics(metrics_port, model)
+                before = triton_gpu.model_metrics(metrics_port, model, "fastpath_")
                 dumps: list = []
                 spy = None
                 if f"{model}:{workload}:{concurrency}" in args.py_spy_cells.split(";"):
                     import threading
 
-                    spy = threading.Thread(target=py_spy_dumps, args=(model, dumps), daemon=True)
+                    spy = threading.Thread(target=triton_gpu.py_spy_dumps, args=(model, dumps), daemon=True)
                     spy.start()
                 t0 = time.monotonic()
                 try:
@@ -288,7 +258,7 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
                     print("FAILED", spec, concurrency, str(exc)[-600:], flush=True)
                     continue
                 wall_s = time.monotonic() - t0
-                cell["fastpath_metrics"] = metric_deltas(before, fastpath_metrics(metrics_port, model))
+                cell["fastpath_metrics"] = triton_gpu.metric_deltas(before, triton_gpu.model_metrics(metrics_port, model, "fastpath_"))
                 if spy is not None:
                     spy.join(timeout=60)
                     report.setdefault("py_spy_dumps", {})[f"{model}:{workload}:{concurrency}"] = dumps

@@ -309,21 +309,14 @@ def numerics(url: str, version_dir: Path, model: str) -> dict:
 
 def fastpath_metrics(port: int, models: list[str]) -> dict:
     """Per FastPath model, over the whole run: engine calls per ``execute()`` and padded over real tokens."""
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-
-    def total(name: str, model: str) -> float:
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{") and f'model="{model}"' in line)
-
     result = {}
     for model in models:
-        calls = total("fastpath_batch_size_count", model)
+        totals = triton_gpu.model_metrics(port, model)
+        calls = totals.get("fastpath_batch_size_count", 0.0)
         if calls:
-            result[model] = {"engine_calls_per_execute": round(calls / max(1.0, total("nv_inference_exec_count", model)), 3),
-                             "padded_over_real_tokens": round(total("fastpath_padded_tokens_total", model)
-                                                              / max(1.0, total("fastpath_real_tokens_total", model)), 3)}
+            result[model] = {"engine_calls_per_execute": round(calls / max(1.0, totals.get("nv_inference_exec_count", 0.0)), 3),
+                             "padded_over_real_tokens": round(totals.get("fastpath_padded_tokens_total", 0.0)
+                                                              / max(1.0, totals.get("fastpath_real_tokens_total", 0.0)), 3)}
     return result
 
 

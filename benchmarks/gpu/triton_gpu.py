@@ -41,6 +41,7 @@ import multiprocessing as mp
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -315,6 +316,39 @@ def start_py_spy(model: str, seconds: float, out: Path):
     return subprocess.Popen([binary, "record", "--nonblocking", "--rate", "250", "--format", "raw", "--duration",
                              str(int(seconds)), "--output", str(out), "--pid", str(pid)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def model_metrics(port: int, model: str, prefix: str = "") -> dict[str, float]:
+    """The metric samples of ``model`` on Triton's metrics port whose names start with ``prefix`` (Triton's ``nv_*``,
+    FastPath's ``fastpath_*``: pool waits and fallbacks, batch sizes, queue delay, ...), summed over their other
+    labels; histogram buckets left out."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    found: dict[str, float] = {}
+    for sample in text.splitlines():
+        name = sample.split("{", 1)[0]
+        if name.startswith(prefix) and not sample.startswith("#") and not name.endswith("_bucket") and f'model="{model}"' in sample:
+            found[name] = found.get(name, 0.0) + float(sample.rsplit(" ", 1)[1])
+    return found
+
+
+def metric_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Counters, sums and counts as the cell's increase; gauges as read after it."""
+    counted = ("_total", "_sum", "_count")
+    return {name: round(value - before.get(name, 0.0) if name.endswith(counted) else value, 6) for name, value in sorted(after.items())}
+
+
+def py_spy_dumps(model: str, out: list, count: int = 3, delay_s: float = 2.0) -> None:
+    """``py-spy dump`` (every thread, idle ones too) of ``model``'s stub ``count`` times, 1 s apart, into ``out``."""
+    time.sleep(delay_s)
+    binary = _py_spy()
+    pid = next((pid for pid, name in _stub_pids().items() if name == model), None)
+    for _ in range(count if binary and pid else 0):
+        done = subprocess.run([binary, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30, check=False)
+        out.append((done.stdout + done.stderr)[-12000:])
+        time.sleep(1.0)
 
 
 def summarize_py_spy(path: Path, top: int = 25) -> dict:
