@@ -80,11 +80,24 @@ def docker_engine(log_dir: Path) -> Iterator[None]:
         log.close()
 
 
+def image_id(name: str) -> str | None:
+    """The ID of the image tagged ``name``, or None when there is none."""
+    done = run(["docker", "image", "inspect", "--format", "{{.Id}}", name], timeout_s=60, check=False)
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
 def build_image() -> None:
-    """The debootstrap base (docker/debian-base.sh, cached tarball) and the CPU image on top of it."""
+    """The debootstrap base (docker/debian-base.sh, cached tarball) and the CPU image on top of it.
+
+    The image that the new build untags is deleted: under the vfs storage driver every image is a full copy
+    of its layers (~1.3 GB here), so the untagged images of earlier builds would fill the disk run by run.
+    """
     run([str(REPO_ROOT / "docker" / "debian-base.sh"), BASE_IMAGE], timeout_s=900)
+    previous = image_id(IMAGE)
     run(["docker", "build", "--network", "host", "-f", str(REPO_ROOT / "docker" / "Dockerfile.cpu"),
          "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-t", IMAGE, str(REPO_ROOT)], timeout_s=1200)
+    if previous is not None and previous != image_id(IMAGE):
+        run(["docker", "rmi", previous], timeout_s=300, check=False)  # fails harmlessly if a container uses it
 
 
 class Container:
