@@ -13,7 +13,8 @@ Both variants run side by side in this one run, each in its own tritonserver (bo
                per engine call (Triton hands a max_batch_size-0 model one request at a time)
 
 Workloads (real photos from scikit-image's wheel, sent as UINT8 ``IMAGE`` over gRPC by perf_analyzer, closed
-loop; benchmarks/perf_analyzer.py, :func:`load`):
+loop, measured by perf_analyzer itself: windows of ``--window-ms`` until three agree; benchmarks/perf_analyzer.py,
+:func:`load`):
 
     same       one image per request, eight 512x512 photos (all resize to 512x512)
     mixed      one image per request, ten photos of eight resized shapes (192x384 .. 416x640)
@@ -23,7 +24,7 @@ loop; benchmarks/perf_analyzer.py, :func:`load`):
 Each (workload, concurrency) cell runs ``--rounds`` rounds; in each round both variants run back to
 back, in alternating order, and the ratio fastpath / sync is taken within the round (the machine is
 shared; load drifts between rounds). Reported: median ratio over rounds, throughput (images/s)
-median over rounds, p50 / p99 of the pooled request latencies, and FastPath's mean images per
+median over rounds, perf_analyzer's client p50 / p99 per request (median over rounds), and FastPath's mean images per
 engine call (from its ``fastpath_batch_size`` histogram). Before measuring, every photo is sent
 to both variants once and their boxes must be equal.
 Writes docs/benchmarks/text_detection_cpu.json and .md (``--out`` changes the stem).
@@ -88,31 +89,28 @@ def batch_stats(metrics_url: str) -> tuple[float, float]:
     return values["count"], values["sum"]
 
 
-def load(url: str, model: str, requests: list[np.ndarray], concurrency: int, warmup_s: float,
-         duration_s: float) -> dict:
+def load(url: str, model: str, requests: list[np.ndarray], concurrency: int, window_ms: int, csv_path: Path) -> dict:
     """Closed loop from perf_analyzer over gRPC: ``concurrency`` requests in flight cycling through ``requests``
-    (UINT8 [N, H, W, 3] each, N alike), for ``warmup_s`` + ``duration_s``; the window after the warm-up is cut
-    from its profile export (:class:`perf_analyzer.TimedRun`).
+    (UINT8 [N, H, W, 3] each, N alike), measured by perf_analyzer itself (:func:`perf_analyzer.stable_cell`:
+    windows of ``window_ms`` until three agree within 25 %; its CSV).
 
-    Returns {"images_per_s": images answered inside the window / ``duration_s``, "latencies_s": of the requests
-    both sent and answered inside it, "errors": failed requests}. perf_analyzer stops a worker at its first
-    failed request and the run within half a second: then ``errors`` counts the workers that failed (a lower
-    bound), and the run's throughput and latencies are lost (0 images/s, none).
+    Not from a profile export: perf_analyzer 2.51 writes every request's input tensors into it (uint8 photos as
+    JSON numbers, tens of MB per second of load), which is neither needed here nor reliably readable.
+
+    Returns {"images_per_s": its requests/s x N, "p50_ms", "p99_ms": client latency per request, "errors": failed
+    requests}. perf_analyzer stops a worker at its first failed request and the run at the window's end: then
+    ``errors`` counts the workers that failed (a lower bound) and the cell's figures are lost (0 images/s, none).
     """
-    with tempfile.TemporaryDirectory(prefix="fastpath-detload-") as tmp:
-        data = pa.write_input_data(Path(tmp) / "images.json", pa.array_entries(requests, "IMAGE"))
-        try:
-            result = pa.timed(pa.find(), pa.Load(model=model, url=url, data=data, concurrency=concurrency),
-                              warmup_s + duration_s, Path(tmp) / "export.json")
-        except pa.PerfAnalyzerError as exc:
-            if not exc.errors:
-                raise
-            return {"images_per_s": 0.0, "latencies_s": [], "errors": len(exc.errors)}
-    begin = result.started_s + warmup_s
-    window = pa.window(result.requests, begin, begin + duration_s)
-    latencies = [r.latency_s for r in result.requests if begin <= r.sent_s and r.done_s <= begin + duration_s]
-    return {"images_per_s": window["completed"] * requests[0].shape[0] / duration_s, "latencies_s": latencies,
-            "errors": len(result.errors)}
+    data = pa.write_input_data(csv_path.with_suffix(".json"), pa.array_entries(requests, "IMAGE"))
+    try:
+        cell = pa.stable_cell(pa.find(), pa.Load(model=model, url=url, data=data, concurrency=concurrency),
+                              measurement_ms=window_ms, csv_path=csv_path)
+    except pa.PerfAnalyzerError as exc:
+        if not exc.errors:
+            raise
+        return {"images_per_s": 0.0, "p50_ms": None, "p99_ms": None, "errors": len(exc.errors)}
+    return {"images_per_s": cell["req_per_s"] * requests[0].shape[0], "p50_ms": cell["p50_us"] / 1e3,
+            "p99_ms": cell["p99_us"] / 1e3, "errors": 0, "unstable_first_try": cell["unstable_first_try"]}
 
 
 def workload_requests(name: str) -> list[np.ndarray]:
@@ -143,8 +141,9 @@ def check_equal(servers: dict, requests: list[np.ndarray]) -> int:
     return compared
 
 
-def percentile_ms(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q) * 1e3) if values else None
+def median_of(values: list[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return statistics.median(present) if present else None
 
 
 def summarize(cells: dict) -> list[dict]:
@@ -157,10 +156,10 @@ def summarize(cells: dict) -> list[dict]:
                "images_per_engine_call": statistics.median(r["fastpath"]["images_per_call"] for r in rounds)}
         row["ratio_throughput"] = statistics.median(row["ratio_per_round"])
         for variant in VARIANTS:
-            latencies = [s for r in rounds for s in r[variant]["latencies_s"]]
             row[variant] = {"images_per_s": statistics.median(r[variant]["images_per_s"] for r in rounds),
-                            "p50_ms": percentile_ms(latencies, 50), "p99_ms": percentile_ms(latencies, 99),
-                            "requests_timed": len(latencies), "errors": sum(r[variant]["errors"] for r in rounds)}
+                            "p50_ms": median_of([r[variant]["p50_ms"] for r in rounds]),
+                            "p99_ms": median_of([r[variant]["p99_ms"] for r in rounds]),
+                            "errors": sum(r[variant]["errors"] for r in rounds)}
         fast, sync = row["fastpath"], row["sync"]
         row["ratio_p50"] = fast["p50_ms"] / sync["p50_ms"] if fast["p50_ms"] and sync["p50_ms"] else None
         row["ratio_p99"] = fast["p99_ms"] / sync["p99_ms"] if fast["p99_ms"] and sync["p99_ms"] else None
@@ -195,8 +194,8 @@ def markdown(report: dict) -> str:
         f"{machine['loadavg_after'][0]:.1f} after; {machine['note']}. Wall time {report['wall_s']:.0f} s. "
         f"Before measuring, both variants returned equal boxes for every benchmark request "
         f"({report['boxes_compared_equal']} boxes). Server restarts after a crash: {report['server_restarts']}. Throughput in images/s (median over rounds); the ratio is "
-        "fastpath / sync within each round, median over rounds (per-round values in brackets); latency per request, "
-        "pooled over rounds. Workloads: see benchmarks/text_detection_cpu.py.",
+        "fastpath / sync within each round, median over rounds (per-round values in brackets); client latency per "
+        "request: perf_analyzer's p50 / p99, median over rounds. Workloads: see benchmarks/text_detection_cpu.py.",
         "",
         table(report["rows"]),
         "",
@@ -235,7 +234,7 @@ def run(args) -> dict:
                 requests = workload_requests(workload)
                 for concurrency in args.concurrency:
                     key = f"{workload}@{concurrency}"
-                    cells[key] = [measure_round(servers, ensure_up, requests, concurrency, index, args)
+                    cells[key] = [measure_round(servers, ensure_up, requests, concurrency, index, args, Path(tmp))
                                   for index in range(args.rounds)]
                     for index, cell in enumerate(cells[key]):
                         print(f"{key} round {index}: " + "  ".join(
@@ -252,14 +251,16 @@ def run(args) -> dict:
     return {"cells": cells, "boxes_compared": compared, "server_restarts": restarts}
 
 
-def measure_round(servers: dict, ensure_up, requests: list[np.ndarray], concurrency: int, index: int, args) -> dict:
+def measure_round(servers: dict, ensure_up, requests: list[np.ndarray], concurrency: int, index: int, args,
+                  workdir: Path) -> dict:
     """Both variants back to back (order alternates by round); FastPath's images per engine call from its metrics."""
     cell = {}
     for variant in (list(VARIANTS) if index % 2 == 0 else list(VARIANTS)[::-1]):
         ensure_up(variant)
         metrics_url = f"http://127.0.0.1:{servers['fastpath'].options.metrics_port}/metrics"
         calls, images = batch_stats(metrics_url)
-        cell[variant] = load(servers[variant].grpc_url, VARIANTS[variant], requests, concurrency, args.warmup_s, args.duration_s)
+        cell[variant] = load(servers[variant].grpc_url, VARIANTS[variant], requests, concurrency, args.window_ms,
+                             workdir / f"{variant}_c{concurrency}_round{index}.csv")
         calls_after, images_after = batch_stats(metrics_url)
         cell[variant]["images_per_call"] = (images_after - images) / (calls_after - calls) if calls_after > calls else 0.0
     return cell
@@ -270,8 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--warmup-s", type=float, default=2.0)
-    parser.add_argument("--duration-s", type=float, default=8.0)
+    parser.add_argument("--window-ms", type=int, default=4000, help="perf_analyzer's measurement window")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks" / "text_detection_cpu")
     args = parser.parse_args(argv)
     started, load_before = time.time(), os.getloadavg()
@@ -283,13 +283,12 @@ def main(argv: list[str] | None = None) -> int:
                     "note": "2-core machine shared with other engineers' test runs; the client runs on the same cores; "
                             "compare ratios within a round"},
         "workloads": {name: {"files": files, "images_per_request": n} for name, (files, n) in WORKLOADS.items()},
-        "settings": {"rounds": args.rounds, "warmup_s": args.warmup_s, "duration_s": args.duration_s},
+        "settings": {"rounds": args.rounds, "window_ms": args.window_ms},
         "boxes_compared_equal": result["boxes_compared"],
         "server_restarts": result["server_restarts"],
         "wall_s": time.time() - started,
         "rows": rows,
-        "raw_cells": {key: [{v: {k: x for k, x in c.items() if k != "latencies_s"} for v, c in r.items()} for r in rounds]
-                      for key, rounds in result["cells"].items()},
+        "raw_cells": result["cells"],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for suffix, text in ((".json", json.dumps(report, indent=2) + "\n"), (".md", markdown(report))):
