@@ -139,16 +139,15 @@ def single_image_stages(detector, handler, jpegs: list[bytes], rounds: int = 40)
 
 
 def device_resident(detector, shape: tuple[int, int, int]) -> float | None:
-    """Images/s of graph replays of ``shape`` alone, input and output already on the device (private access)."""
-    binding = detector.engine._graphs.get(shape)
-    if binding is None:
+    """Images/s of graph replays of ``shape`` alone, input and output already on the device (``run_resident``: on the
+    engine's own thread, whose graphs ONNX Runtime replays; from another thread it would capture graphs of its own)."""
+    if shape not in detector.engine.graph_shapes:
         return None
-    session = detector.engine._graph_session
     for _ in range(3):
-        session.run_with_iobinding(binding.binding, binding.run_options)
+        detector.engine.run_resident(shape)
     started, runs = time.perf_counter(), 30
     for _ in range(runs):
-        session.run_with_iobinding(binding.binding, binding.run_options)
+        detector.engine.run_resident(shape)
     return round(runs * shape[0] / (time.perf_counter() - started), 1)
 
 

@@ -182,3 +182,32 @@ def test_the_warm_up_captures_a_graph_per_batch_bucket_and_seeds_the_cost_model_
     assert {(1, cells), (2, cells)} <= set(costs.measured())
     assert pool.stats().bytes_in_use == 0
     pool.close()
+
+
+@pytest.mark.gpu
+def test_graphs_in_sessions_of_their_own_replay_each_shapes_own_maps(gpu):
+    """cuda_graph_session_per_shape: each captured shape runs in a session of its own. Replays of two shapes,
+    interleaved over three rounds with a different image each time, return the graph-free session's maps of their
+    own images (within float32 algorithm noise, 1e-4), and every call after the captures is a replay, a run on the bound
+    device buffers alone (run_resident) included."""
+    import dataclasses
+
+    per_shape = TextDetector.from_directory(VERSION_DIR, dataclasses.replace(CONFIG, cuda_graph_session_per_shape=True),
+                                            device="cuda:0", batch_sizes=(1, 2))
+    graph_free = TextDetector.from_directory(VERSION_DIR, dataclasses.replace(CONFIG, max_cuda_graphs=0), device="cuda:0",
+                                             batch_sizes=(1, 2))
+    shapes = [(1, 736, 992), (2, 704, 960)]
+    assert per_shape.engine.capture(shapes) == 2
+    captured = per_shape.engine.stats()
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        for size, height, width in shapes:
+            images = rng.integers(0, 256, (size, height, width, 3), dtype=np.uint8)
+            got, expected = (np.empty((size, height, width), np.float32) for _ in range(2))
+            assert per_shape.engine.run_into(images, got) == "graph"
+            assert graph_free.engine.run_into(images, expected) == "eager"
+            np.testing.assert_allclose(got, expected, atol=1e-4)
+    assert per_shape.engine.run_resident(shapes[1]) == "graph" and graph_free.engine.run_resident(shapes[1]) == "eager"
+    assert per_shape.engine.stats().graph_runs - captured.graph_runs == 7 and set(per_shape.engine.graph_shapes) == set(shapes)
+    per_shape.close()
+    graph_free.close()

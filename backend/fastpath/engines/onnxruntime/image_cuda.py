@@ -7,14 +7,16 @@ with ``IOBinding`` on fixed device buffers (a graph replay for a shape given to 
 session), and one D2H copy of the maps; copies are timed with CUDA events (``stats()``). Graphs captured while
 serving (``graph_after_runs`` > 0) are off by default: docs/known-issues.md. Every run goes through one worker
 thread the engine owns (ONNX Runtime keeps graphs per calling thread), and captures hold
-:data:`fastpath.memory.cuda.CAPTURE_LOCK`. Design and why: docs/design/text_detection.md#on-a-gpu.
+:data:`fastpath.memory.cuda.CAPTURE_LOCK`. Graphs share one session by default (``gpu_graph_id`` per shape);
+``session_per_graph`` gives each its own session, so no later shape changes the kernel state or reuses the
+arena blocks a captured graph replays into. Design and why: docs/design/text_detection.md#on-a-gpu.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -28,6 +30,44 @@ from fastpath.memory.cuda import CAPTURE_LOCK, cuda_call, runtime
 
 WARM_RUNS_BEFORE_CAPTURE = 3  # the CUDA EP runs a graph id regularly a few times, then captures it
 ImageShape = tuple[int, int, int]  # (batch, height, width)
+ENGINE_OWNED_OPTIONS = ("device_id", "use_tf32", "enable_cuda_graph")
+# The graph-free session meets new shapes while serving: cuDNN's heuristic picks each convolution's algorithm at
+# once, where ONNX Runtime's default (EXHAUSTIVE) benchmarks every algorithm on a shape's first run. Graph sessions
+# keep EXHAUSTIVE: their shapes are captured once, at load.
+EAGER_DEFAULTS = {"cudnn_conv_algo_search": "HEURISTIC"}
+
+
+def cuda_provider_options(device_id: int, *, tf32: bool, graphs: bool, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """CUDA EP options of one of the engine's sessions (ONNX Runtime's names, string values).
+
+    The device and ``use_tf32``; a graph session adds ``enable_cuda_graph``, a graph-free one :data:`EAGER_DEFAULTS`;
+    ``extra`` goes on top (e.g. ``cudnn_conv_algo_search``, ``arena_extend_strategy``).
+
+    Raises:
+        EngineError: ``extra`` sets one of :data:`ENGINE_OWNED_OPTIONS`, or a value that is not a string.
+    """
+    extra = dict(extra or {})
+    for key, value in extra.items():
+        if key in ENGINE_OWNED_OPTIONS or not isinstance(value, str):
+            raise EngineError(f"CUDA EP option {key}={value!r} cannot be set here: the engine sets "
+                              f"{', '.join(ENGINE_OWNED_OPTIONS)} itself, and values are strings")
+    options = {"device_id": str(device_id), "use_tf32": "1" if tf32 else "0"}
+    options.update({"enable_cuda_graph": "1"} if graphs else EAGER_DEFAULTS)
+    return {**options, **extra}
+
+
+def graph_session(path: str, provider_options: Mapping[str, str]) -> ort.InferenceSession:
+    """A session for CUDA graphs (``provider_options`` from :func:`cuda_provider_options` with ``graphs=True``).
+
+    Raises:
+        EngineError: the model does not load.
+    """
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    try:
+        return ort.InferenceSession(path, options, providers=[(PROVIDER, dict(provider_options))])
+    except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
+        raise EngineError(f"ONNX Runtime (CUDA EP, graphs) could not load {path}: {exc}") from exc
 
 
 @dataclasses.dataclass
@@ -55,11 +95,12 @@ class EngineStats:
 
 
 class _Binding:
-    """Device input and output buffers of one shape, bound to one session."""
+    """Device input and output buffers of one shape, bound to the session that runs it."""
 
     def __init__(self, session: ort.InferenceSession, shape: ImageShape, input_name: str, output_name: str,
                  device_id: int, graph_id: int | None) -> None:
         batch, height, width = shape
+        self.session = session
         self.input = ort.OrtValue.ortvalue_from_shape_and_type([batch, height, width, 3], np.uint8, "cuda", device_id)
         self.output = ort.OrtValue.ortvalue_from_shape_and_type([batch, 1, height, width], np.float32, "cuda", device_id)
         self.binding = session.io_binding()
@@ -82,41 +123,41 @@ class OnnxRuntimeCudaImageEngine(Engine):
         graph_after_runs: runs of a shape before it gets a graph while serving; 0: only the shapes
             given to :meth:`capture` have graphs.
         max_eager_shapes: graph-free shapes whose device buffers are kept (least recently used go).
-        tf32: let cuDNN and cuBLAS use TF32 on float32 (ONNX Runtime's ``use_tf32``); False keeps
-            full float32 arithmetic, what the CPU path computes.
+        tf32: let cuDNN and cuBLAS use TF32 on float32 (``use_tf32``); False keeps the CPU path's float32 arithmetic.
+        eager_options, graph_options: extra CUDA EP options of the graph-free and the graph sessions
+            (:func:`cuda_provider_options`; e.g. ``cudnn_conv_algo_search``, ``arena_extend_strategy``).
+        session_per_graph: each captured shape gets a session (arena, kernel state, weights) of its own
+            instead of one session holding every graph under its ``gpu_graph_id``.
 
     Raises:
-        EngineError: no CUDA EP in this onnxruntime, or the model does not load or has other tensors.
+        EngineError: no CUDA EP in this onnxruntime, the model does not load or has other tensors, or an
+            option the engine sets itself is given.
     """
 
     name = "onnxruntime-cuda-image"
 
     def __init__(self, path: str, *, device_id: int = 0, batch_sizes: Sequence[int] = (1, 2, 4, 8), max_graphs: int = 64,
-                 graph_after_runs: int = 0, max_eager_shapes: int = 16, tf32: bool = False) -> None:
+                 graph_after_runs: int = 0, max_eager_shapes: int = 16, tf32: bool = False,
+                 eager_options: Mapping[str, str] | None = None, graph_options: Mapping[str, str] | None = None,
+                 session_per_graph: bool = False) -> None:
         require_cuda_provider()
+        self.path = path
         self.device_id = device_id
         self.batch_sizes = frozenset(batch_sizes)
         self.max_graphs = max_graphs
         self.graph_after_runs = graph_after_runs
         self.max_eager_shapes = max_eager_shapes
-        provider_options = {"device_id": str(device_id), "use_tf32": "1" if tf32 else "0"}
-        # The graph-free session meets new shapes while serving: cuDNN's heuristic picks each convolution's
-        # algorithm at once, where ONNX Runtime's default (EXHAUSTIVE) benchmarks every algorithm on a shape's
-        # first run. The graph session keeps EXHAUSTIVE: its shapes are captured once, at load.
-        eager_options = {**provider_options, "cudnn_conv_algo_search": "HEURISTIC"}
-        self._eager = OnnxRuntimeEngine(path, providers=((PROVIDER, eager_options),))
+        self.session_per_graph = session_per_graph
+        self._graph_options = cuda_provider_options(device_id, tf32=tf32, graphs=True, extra=graph_options)
+        eager = cuda_provider_options(device_id, tf32=tf32, graphs=False, extra=eager_options)
+        self._eager = OnnxRuntimeEngine(path, providers=((PROVIDER, eager),))
         self._inputs, self._outputs = self._eager.inputs, self._eager.outputs
         spec = self._inputs[0]
         if len(self._inputs) != 1 or spec.dtype != np.uint8 or len(spec.shape) != 4 or spec.shape[3] != 3:
             raise EngineError(f"{path}: expected one uint8 input [batch, height, width, 3] (model.uint8.onnx); "
                               f"got {[(s.name, s.dtype.name, list(s.shape)) for s in self._inputs]}")
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        provider = (PROVIDER, {**provider_options, "enable_cuda_graph": "1"})
-        try:
-            self._graph_session = ort.InferenceSession(path, options, providers=[provider]) if max_graphs else None
-        except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
-            raise EngineError(f"ONNX Runtime (CUDA EP, graphs) could not load {path}: {exc}") from exc
+        shared = max_graphs and not session_per_graph
+        self._graph_session = graph_session(path, self._graph_options) if shared else None
         self._graphs: dict[ImageShape, _Binding] = {}
         self._eager_bindings: dict[ImageShape, _Binding] = {}
         self._seen: dict[ImageShape, int] = {}  # runs per shape without a graph (bounded: cleared past 4096 shapes)
@@ -141,10 +182,10 @@ class OnnxRuntimeCudaImageEngine(Engine):
     def _binding(self, shape: ImageShape, force_graph: bool = False) -> tuple[_Binding, str]:
         """The binding of ``shape`` and its kind (``graph`` | ``capture`` | ``eager``); makes it on first use."""
         binding = self._graphs.get(shape)
-        if binding is None and self._graph_session is not None and len(self._graphs) < self.max_graphs \
-                and shape[0] in self.batch_sizes \
+        if binding is None and self.max_graphs and len(self._graphs) < self.max_graphs and shape[0] in self.batch_sizes \
                 and (force_graph or 0 < self.graph_after_runs <= self._seen.get(shape, 0)):
-            binding = _Binding(self._graph_session, shape, self._inputs[0].name, self._outputs[0].name, self.device_id,
+            session = graph_session(self.path, self._graph_options) if self.session_per_graph else self._graph_session
+            binding = _Binding(session, shape, self._inputs[0].name, self._outputs[0].name, self.device_id,
                                graph_id=len(self._graphs) + 1)
             self._graphs[shape] = binding
             self._eager_bindings.pop(shape, None)
@@ -196,16 +237,7 @@ class OnnxRuntimeCudaImageEngine(Engine):
                 binding, kind = self._binding(tuple(shape), force_graph)
             copy_kind = cudart.cudaMemcpyKind.cudaMemcpyDeviceToDevice if on_device else cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
             seconds = self._copy(binding.input.data_ptr(), source_ptr, nbytes, copy_kind)
-            session = self._eager._session if kind == "eager" else self._graph_session
-            try:
-                if kind == "capture":
-                    with CAPTURE_LOCK:
-                        session.run_with_iobinding(binding.binding, binding.run_options)
-                else:
-                    session.run_with_iobinding(binding.binding, binding.run_options)
-            except Exception as exc:
-                raise EngineError(f"ONNX Runtime CUDA run failed for images {[*shape, 3]} ({kind}): {exc}") from exc
-            binding.runs += 1
+            self._execute(binding, kind)
             self._stats.d2h_s += self._copy(maps.ctypes.data, binding.output.data_ptr(), maps.nbytes,
                                             cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost)
             if on_device:
@@ -215,10 +247,43 @@ class OnnxRuntimeCudaImageEngine(Engine):
                 self._stats.h2d_bytes += nbytes
                 self._stats.h2d_s += seconds
             self._stats.d2h_bytes += maps.nbytes
-            if kind == "capture" and binding.runs == WARM_RUNS_BEFORE_CAPTURE:
-                self._stats.graphs += 1
-            setattr(self._stats, f"{kind}_runs", getattr(self._stats, f"{kind}_runs") + 1)
         return kind
+
+    def run_resident(self, shape: ImageShape) -> str:
+        """Run ``shape`` (batch, height, width) on its bound device buffers, without copies: the device work of a
+        call alone, for benchmarks. The input is what the shape's last call left there (uninitialized bytes for a
+        new shape). Returns how it ran (as :meth:`run_into`).
+
+        Raises:
+            EngineError: a closed engine or an ONNX Runtime failure.
+        """
+        return self._worker.submit(self._run_resident, tuple(shape)).result()
+
+    def _run_resident(self, shape: ImageShape) -> str:
+        with self._lock:
+            if self._eager._session is None:
+                raise EngineError("ONNX Runtime CUDA image engine is closed")
+            cuda_call(runtime().cudaSetDevice(self.device_id), "cudaSetDevice")
+            with CAPTURE_LOCK:
+                binding, kind = self._binding(shape)
+            self._execute(binding, kind)
+        return kind
+
+    def _execute(self, binding: _Binding, kind: str) -> None:
+        """One run of ``binding`` on its session (a capture holds CAPTURE_LOCK); counts it. Caller holds ``_lock``."""
+        try:
+            if kind == "capture":
+                with CAPTURE_LOCK:
+                    binding.session.run_with_iobinding(binding.binding, binding.run_options)
+            else:
+                binding.session.run_with_iobinding(binding.binding, binding.run_options)
+        except Exception as exc:
+            shape = list(binding.input.shape())
+            raise EngineError(f"ONNX Runtime CUDA run failed for images {shape} ({kind}): {exc}") from exc
+        binding.runs += 1
+        if kind == "capture" and binding.runs == WARM_RUNS_BEFORE_CAPTURE:
+            self._stats.graphs += 1
+        setattr(self._stats, f"{kind}_runs", getattr(self._stats, f"{kind}_runs") + 1)
 
     def _copy(self, dst: int, src: int, nbytes: int, kind: object) -> float:
         """One async copy on the engine's stream between two CUDA events; waits for it; returns its seconds."""

@@ -12,6 +12,8 @@ The CUDA modules are imported only when asked for.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fastpath.engines.base import Engine
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import ConfigError
@@ -39,6 +41,9 @@ def load(
     graph_after_runs: int = 0,
     max_eager_shapes: int = 16,
     tf32: bool = False,
+    eager_options: Mapping[str, str] | None = None,
+    graph_options: Mapping[str, str] | None = None,
+    session_per_graph: bool = False,
 ) -> Engine:
     """Registry entry point (``load_engine("onnxruntime", path, ...)``).
 
@@ -53,7 +58,8 @@ def load(
         batch_sizes: CUDA only: batch sizes that get graphs; None: ``TOKEN_BATCH_SIZES`` or ``IMAGE_BATCH_SIZES``.
         lengths, check_addresses: ``tokens``: the length buckets in tokens; verify bound buffers never
             move between capture and replay.
-        max_graphs, graph_after_runs, max_eager_shapes, tf32: ``images`` only (see OnnxRuntimeCudaImageEngine).
+        max_graphs, graph_after_runs, max_eager_shapes, tf32, eager_options, graph_options, session_per_graph:
+            ``images`` only (see OnnxRuntimeCudaImageEngine).
 
     Raises:
         ConfigError: an unknown device or layout.
@@ -73,7 +79,8 @@ def load(
 
         return OnnxRuntimeCudaImageEngine(path, device_id=device_id, batch_sizes=IMAGE_BATCH_SIZES if batch_sizes is None else batch_sizes,
                                           max_graphs=max_graphs, graph_after_runs=graph_after_runs,
-                                          max_eager_shapes=max_eager_shapes, tf32=tf32)
+                                          max_eager_shapes=max_eager_shapes, tf32=tf32, eager_options=eager_options,
+                                          graph_options=graph_options, session_per_graph=session_per_graph)
     from fastpath.engines.onnxruntime.cuda_graphs import OnnxRuntimeCudaGraphEngine
 
     return OnnxRuntimeCudaGraphEngine(path, batch_sizes=TOKEN_BATCH_SIZES if batch_sizes is None else batch_sizes, lengths=lengths,

@@ -59,6 +59,7 @@ class TextDetectionConfig:
     max_cuda_graphs: int = 64
     cuda_graph_after_runs: int = 0
     cuda_tf32: bool = False
+    cuda_graph_session_per_shape: bool = False
     decode_threads: int = 0
     decode_device: str = "cpu"
     post_threads: int = 0
@@ -128,6 +129,11 @@ class TextDetectionConfig:
         made the arena keep a second copy of each shape's tensors, and calls ran 2-6% faster without it."""
         return {"intra_op_threads": self.intra_op_threads, "memory_pattern": False,
                 "arena_max_input_bytes": self.arena_max_input_bytes}
+
+    def gpu_engine_options(self) -> dict[str, object]:
+        """``load_engine`` options of the GPU engine (``layout="images"``): its CUDA graphs and TF32."""
+        return {"max_graphs": self.max_cuda_graphs, "graph_after_runs": self.cuda_graph_after_runs, "tf32": self.cuda_tf32,
+                "session_per_graph": self.cuda_graph_session_per_shape}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -175,8 +175,7 @@ class TextDetector:
             raise ArtifactError(f"{path} is missing; build the artifacts with 'fastpath build'")
         if gpu:
             engine = load_engine("onnxruntime", str(path), device=device, layout="images", batch_sizes=tuple(batch_sizes),
-                                 max_graphs=config.max_cuda_graphs, graph_after_runs=config.cuda_graph_after_runs,
-                                 tf32=config.cuda_tf32)
+                                 **config.gpu_engine_options())
         else:
             engine = load_engine(config.runtime, str(path), **config.cpu_engine_options())
         try:
