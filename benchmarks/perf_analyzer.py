@@ -53,11 +53,13 @@ THREAD_ERROR = re.compile(r"^Thread \[(\d+)\] had error: (.*)$", re.M)
 
 
 class PerfAnalyzerError(RuntimeError):
-    """perf_analyzer is missing, failed, or wrote no results; ``errors`` holds its failed requests' messages."""
+    """perf_analyzer is missing, failed, or wrote no results; ``errors`` holds its failed requests' messages;
+    ``unanswered`` is set when a :class:`TimedRun` did not end after SIGINT (requests it sent were never answered)."""
 
-    def __init__(self, message: str, errors: list[str] | None = None) -> None:
+    def __init__(self, message: str, errors: list[str] | None = None, *, unanswered: bool = False) -> None:
         super().__init__(message)
         self.errors = errors or []
+        self.unanswered = unanswered
 
 
 @dataclass(frozen=True)
@@ -337,12 +339,18 @@ class TimedRun:
         rest = self._process.communicate()[0]
         raise _failure(self.argv, self._process.returncode, (self._head + rest).decode(errors="replace"))
 
+    def exited(self) -> bool:
+        """Whether perf_analyzer has ended on its own since :meth:`start` (a failed request ends the run at the
+        next window's end); :meth:`stop` then raises with its errors."""
+        return self._process is not None and self._process.poll() is not None
+
     def stop(self, timeout_s: float = 60) -> RunResult:
         """End the load (SIGINT), wait for perf_analyzer, read its export.
 
         Raises:
             PerfAnalyzerError: it failed without an export (a failed request ends it at a window's end: the
-                errors are on the exception) or exited before ``stop``.
+                errors are on the exception), exited before ``stop``, or did not end within ``timeout_s``
+                (``unanswered``: it waits for every request it sent; it is killed).
         """
         process = self._process
         if process is None:
@@ -356,7 +364,8 @@ class TimedRun:
         except subprocess.TimeoutExpired:
             process.kill()
             output = (self._head + process.communicate()[0]).decode(errors="replace")
-            raise PerfAnalyzerError(f"perf_analyzer did not end within {timeout_s} s of SIGINT: {output[-800:]}") from None
+            raise PerfAnalyzerError(f"perf_analyzer did not end within {timeout_s} s of SIGINT (requests it sent were not "
+                                    f"answered): {output[-800:]}", thread_errors(output), unanswered=True) from None
         finally:
             self._process = None
         if early or process.returncode != 0 or (self.export_path is not None and not self.export_path.exists()):

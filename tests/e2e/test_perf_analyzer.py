@@ -13,6 +13,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import perf_analyzer as pa  # noqa: E402
 
+from tests.conftest import wait_for  # noqa: E402
+
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(pa.missing_reason() is not None, reason=str(pa.missing_reason()))]
 
 
@@ -55,6 +57,23 @@ def test_failed_requests_are_reported(triton_server, sentences, tmp_path):
     with pytest.raises(pa.PerfAnalyzerError, match="failed request") as raised:
         pa.timed(pa.find(), load, 3.0, tmp_path / "export.json")
     assert raised.value.errors and all("TEXT[0] is not valid UTF-8" in error for error in raised.value.errors)
+
+
+def test_a_timed_run_that_meets_a_failed_request_ends_on_its_own(triton_server, sentences, tmp_path):
+    """A timed run stops at a failed request without being told: exited() turns True while nobody has sent it SIGINT,
+    and stop() then raises with the failed request's error (its requests were all answered: not ``unanswered``)."""
+    bad = {"TEXT": {**pa.bytes_element(b"\xff\xfe"), "shape": [1]}}
+    data = pa.write_input_data(tmp_path / "in.json", pa.text_entries(sentences[:5]) + [bad])
+    run = pa.TimedRun(pa.find(), pa.Load(model="text_embedding", url=triton_server.grpc_url, data=data, concurrency=1), None)
+    try:
+        assert not run.exited()  # not started
+        run.start()
+        assert wait_for(run.exited, timeout_s=30, poll_s=0.1)
+        with pytest.raises(pa.PerfAnalyzerError, match="failed request") as raised:
+            run.stop()
+        assert raised.value.errors and "TEXT[0] is not valid UTF-8" in raised.value.errors[0] and not raised.value.unanswered
+    finally:
+        run.__exit__(None, None, None)
 
 
 def test_timed_run_without_export_counts_in_tritons_statistics(triton_server, sentences, tmp_path):
