@@ -211,12 +211,6 @@ def input_files(root: Path, inputs: Path) -> dict[str, Path]:
     return files
 
 
-def gpu_memory_mib() -> dict:
-    done = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                          capture_output=True, text=True, check=False)
-    return {line.split(",")[0].strip(): int(line.split(",")[1]) for line in done.stdout.splitlines() if "," in line}
-
-
 def serve(args, files: dict[str, Path], root: Path) -> dict:
     from fastpath.server.process import ServerOptions, TritonServer
     from tests.conftest import free_ports
@@ -233,7 +227,7 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
     try:
         server.wait_ready(timeout_s=400)
         report["load_s"] = round(time.monotonic() - started, 1)
-        report["gpu_memory_mib_after_load"] = gpu_memory_mib()
+        report["gpu_memory_mib_after_load"] = triton_gpu.gpu_memory_mib()[0]
         print("ready in", report["load_s"], "s; GPU memory", report["gpu_memory_mib_after_load"], flush=True)
         for spec in args.cells.split(";"):
             model, workload, levels = spec.split(":")
@@ -267,7 +261,7 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
                 report["rows"].append(cell)
                 print(line(cell), flush=True)
                 args.out.write_text(json.dumps({**args.report, "served": report}, indent=2) + "\n")  # so far, kept if cut short
-        report["gpu_memory_mib_end"] = gpu_memory_mib()
+        report["gpu_memory_mib_end"] = triton_gpu.gpu_memory_mib()[0]
     finally:
         server.stop()
         log = (root / "tritonserver.log").read_text()

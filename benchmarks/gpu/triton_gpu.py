@@ -318,6 +318,20 @@ def start_py_spy(model: str, seconds: float, out: Path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def gpu_memory_mib() -> tuple[dict[int, int], str | None]:
+    """Device memory per process, MiB by pid (``nvidia-smi --query-compute-apps``), and None; or ({}, why) when
+    nvidia-smi could not be run or failed."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {}, f"nvidia-smi failed: {exc}"
+    if done.returncode != 0:
+        return {}, f"nvidia-smi exited {done.returncode}: {(done.stderr or done.stdout).strip()[:200]}"
+    rows = [line.split(",") for line in done.stdout.splitlines() if "," in line]
+    return {int(pid): int(used) for pid, used in rows if pid.strip().isdigit() and used.strip().isdigit()}, None
+
+
 def model_metrics(port: int, model: str, prefix: str = "") -> dict[str, float]:
     """The metric samples of ``model`` on Triton's metrics port whose names start with ``prefix`` (Triton's ``nv_*``,
     FastPath's ``fastpath_*``: pool waits and fallbacks, batch sizes, queue delay, ...), summed over their other
