@@ -9,8 +9,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODELS = REPO_ROOT / "model_repository"
@@ -51,9 +49,16 @@ def make_swap_repository(root: Path, versions: dict[int, Path]) -> Path:
     return repository
 
 
+def _client_module(protocol: str):
+    """tritonclient's module for ``protocol``, imported on use: a gRPC caller needs no HTTP client (gevent)."""
+    import importlib
+
+    return importlib.import_module("tritonclient.http" if protocol == "http" else "tritonclient.grpc")
+
+
 def admin(url: str, command: dict, protocol: str = "http") -> dict:
     """Send one admin command to fastpath_admin; returns the reply or raises InferenceServerException."""
-    module = httpclient if protocol == "http" else grpcclient
+    module = _client_module(protocol)
     client = module.InferenceServerClient(url)
     tensor = module.InferInput("REQUEST", [1], "BYTES")
     tensor.set_data_from_numpy(np.array([json.dumps(command).encode()], dtype=np.object_))
@@ -78,7 +83,7 @@ class LoadStreams:
         self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(count)]
 
     def _run(self, stream: int) -> None:
-        module = httpclient if stream % 2 else grpcclient
+        module = _client_module("http" if stream % 2 else "grpc")
         url = self.http_url if stream % 2 else self.grpc_url
         client = module.InferenceServerClient(url)
         outputs = [module.InferRequestedOutput("EMBEDDING"), module.InferRequestedOutput("MODEL_VERSION")]
