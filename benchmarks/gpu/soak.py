@@ -65,11 +65,11 @@ class Soak:
 
     def status_version(self) -> int | None:
         """The serving version ``status`` reports (None when it fails, or the instances disagree)."""
-        from fastpath_client import FastPathClientError
+        from tritonclient.utils import InferenceServerException
 
         try:
-            return self.admin.status(MODEL, timeout_s=30)["active_version"]
-        except FastPathClientError as exc:
+            return self.admin.status()["active_version"]
+        except InferenceServerException as exc:
             self.log(f"status failed: {exc}")
             return None
 
@@ -77,15 +77,13 @@ class Soak:
         print(f"[{self.clock():7.1f} s] {line}", flush=True)
 
     def start(self, texts: list[str], data: Path) -> None:
-        from fastpath_client import NO_RETRY, Client
-
         self.product.start()
         self.clock.start()
-        self.admin = Client(self.product.http_url, admin_key=self.product.admin_key, retry=NO_RETRY, timeout_s=60)
+        self.admin = parts.Admin(self.product.grpc_url, self.product.admin_key)
         self.version = self.initial_version = self.status_version()
         self.log(f"ready: {self.product.described()} (tritonserver pid {self.product.triton_pid}, "
                  f"{len(self.product.stubs())} text_embedding stubs, serving version {self.version})")
-        self.counter = parts.RequestCounter(self.product.http_url, self.product.admin_key)
+        self.counter = parts.RequestCounter(self.product.grpc_url)
         self.probe = parts.Probe(self.product.grpc_url, texts, self.args.probe_rate_per_s, self.clock)
         self.sampler = parts.Sampler(self.product, self.clock, self.args.sample_every_s, gpu=self.args.device == "cuda",
                                      serving=lambda: None if self.acting == "swap" else self.version)

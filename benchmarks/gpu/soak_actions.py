@@ -9,25 +9,27 @@ import json
 import os
 import signal
 import time
+import urllib.error
+import urllib.request
 
 from soak_checks import Action
-from soak_parts import MODEL
+from soak_parts import MODEL, one_text
 
 RELOAD_PARAMETER = "cancel_check_after_us"  # a reload's harmless change: when a request is asked whether it was cancelled
 
 
 def swap(soak) -> Action:
-    """``fastpath swap`` through the SDK: the version other than the serving one."""
-    from fastpath_client import FastPathClientError
+    """A live swap (``fastpath_admin``, as ``fastpath swap``) to the version other than the serving one."""
+    from tritonclient.utils import InferenceServerException
 
     before = soak.version
     target = 2 if before == 1 else 1
     call_s = soak.clock()
     reply: dict = {}
     try:
-        reply = soak.admin.swap(MODEL, target, timeout_s=300)
+        reply = soak.admin.swap(target)
         ok, detail = True, f"to {target}: instances serve {reply.get('active_versions')}"
-    except FastPathClientError as exc:
+    except InferenceServerException as exc:
         ok, detail = False, f"to {target}: {' '.join(str(exc).split())[:300]}"
     return_s = soak.clock()
     after = soak.status_version()
@@ -48,45 +50,60 @@ def reload_config(config: dict) -> dict:
     return config
 
 
-def reload(soak) -> Action:
-    """Triton's load API with a config override (the admin key's header): new stubs, which must come back on the
-    serving version (the serving-version record, docs/design/hot-swap.md)."""
-    import tritonclient.http as httpclient
-    from tritonclient.utils import InferenceServerException
+def load_with_config(http_url: str, admin_key: str, config: dict, timeout_s: float = 600.0) -> None:
+    """Triton's load API (``POST /v2/repository/models/<model>/load``) with ``config`` as the override, sending the
+    admin key's header (``fastpath serve`` restricts the repository API to it).
 
+    Raises:
+        OSError: Triton refused (urllib's HTTPError, with Triton's message) or did not answer.
+    """
     from fastpath.server.triton_api import ADMIN_HEADER
 
-    client = httpclient.InferenceServerClient(soak.product.http_url, connection_timeout=600, network_timeout=600)
+    body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode()
+    request = urllib.request.Request(f"http://{http_url}/v2/repository/models/{config['name']}/load", data=body, method="POST",
+                                     headers={ADMIN_HEADER: admin_key, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s):
+            pass
+    except urllib.error.HTTPError as exc:
+        raise OSError(f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:300]}") from exc
+
+
+def reload(soak) -> Action:
+    """Triton's load API with a config override: new stubs, which must come back on the serving version (the
+    serving-version record, docs/design/hot-swap.md)."""
+    from fastpath.server.triton_api import RepositoryApi
+
     before, old = soak.version, {stub.pid for stub in soak.product.stubs()}
     call_s, ok = soak.clock(), True
     try:
-        config = reload_config(client.get_model_config(MODEL))
-        client.load_model(MODEL, config=json.dumps(config), headers={ADMIN_HEADER: soak.product.admin_key})
+        config = reload_config(RepositoryApi(soak.product.http_url).config(MODEL, "1"))
+        load_with_config(soak.product.http_url, soak.product.admin_key, config)
         detail = f"{RELOAD_PARAMETER}={config['parameters'][RELOAD_PARAMETER]['string_value']}"
-    except InferenceServerException as exc:
+    except OSError as exc:
         ok, detail = False, " ".join(str(exc).split())[:300]
     return_s = soak.clock()
     new = {stub.pid for stub in soak.product.stubs()} - old
     after = soak.status_version()
-    kept = ok and after == before and bool(new)
-    return Action(kind="reload", call_s=call_s, return_s=return_s, version_before=before, version_after=after, ok=kept,
+    return Action(kind="reload", call_s=call_s, return_s=return_s, version_before=before, version_after=after,
+                  ok=ok and after == before and bool(new),
                   detail=f"{detail}; {len(new)} new stubs; version {'kept' if after == before else 'CHANGED'}")
 
 
 def _recovery(soak, pid: int) -> dict | None:
     """The stub supervisor's entry for the stub ``pid`` in ``status`` (``recoveries``), None until there is one."""
-    from fastpath_client import FastPathClientError
+    from tritonclient.utils import InferenceServerException
 
     try:
-        entries = soak.admin.status(MODEL, timeout_s=10).get("recoveries") or []
-    except FastPathClientError:
+        entries = soak.admin.status().get("recoveries") or []
+    except InferenceServerException:
         return None
     return next((entry for entry in entries if entry.get("pid") == pid), None)
 
 
 def kill(soak) -> Action:
     """SIGKILL one text_embedding stub; return once the stub supervisor has reloaded the model and it answers."""
-    from fastpath_client import FastPathClientError
+    import tritonclient.grpc as grpcclient
 
     stubs = sorted(soak.product.stubs(), key=lambda stub: stub.instance)
     before = soak.version
@@ -104,10 +121,7 @@ def kill(soak) -> Action:
         if entry is not None and entry.get("outcome") != "reloaded":
             break  # the supervisor gave up: fastpath serve stops the server
         if entry is not None:
-            try:
-                answered = soak.admin.embed(["The soak's recovery check."]).shape == (1, 384)
-            except FastPathClientError:
-                answered = False
+            answered = one_text(grpcclient.InferenceServerClient(soak.product.grpc_url), "The soak's recovery check.")[1] is None
     return_s = soak.clock()
     soak.load.cut()
     after = soak.status_version()

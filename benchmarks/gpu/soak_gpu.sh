@@ -26,13 +26,14 @@ finish() {
 }
 
 wait_soak() {
-    local limit=$1 began=$SECONDS seen=0 lines
+    local limit=$1 began=$SECONDS seen lines
     [ -f "$DIR/wrapper.pid" ] || { echo "no soak in $DIR (a fresh machine? run: bash $0 start)"; exit 1; }
+    seen=$(cat "$DIR/printed" 2>/dev/null || echo 0)  # the log lines an earlier call printed
     while running && (( SECONDS - began < limit )); do
         sleep $(( limit - (SECONDS - began) < 10 ? limit - (SECONDS - began) : 10 ))
         lines=$(wc -l < "$DIR/soak.log")
         (( lines > seen )) && sed -n "$((seen + 1)),${lines}p" "$DIR/soak.log" | grep '^\[' | cut -c1-220
-        seen=$lines
+        seen=$lines && echo "$seen" > "$DIR/printed"
     done
     if running; then
         echo "== still running after ${limit} s: $(grep '^\[' "$DIR/soak.log" | tail -n 1 | cut -c1-160); call wait again within 30 s"
@@ -55,6 +56,7 @@ start)
     if ! running; then echo "== the soak ended at once:"; finish; exit 1; fi
     echo "== soak running (pid $(cat "$DIR/soak.pid" 2>/dev/null)); next: bash $0 wait 570 within 30 s"
     grep '^\[' "$DIR/soak.log" | tail -n 3
+    wc -l < "$DIR/soak.log" > "$DIR/printed"
     ;;
 wait)
     wait_soak "${2:?usage: $0 wait SECONDS}"

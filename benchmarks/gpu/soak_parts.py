@@ -193,6 +193,38 @@ class Worker(threading.Thread):
             self.join(timeout_s)
 
 
+def one_text(client, text: str, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[int | None, str | None]:
+    """One gRPC request of ``text`` to text_embedding (``client``: tritonclient.grpc's); (its MODEL_VERSION, None)
+    or (None, the error's message)."""
+    import tritonclient.grpc as grpcclient
+
+    tensor = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[text.encode()]], dtype=np.object_))
+    try:
+        reply = client.infer(MODEL, [tensor], outputs=[grpcclient.InferRequestedOutput("MODEL_VERSION")], client_timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - a failed request is a result: its message is returned
+        return None, " ".join(str(exc).split())
+    return int(reply.as_numpy("MODEL_VERSION").reshape(-1)[0]), None
+
+
+class Admin:
+    """``fastpath_admin`` over gRPC (tests/e2e/swap_support.admin: what ``fastpath swap --protocol grpc`` sends), with the
+    admin key. Errors raise tritonclient's InferenceServerException."""
+
+    def __init__(self, url: str, admin_key: str) -> None:
+        self.url, self.admin_key = url, admin_key
+
+    def status(self) -> dict:
+        from tests.e2e.swap_support import admin
+
+        return admin(self.url, {"command": "status", "model": MODEL}, protocol="grpc")
+
+    def swap(self, version: int) -> dict:
+        from tests.e2e.swap_support import admin
+
+        return admin(self.url, {"command": "swap", "model": MODEL, "version": version, "key": self.admin_key}, protocol="grpc")
+
+
 class Probe(Worker):
     """One gRPC request of one text every ``1 / rate_per_s`` seconds, recording each :class:`Response`."""
 
@@ -205,31 +237,24 @@ class Probe(Worker):
         import tritonclient.grpc as grpcclient
 
         client = grpcclient.InferenceServerClient(self.url)
-        outputs = [grpcclient.InferRequestedOutput("MODEL_VERSION")]
         next_s, index = self.clock(), 0
         while not self.stopping.wait(max(0.0, next_s - self.clock())):
             next_s = max(next_s + self.interval_s, self.clock())  # late: no burst to catch up
-            tensor = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
-            tensor.set_data_from_numpy(np.array([[self.texts[index % len(self.texts)].encode()]], dtype=np.object_))
-            index += 1
             sent_s = self.clock()
-            try:
-                reply = client.infer(MODEL, [tensor], outputs=outputs, client_timeout=PROBE_TIMEOUT_S)
-                version, error = int(reply.as_numpy("MODEL_VERSION").reshape(-1)[0]), None
-            except Exception as exc:  # noqa: BLE001 - a failed request is a result: recorded with its message
-                version, error = None, " ".join(str(exc).split())
+            version, error = one_text(client, self.texts[index % len(self.texts)])
+            index += 1
             self.responses.append(Response(sent_s=sent_s, done_s=self.clock(), version=version, error=error))
 
 
 class RequestCounter(Worker):
-    """text_embedding's success and fail counts from Triton's statistics every ``poll_s``, summed across the
-    resets a reload makes (:class:`soak_checks.MonotoneCounter`)."""
+    """text_embedding's success and fail counts from Triton's statistics (gRPC ``url``) every ``poll_s``, summed
+    across the resets a reload makes (:class:`soak_checks.MonotoneCounter`)."""
 
-    def __init__(self, url: str, admin_key: str, poll_s: float = 0.5) -> None:
+    def __init__(self, url: str, poll_s: float = 0.5) -> None:
         super().__init__("soak-request-counter")
-        from fastpath_client import NO_RETRY, Client
+        import tritonclient.grpc as grpcclient
 
-        self.client = Client(url, admin_key=admin_key, retry=NO_RETRY, timeout_s=10)
+        self.client = grpcclient.InferenceServerClient(url)
         self.poll_s = poll_s
         self.success, self.fail = MonotoneCounter(), MonotoneCounter()
         self._lock = threading.Lock()
@@ -237,14 +262,15 @@ class RequestCounter(Worker):
 
     def read(self) -> tuple[int, int]:
         """Take a reading now (skipped while Triton has no such model, between an unload and a load); (success, fail)."""
-        from fastpath_client import FastPathClientError
+        from tritonclient.utils import InferenceServerException
 
         with self._lock:
             try:
-                stats = self.client.statistics(MODEL)
-            except FastPathClientError:
+                versions = self.client.get_inference_statistics(MODEL, as_json=True, client_timeout=10)["model_stats"]
+            except InferenceServerException:
                 return self.success.total, self.fail.total
-            return self.success.update(stats["success"][0]), self.fail.update(stats["fail"][0])
+            counts = [sum(int(v["inference_stats"][phase].get("count", 0)) for v in versions) for phase in ("success", "fail")]
+            return self.success.update(counts[0]), self.fail.update(counts[1])
 
     def work(self) -> None:
         while not self.stopping.wait(self.poll_s):
