@@ -6,7 +6,7 @@ directory on the local filesystem (``FASTPATH_STATE_DIR``; ``fastpath serve`` ma
 server):
 
     <state>/<model>/desired.json              the latest command: {"generation", "command", "version", ...}
-    <state>/<model>/instances/<name>.json     each serving instance's status, rewritten as a heartbeat
+    <state>/<model>/instances/<name>.json     each serving instance's status and process id, rewritten as a heartbeat
     <state>/<model>/recoveries.json           the stub supervisor's last reloads of the model, with their causes
     <state>/<model>/progress/<name>.<pid>     each scheduled instance's progress record (fastpath.triton.progress)
 
@@ -60,6 +60,19 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return document if isinstance(document, dict) else None
 
 
+def _process_exists(pid: Any) -> bool:
+    """Whether process ``pid`` exists on this host; True when the status names none (nothing to check)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    return True
+
+
 class ControlPlane:
     """Files of one model's control plane under ``root/<model>``."""
 
@@ -102,20 +115,24 @@ class ControlPlane:
         return generation
 
     def report(self, instance: str, status: dict[str, Any]) -> None:
-        """An instance publishes its status (also its heartbeat)."""
-        _write_json_atomic(self.instances_dir / f"{instance}.json", {**status, "instance": instance, "heartbeat": time.time()})
+        """An instance publishes its status (also its heartbeat) and its process id."""
+        _write_json_atomic(self.instances_dir / f"{instance}.json",
+                           {**status, "instance": instance, "heartbeat": time.time(), "pid": os.getpid()})
 
     def withdraw(self, instance: str) -> None:
         """An instance leaves (finalize)."""
         (self.instances_dir / f"{instance}.json").unlink(missing_ok=True)
 
     def instances(self, now: float | None = None) -> dict[str, dict[str, Any]]:
-        """Statuses of live instances (heartbeat within STALE_AFTER_S), by instance name."""
+        """Statuses of live instances, by instance name: a heartbeat within STALE_AFTER_S from a process that
+        still exists. A stub that died (killed, crashed) leaves its last status behind; its process is gone at
+        once, so a swap posted right after does not wait STALE_AFTER_S for an instance that will never answer
+        (the stubs and the admin model share one host: the state directory is local)."""
         now = time.time() if now is None else now
         live: dict[str, dict[str, Any]] = {}
         for path in sorted(self.instances_dir.glob("*.json")):
             status = _read_json(path)
-            if status and now - float(status.get("heartbeat", 0)) <= STALE_AFTER_S:
+            if status and now - float(status.get("heartbeat", 0)) <= STALE_AFTER_S and _process_exists(status.get("pid")):
                 live[status["instance"]] = status
         return live
 

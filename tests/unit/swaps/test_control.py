@@ -1,6 +1,11 @@
 """Control plane, swap agent and admin service together, over a real state directory and threads."""
 
+import json
+import os
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
@@ -167,3 +172,37 @@ def test_a_watching_agent_is_woken_by_the_post_and_otherwise_sleeps(tmp_path, mo
     finally:
         agent.stop()
     assert reply["active_version"] == 2 and slots.active_version == 2
+
+
+def _exited_pid() -> int:
+    """The process id of a child that has exited and been reaped: no process has it (until the id is reused)."""
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                              check=True).stdout)
+
+
+def test_an_instance_whose_process_is_gone_is_not_live(tmp_path):
+    """A status record is live only while its heartbeat is fresh AND its process exists: the record of a stub
+    that died moments ago (fresh heartbeat, no process) is not live, the reporting process's own is."""
+    plane = ControlPlane(tmp_path, "text_embedding")
+    plane.report("text_embedding_0_0.pid1", {"generation": 3, "ok": True, "active_version": 1})
+    dead_pid = _exited_pid()
+    record = plane.instances_dir / "text_embedding_0_1.pid2.json"
+    record.write_text(json.dumps({"instance": "text_embedding_0_1.pid2", "generation": 3, "ok": True, "active_version": 1,
+                                  "heartbeat": time.time(), "pid": dead_pid}))
+    assert list(plane.instances()) == ["text_embedding_0_0.pid1"]
+    assert plane.instances()["text_embedding_0_0.pid1"]["pid"] == os.getpid()
+
+
+
+def test_a_swap_right_after_a_stub_died_does_not_wait_for_it(setup, tmp_path):
+    """A swap posted while a dead stub's record still has a fresh heartbeat (it died a moment ago) completes
+    with the live instance within seconds, instead of waiting out the admin's 10 s timeout for the dead one."""
+    service, slots = setup
+    plane = ControlPlane(tmp_path / "state", "m")
+    ghost = {**plane.instances()["m_0"], "instance": "m_1", "generation": 0, "heartbeat": time.time(), "pid": _exited_pid()}
+    (plane.instances_dir / "m_1.json").write_text(json.dumps(ghost))
+    started = time.monotonic()
+    reply = service.handle({"command": "swap", "model": "m", "version": 2, "key": "s3cret"})
+    assert reply["active_version"] == 2 and slots.active_version == 2
+    assert list(reply["instances"]) == ["m_0"]
+    assert time.monotonic() - started < 5.0
