@@ -12,8 +12,9 @@ real photos from ``benchmarks/gpu/detection_inputs.py`` (``--inputs``). Steps, i
      batches of ``B`` staged into the page-locked pool, the engine (H2D, graph replay, D2H), DB
      post-processing on threads; images/s. Also the device-resident ceiling (graph replays alone);
   3. serving: a private model repository with ``text_detection`` (its ``configs/gpu.pbtxt``) and
-     ``naive_detection`` (benchmarks/models: one request per ``execute()``, pageable copies, CUDA EP),
-     perf_analyzer (gRPC) per workload and concurrency; CPU of each process group, GPU memory, the
+     ``naive_detection`` (benchmarks/models: one request per ``execute()``, pageable copies, CUDA EP), and
+     the :data:`VARIANTS` the cells name (e.g. ``text_detection_graphs``: graphs captured at load, a session
+     per shape), perf_analyzer (gRPC) per workload and concurrency; CPU of each process group, GPU memory, the
      engine's copy counters from the server log.
 
 Writes JSON to ``--out`` and prints a table.
@@ -173,14 +174,16 @@ def pinned_h2d_GBps(device: str, nbytes: int = 64 << 20) -> float:
     return round(best, 2)
 
 
-VARIANTS = {  # served beside text_detection: the shipped configs/gpu.pbtxt with one parameter changed
-    "text_detection_tf32": ("cuda_tf32", "true"),
-    "text_detection_nvjpeg": ("decode_device", "cuda"),
+VARIANTS = {  # served beside text_detection when a cell names them: the shipped configs/gpu.pbtxt with these parameters changed
+    "text_detection_tf32": {"cuda_tf32": "true"},
+    "text_detection_nvjpeg": {"decode_device": "cuda"},
+    # CUDA graphs captured at load for capture_shapes_px, each shape on an ONNX Runtime session of its own
+    "text_detection_graphs": {"max_cuda_graphs": "64", "cuda_graph_session_per_shape": "true"},
 }
 
 
-def build_repository(root: Path) -> Path:
-    """text_detection (configs/gpu.pbtxt), its :data:`VARIANTS` and naive_detection."""
+def build_repository(root: Path, variants: list[str]) -> Path:
+    """text_detection (configs/gpu.pbtxt), the ``variants`` (of :data:`VARIANTS`) and naive_detection."""
     repository = root / "repo"
     for name, source in (("text_detection", ROOT / "model_repository" / "text_detection"),
                          ("naive_detection", ROOT / "benchmarks" / "models" / "naive_detection")):
@@ -190,13 +193,28 @@ def build_repository(root: Path) -> Path:
             (repository / name / "1" / artifact).symlink_to((VERSION_DIR / artifact).resolve())
     shutil.copy(GPU_CONFIG, repository / "text_detection" / "config.pbtxt")
     shutil.copy(ROOT / "benchmarks" / "models" / "naive_detection" / "config.pbtxt", repository / "naive_detection" / "config.pbtxt")
-    for variant, (key, value) in VARIANTS.items():
+    for variant in variants:
         shutil.copytree(repository / "text_detection", repository / variant, symlinks=True)
-        config = re.sub(rf'(parameters {{ key: "{key}" value: {{ string_value: )"[^"]*"', rf'\1"{value}"', GPU_CONFIG.read_text())
-        if f'key: "{key}"' not in config:
-            config += f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+        config = GPU_CONFIG.read_text()
+        for key, value in VARIANTS[variant].items():
+            config = re.sub(rf'(parameters {{ key: "{key}" value: {{ string_value: )"[^"]*"', rf'\1"{value}"', config)
+            if f'key: "{key}"' not in config:
+                config += f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
         (repository / variant / "config.pbtxt").write_text(config.replace('name: "text_detection"', f'name: "{variant}"'))
     return repository
+
+
+def named_variants(*specs: str) -> list[str]:
+    """The :data:`VARIANTS` that ``MODEL:...`` cell specs (``;``-separated) name, in :data:`VARIANTS` order.
+
+    Raises:
+        SystemExit: a cell names a model that is neither text_detection, naive_detection nor a variant.
+    """
+    named = {cell.split(":")[0] for spec in specs for cell in spec.split(";") if cell}
+    unknown = named - {"text_detection", "naive_detection", *VARIANTS}
+    if unknown:
+        raise SystemExit(f"cells name unknown models {sorted(unknown)}; variants: {sorted(VARIANTS)}")
+    return [variant for variant in VARIANTS if variant in named]
 
 
 def input_files(root: Path, inputs: Path) -> dict[str, Path]:
@@ -216,9 +234,10 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
     from tests.conftest import free_ports
 
     analyzer = pa.find()  # PERF_ANALYZER and FASTPATH_PA_LIBS on the GPU machine (detection_gpu.sh)
-    repository = build_repository(root)
+    variants = named_variants(args.cells, args.py_spy_cells)
+    repository = build_repository(root, variants)
     http_port, grpc_port, metrics_port = free_ports(3)
-    models = ("text_detection", *VARIANTS, "naive_detection")
+    models = ("text_detection", *variants, "naive_detection")
     server = TritonServer(ServerOptions(model_repository=repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
                                         host="127.0.0.1", exit_timeout_s=60, models=models), log_path=root / "tritonserver.log")
     report: dict = {"rows": []}
