@@ -7,7 +7,7 @@
 set -uo pipefail
 bash scripts/gpu_setup.sh > "$OUT/setup.log" 2>&1 || { tail -25 "$OUT/setup.log"; exit 1; }
 tail -4 "$OUT/setup.log"
-export FASTPATH_TRITON_DIR=/tmp/g/pytriton/tritonserver PERF_ANALYZER=/tmp/pa/perf_analyzer FASTPATH_PA_LIBS=/tmp/pa/lib PYTHONUNBUFFERED=1
+source scripts/gpu_env.sh
 if [ -z "${SKIP_CHECKS:-}" ]; then  # SKIP_CHECKS=1: the benchmark alone
     timeout 120 /tmp/venv/bin/python benchmarks/gpu/serve_check.py --photo /tmp/bundle/inputs/720_text.jpg > "$OUT/serve_check.log" 2>&1
     echo "== serve_check rc=$?"; tail -6 "$OUT/serve_check.log"

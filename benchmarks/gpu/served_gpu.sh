@@ -6,7 +6,7 @@
 # $OUT/NAME_csv.tgz (perf_analyzer's CSV files); the last lines of each log are printed.
 set -uo pipefail
 bash scripts/gpu_setup.sh > "$OUT/setup.log" 2>&1 || { tail -20 "$OUT/setup.log"; exit 1; }
-export FASTPATH_TRITON_DIR=/tmp/g/pytriton/tritonserver PERF_ANALYZER=/tmp/pa/perf_analyzer FASTPATH_PA_LIBS=/tmp/pa/lib PYTHONUNBUFFERED=1
+source scripts/gpu_env.sh
 if [ -n "${GPU_TESTS:-}" ]; then  # GPU_TESTS="tests/gpu/a.py tests/gpu/b.py": run them first, log in $OUT/gpu_tests.log
     # shellcheck disable=SC2086
     timeout 150 /tmp/venv/bin/python -m pytest $GPU_TESTS -q -rs -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1

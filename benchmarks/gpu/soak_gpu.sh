@@ -15,7 +15,7 @@
 set -uo pipefail
 DIR=/tmp/soak
 PY=/tmp/venv/bin/python
-export FASTPATH_TRITON_DIR=/tmp/g/pytriton/tritonserver PERF_ANALYZER=/tmp/pa/perf_analyzer FASTPATH_PA_LIBS=/tmp/pa/lib PYTHONUNBUFFERED=1
+source scripts/gpu_env.sh
 
 running() { [ -f "$DIR/wrapper.pid" ] && kill -0 "$(cat "$DIR/wrapper.pid")" 2>/dev/null; }
 

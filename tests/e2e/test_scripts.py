@@ -37,8 +37,9 @@ def test_serving_profile_attributes_samples_to_processes():
 
 
 def test_gpu_scripts_are_valid_bash():
-    """gpu_setup.sh and benchmarks/gpu/{served,detection,soak}_gpu.sh parse (bash -n): they run only on the GPU machine;
+    """gpu_setup.sh, gpu_env.sh and benchmarks/gpu/{served,detection,soak}_gpu.sh parse (bash -n): they run only on the GPU machine;
     gpu_bundle.sh too (it downloads wheels, so it is not run here)."""
-    for script in (ROOT / "scripts" / "gpu_setup.sh", ROOT / "scripts" / "gpu_bundle.sh", ROOT / "benchmarks" / "gpu" / "served_gpu.sh",
+    for script in (ROOT / "scripts" / "gpu_setup.sh", ROOT / "scripts" / "gpu_env.sh", ROOT / "scripts" / "gpu_bundle.sh",
+                   ROOT / "benchmarks" / "gpu" / "served_gpu.sh",
                    ROOT / "benchmarks" / "gpu" / "detection_gpu.sh", ROOT / "benchmarks" / "gpu" / "soak_gpu.sh"):
         assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, script
