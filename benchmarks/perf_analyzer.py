@@ -335,9 +335,10 @@ class TimedRun:
                     return self
                 if not chunk:  # it exited before its load began
                     break
-        self._process.kill()
-        rest = self._process.communicate()[0]
-        raise _failure(self.argv, self._process.returncode, (self._head + rest).decode(errors="replace"))
+        process, self._process = self._process, None  # reaped here: stop() and __exit__ have nothing left to end
+        process.kill()
+        rest = process.communicate()[0]
+        raise _failure(self.argv, process.returncode, (self._head + rest).decode(errors="replace"))
 
     def exited(self) -> bool:
         """Whether perf_analyzer has ended on its own since :meth:`start` (a failed request ends the run at the

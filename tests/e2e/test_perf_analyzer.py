@@ -91,3 +91,16 @@ def test_timed_run_without_export_counts_in_tritons_statistics(triton_server, se
     result = pa.timed(pa.find(), pa.Load(model="text_embedding", url=triton_server.grpc_url, data=data, concurrency=2), 1.5, None)
     assert result.requests == [] and result.errors == [] and result.ended_s > result.started_s
     assert served() > before
+
+
+def test_a_run_that_cannot_start_raises_once_and_leaves_nothing_to_end(tmp_path):
+    """perf_analyzer against a port nothing listens on exits before its load begins. Invariant: start() raises
+    PerfAnalyzerError with its output, and the cleanup after it (the ``with`` block's exit, as a soak's load loop
+    runs it in ``finally``) neither raises nor waits: the process was reaped once, by start()."""
+    data = pa.write_input_data(tmp_path / "in.json", pa.text_entries(["a text"]))
+    run = pa.TimedRun(pa.find(), pa.Load(model="text_embedding", url="127.0.0.1:9", data=data, concurrency=1), None)
+    with pytest.raises(pa.PerfAnalyzerError) as failure:
+        run.start()
+    assert "perf_analyzer" in str(failure.value)
+    run.__exit__(None, None, None)
+    assert not run.exited()

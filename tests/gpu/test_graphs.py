@@ -113,3 +113,43 @@ def test_both_sync_modes_return_the_same_exact_rows(torch, sync):
         batch = make_batch(rng, rows, 16)
         np.testing.assert_array_equal(graph_runner.run(batch), expected(batch))
     graph_runner.close()
+
+
+def test_a_capture_beside_a_serving_runner_leaves_both_exact(runner, torch):
+    """A live swap captures the new version's graphs in the process that serves the old one. Invariant: while
+    another thread replays and synchronizes without pause, every capture succeeds and every served row is exact
+    (a capture in CUDA's global mode fails both: the server's synchronizes are prohibited during it)."""
+    import threading
+
+    from fastpath.graphs import BERT_INPUTS, BucketGrid
+    from fastpath.graphs.runner import GraphRunner
+
+    stop, served, errors = threading.Event(), [0], []
+
+    def serve() -> None:
+        rng = np.random.default_rng(11)
+        while not stop.is_set():
+            batch = make_batch(rng, int(rng.integers(1, 9)), int(rng.integers(1, 33)))
+            try:
+                np.testing.assert_array_equal(runner.run(batch), expected(batch))
+            except Exception as exc:  # noqa: BLE001  (reported below, with the served count)
+                errors.append(repr(exc))
+                return
+            served[0] += 1
+
+    server = threading.Thread(target=serve)
+    server.start()
+    try:
+        for attempt in range(5):
+            fresh = GraphRunner(masked_sum, BERT_INPUTS, BucketGrid((1, 2, 4, 8, 16), (16, 32, 64)), output_shape=(2,),
+                                device="cuda")
+            fresh.capture()
+            batch = make_batch(np.random.default_rng(attempt), 16, 64)
+            np.testing.assert_array_equal(fresh.run(batch), expected(batch))
+            assert len(fresh.captured) == 15
+            fresh.close()
+    finally:
+        stop.set()
+        server.join()
+    assert errors == [], f"serving thread failed after {served[0]} exact runs: {errors}"
+    assert served[0] > 0

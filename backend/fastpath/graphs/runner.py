@@ -194,8 +194,11 @@ class GraphRunner:
                 graph = torch.cuda.CUDAGraph()
                 try:
                     # capture on the runner's device: torch.cuda.graph's own default stream is made on
-                    # whatever device is current when it is first used
-                    with torch.cuda.graph(graph, pool=self._pool, stream=side), torch.inference_mode():
+                    # whatever device is current when it is first used. thread_local: a live swap captures
+                    # the new version beside the serving one in the same process, whose synchronizes and
+                    # copies would otherwise invalidate this capture (global mode) and fail themselves
+                    with torch.cuda.graph(graph, pool=self._pool, stream=side, capture_error_mode="thread_local"), \
+                            torch.inference_mode():
                         self._forward_into_output(bucket)
                 except RuntimeError as exc:
                     raise EngineError(f"CUDA graph capture failed for bucket batch={bucket.batch} length={bucket.length}: {exc}") from exc
