@@ -5,9 +5,10 @@ maps of every ``capture_shapes_px`` x ``batch_buckets`` shape for two photo batc
 warm-up does (``capture``); ``--replays`` served calls in random shape order, each compared with the graph-free maps
 of its photos (float32 algorithm noise ~1e-5; above 1e-3 a replay is wrong) and with the shape's first replay
 (``drift``); then replay against graph-free device-resident times. A fault ends the variant, reported with its text
-and the replay it happened in. Variants (:data:`B_VARIANTS`): as shipped with ``max_cuda_graphs`` > 0 (one session, a
-``gpu_graph_id`` per shape); a session per shape; ONNX Runtime's ``arena_extend_strategy`` kSameAsRequested; graph-free
-calls of other shapes between replays (served traffic); cuDNN's heuristic on the graph sessions; largest shape first.
+and the replay it happened in. Variants (:data:`B_VARIANTS`): as shipped (a session per captured shape), also with
+graph-free calls of other shapes between replays (served traffic); one shared session (a ``gpu_graph_id`` per shape),
+which faults on onnxruntime-gpu 1.31.1, alone and with ONNX Runtime's ``arena_extend_strategy`` kSameAsRequested, with
+cuDNN's heuristic search on the graph session, and captured largest shape first.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from pathlib import Path
 import numpy as np
 from detection_bench import PHOTO_HW, Bench, cuda_missing, gpu_config, load_photos, ms
 
+SHARED = {"session_per_graph": False}  # one graph session, a gpu_graph_id per shape
 B_VARIANTS = {  # name: (engine options, capture order, graph-free calls of other shapes between replays)
-    "shipped": ({}, "served", False),
-    "session_per_shape": ({"session_per_graph": True}, "served", False),
-    "same_as_requested": ({"graph_options": {"arena_extend_strategy": "kSameAsRequested"}}, "served", False),
-    "mixed_traffic": ({}, "served", True),
-    "heuristic_graphs": ({"graph_options": {"cudnn_conv_algo_search": "HEURISTIC"}}, "served", False),
-    "largest_first": ({}, "largest_first", False),
+    "shipped": ({}, "served", False),  # configs/gpu.pbtxt: a session per captured shape
+    "shipped_mixed_traffic": ({}, "served", True),
+    "shared_session": (SHARED, "served", False),
+    "shared_same_as_requested": ({**SHARED, "graph_options": {"arena_extend_strategy": "kSameAsRequested"}}, "served", False),
+    "shared_heuristic": ({**SHARED, "graph_options": {"cudnn_conv_algo_search": "HEURISTIC"}}, "served", False),
+    "shared_largest_first": (SHARED, "largest_first", False),
 }
 UNCAPTURED = ((4, 704, 1024), (2, 736, 1920), (1, 1024, 736))  # mixed_traffic's graph-free shapes
 WRONG_ABOVE = 1e-3

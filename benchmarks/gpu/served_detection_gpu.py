@@ -13,8 +13,8 @@ real photos from ``benchmarks/gpu/detection_inputs.py`` (``--inputs``). Steps, i
      post-processing on threads; images/s. Also the device-resident ceiling (graph replays alone);
   3. serving: a private model repository with ``text_detection`` (its ``configs/gpu.pbtxt``) and
      ``naive_detection`` (benchmarks/models: one request per ``execute()``, pageable copies, CUDA EP), and
-     the :data:`VARIANTS` the cells name (e.g. ``text_detection_graphs``: graphs captured at load, a session
-     per shape), perf_analyzer (gRPC) per workload and concurrency; CPU of each process group, GPU memory, the
+     the :data:`VARIANTS` the cells name (e.g. ``text_detection_graph_free``: no CUDA graphs, every shape on one
+     session), perf_analyzer (gRPC) per workload and concurrency; CPU of each process group, GPU memory, the
      engine's copy counters from the server log.
 
 Writes JSON to ``--out`` and prints a table.
@@ -174,11 +174,14 @@ def pinned_h2d_GBps(device: str, nbytes: int = 64 << 20) -> float:
     return round(best, 2)
 
 
+INSTANCE_COUNT = "instance_group.count"  # a variant key that sets the instance group's count, not a parameter
 VARIANTS = {  # served beside text_detection when a cell names them: the shipped configs/gpu.pbtxt with these parameters changed
     "text_detection_tf32": {"cuda_tf32": "true"},
     "text_detection_nvjpeg": {"decode_device": "cuda"},
-    # CUDA graphs captured at load for capture_shapes_px, each shape on an ONNX Runtime session of its own
-    "text_detection_graphs": {"max_cuda_graphs": "64", "cuda_graph_session_per_shape": "true"},
+    # every shape on the graph-free session (as shipped before CUDA graphs with a session per shape)
+    "text_detection_graph_free": {"max_cuda_graphs": "0", "cuda_graph_session_per_shape": "false"},
+    # two instances (stub processes) on the one GPU: decode, post-processing and the engine's Python split over two GILs
+    "text_detection_x2": {INSTANCE_COUNT: "2"},
 }
 
 
@@ -197,6 +200,10 @@ def build_repository(root: Path, variants: list[str]) -> Path:
         shutil.copytree(repository / "text_detection", repository / variant, symlinks=True)
         config = GPU_CONFIG.read_text()
         for key, value in VARIANTS[variant].items():
+            if key == INSTANCE_COUNT:
+                config, found = re.subn(r"(kind: KIND_GPU\s+count: )\d+", rf"\g<1>{value}", config)
+                assert found == 1, "configs/gpu.pbtxt: no KIND_GPU instance group with a count"
+                continue
             config = re.sub(rf'(parameters {{ key: "{key}" value: {{ string_value: )"[^"]*"', rf'\1"{value}"', config)
             if f'key: "{key}"' not in config:
                 config += f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
