@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,3 +75,69 @@ def test_a_killed_stub_is_replaced_by_a_reload_and_the_model_serves_again(tmp_pa
     finally:
         supervisor.stop()
         server.stop()
+
+
+def test_under_load_the_replaced_generations_other_stubs_are_killed_and_serving_carries_on(tmp_path, sentences):
+    """Three instances under a closed-loop load of 12 clients; one stub is killed. Triton 2.51 never finishes
+    unloading that generation (its dead stub held requests), so the reload leaves its two other stubs alive.
+    Invariants: the supervisor kills exactly those two once ``orphan_drain_s`` is over, after which the model's
+    stubs are the reload's three; every request sent after the reload's stubs appeared is answered."""
+    import shutil
+    import threading
+
+    repository = tmp_path / "repo" / MODEL
+    repository.mkdir(parents=True)
+    source = Path(__file__).resolve().parents[2] / "model_repository" / MODEL
+    for item in source.iterdir():
+        if item.name == "config.pbtxt":
+            config = item.read_text()
+            assert "count: 1" in config
+            (repository / item.name).write_text(config.replace("count: 1", "count: 3", 1))
+        elif item.name != "configs":
+            (repository / item.name).symlink_to(item)
+    server = start_server(tmp_path, models=(MODEL,), repository=repository.parent, admin_key=KEY)
+    supervisor = stub_supervisor(server)
+    supervisor.orphan_drain_s = 5.0
+    stop, failures, phase = threading.Event(), [], {"after_reload": False}
+
+    def load() -> None:
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=20)
+        while not stop.is_set():
+            sent_after_reload = phase["after_reload"]  # requests sent into the dead stub are never answered
+            error = _error(client, sentences[:4])
+            if error is not None and sent_after_reload:
+                failures.append(error)
+            if error is not None:
+                time.sleep(0.05)
+
+    def stubs() -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
+        for stub in list_stubs(group_members(server.pid)):
+            if stub.model == MODEL:
+                found.setdefault(stub.instance, []).append(stub.pid)
+        return found
+
+    clients = [threading.Thread(target=load, daemon=True) for _ in range(12)]
+    try:
+        before = stubs()
+        assert len(before) == 3
+        supervisor.check()
+        for thread in clients:
+            thread.start()
+        time.sleep(2)
+        os.kill(before["text_embedding_0_0"][0], signal.SIGKILL)
+        supervisor.start()
+        assert wait_for(lambda: supervisor.reloaded == [MODEL], timeout_s=120, poll_s=0.25)
+        survivors = sorted(before["text_embedding_0_1"] + before["text_embedding_0_2"])
+        assert wait_for(lambda: all(len(pids) == 1 for pids in stubs().values()) and len(stubs()) == 3, timeout_s=60)
+        phase["after_reload"] = True
+        assert set(supervisor.killed_orphans) <= set(survivors)  # those Triton had not ended itself
+        assert not set(survivors) & {pid for pids in stubs().values() for pid in pids}
+        time.sleep(3)
+        assert failures == []
+    finally:
+        stop.set()
+        supervisor.stop()
+        server.stop()
+        for thread in clients:
+            thread.join(timeout=30)

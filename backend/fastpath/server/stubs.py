@@ -6,7 +6,9 @@ thread of ``fastpath serve``, lists tritonserver's stubs every ``poll_s``: an in
 for ``grace_s`` with none in its place while Triton still reports the model version ready has died; one whose
 progress record says it stalled (:meth:`~fastpath.triton.progress.ProgressRecord.stalled`) is sent ``SIGUSR1``
 (its stacks into Triton's log) and killed. Either way the model is unloaded and loaded again, and the cause is
-recorded for ``status`` (:meth:`fastpath.swaps.control.ControlPlane.note_recovery`). More than ``max_reloads``
+recorded for ``status`` (:meth:`fastpath.swaps.control.ControlPlane.note_recovery`). The model's other stubs of the
+replaced generation are killed ``orphan_drain_s`` after the reload: under load Triton never finishes unloading a
+generation whose dead stub held requests, so they would keep their memory until the server stops. More than ``max_reloads``
 within ``window_s``, or a failed reload, sets :attr:`StubSupervisor.failure`, and ``fastpath serve`` stops the
 server and exits 1 for an orchestrator to restart. :func:`check` is the liveness probe
 (``python -m fastpath.server.stubs --check``: a ready model short of stubs, a stalled stub, a failed load).
@@ -117,6 +119,8 @@ class StubSupervisor(threading.Thread):
         signal_stub: sends a signal to a pid (``os.kill``; injected by tests).
         stack_dump_wait_s: between ``SIGUSR1`` (the stalled stub prints its stacks) and ``SIGKILL``.
         sleep: waits that long (injected by tests).
+        orphan_drain_s: after a reload, how long the replaced generation's surviving stubs may finish the
+            requests they hold before they are killed (SIGKILL).
         journal: ``journal(model, event)`` records each reload and its cause for the admin ``status``
             (:meth:`fastpath.swaps.control.ControlPlane.note_recovery`); None records nothing.
     """
@@ -126,7 +130,7 @@ class StubSupervisor(threading.Thread):
                  progress: Callable[[Stub], ProgressRecord | None] = stub_progress,
                  signal_stub: Callable[[int, int], None] = os.kill, stack_dump_wait_s: float = 0.5,
                  sleep: Callable[[float], None] = time.sleep,
-                 journal: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+                 journal: Callable[[str, dict[str, Any]], None] | None = None, orphan_drain_s: float = 30.0) -> None:
         super().__init__(name="fastpath-stub-supervisor", daemon=True)
         self._stubs, self._api, self._clock, self._progress = stubs, api, clock, progress
         self._signal, self._sleep, self._journal, self.stack_dump_wait_s = signal_stub, sleep, journal, stack_dump_wait_s
@@ -134,6 +138,9 @@ class StubSupervisor(threading.Thread):
         self._known: dict[tuple[str, str, str], Stub] = {}  # (model, version, instance) -> the last stub seen
         self._missing_since: dict[tuple[str, str, str], float] = {}
         self._reloads: dict[str, list[float]] = {}
+        self.orphan_drain_s = orphan_drain_s
+        self._orphans: dict[int, tuple[str, float]] = {}  # pid -> (model, when to kill it): a replaced generation's stubs
+        self.killed_orphans: list[int] = []
         self.reloaded: list[str] = []  # models reloaded, in order
         self.failure: str | None = None
         self._stopping = threading.Event()  # not _stop: threading.Thread has its own
@@ -156,7 +163,9 @@ class StubSupervisor(threading.Thread):
     def check(self) -> None:
         """One look: record the live stubs, reload the model of a stalled stub, and of any instance whose stub is dead."""
         now = self._clock()
-        live = {(stub.model, stub.version, stub.instance): stub for stub in self._stubs()}
+        stubs = self._stubs()
+        live = {(stub.model, stub.version, stub.instance): stub for stub in stubs if stub.pid not in self._orphans}
+        self._end_orphans({stub.pid for stub in stubs}, now)
         for key in live:
             self._missing_since.pop(key, None)
         self._known.update(live)
@@ -194,8 +203,9 @@ class StubSupervisor(threading.Thread):
         """Reload ``stub``'s model after its stub ``cause`` (``died`` or ``stalled``, ``detail`` says how)."""
         recent = [t for t in self._reloads.get(stub.model, []) if now - t < self.window_s] + [now]
         self._reloads[stub.model] = recent
+        replaced = []
         for other in [key for key, known in self._known.items() if known.model == stub.model]:
-            del self._known[other]  # the model's other instances are replaced by the reload too
+            replaced.append(self._known.pop(other).pid)  # the model's other instances are replaced by the reload too
             self._missing_since.pop(other, None)
         event = {"at": time.time(), "cause": cause, "detail": detail, "instance": stub.instance, "pid": stub.pid,
                  "version": stub.version}
@@ -210,12 +220,31 @@ class StubSupervisor(threading.Thread):
                   stub.model, stub.instance, stub.pid, cause, stub.model)
         if self._api.reload(stub.model):
             self.reloaded.append(stub.model)
+            for pid in replaced:
+                if pid != stub.pid:
+                    self._orphans[pid] = (stub.model, self._clock() + self.orphan_drain_s)
             LOG.warning("reloaded model '%s' after its stub %s; it serves its recorded version, else Triton's", stub.model, cause)
             self._note(stub.model, {**event, "outcome": "reloaded"})
         else:  # the server would stay up without the model for good: stop it, so that it is restarted
             self.failure = f"reloading model '{stub.model}' after its python-backend stub {cause} failed; see tritonserver's log"
             LOG.error("%s", self.failure)
             self._note(stub.model, {**event, "outcome": f"reload failed: {self.failure}"})
+
+    def _end_orphans(self, live_pids: set[int], now: float) -> None:
+        """Kill the replaced generations' stubs whose drain time is over; forget those that ended on their own."""
+        for pid, (model, kill_at) in list(self._orphans.items()):
+            if pid not in live_pids:
+                del self._orphans[pid]
+            elif now >= kill_at:
+                del self._orphans[pid]
+                LOG.warning("killing stub pid %d of model '%s': its generation was replaced by a reload %.0f s ago and "
+                            "Triton 2.51 never finishes unloading a generation whose dead stub held requests",
+                            pid, model, self.orphan_drain_s)
+                try:
+                    self._signal(pid, signal.SIGKILL)
+                    self.killed_orphans.append(pid)
+                except ProcessLookupError:
+                    pass
 
     def _note(self, model: str, event: dict[str, Any]) -> None:
         if self._journal is not None:

@@ -4,6 +4,7 @@ tritonserver: tests/e2e/test_stub_death.py)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -192,3 +193,37 @@ def test_a_reload_that_fails_stops_the_supervision_with_a_failure():
     script.now = 4.0
     supervisor.check()
     assert api.reloads == ["m"] and supervisor.failure is not None and "reloading model 'm'" in supervisor.failure
+
+
+def test_the_replaced_generations_surviving_stubs_are_killed_after_the_drain():
+    """Under load Triton 2.51 never finishes unloading a generation whose dead stub held requests, so its other
+    stubs would live (and hold memory) until the server stops. Invariants: after the reload, each of them is
+    killed once, and only after ``orphan_drain_s``; the reload's new stubs and other models' stubs are never
+    signalled; a survivor that ends by itself is not signalled; and the survivors never count as the instances'
+    stubs (their later death is no new death, no second reload)."""
+    script, api = Script(), Api({("text_embedding", "1"), ("text_detection", "1")})
+    signals: list[tuple[int, int]] = []
+    supervisor = _supervisor(script, api, grace_s=2.0, orphan_drain_s=30.0, signal_stub=lambda pid, sig: signals.append((pid, sig)))
+    old = [Stub(10 + k, "text_embedding", "1", f"text_embedding_0_{k}") for k in range(3)]
+    other = Stub(20, "text_detection", "1", "text_detection_0_0")
+    script.stubs = [*old, other]
+    supervisor.check()
+    script.stubs, script.now = [old[1], old[2], other], 1.0  # instance 0_0's stub died
+    supervisor.check()
+    script.now = 3.5
+    supervisor.check()
+    assert api.reloads == ["text_embedding"]
+    new = [Stub(30 + k, "text_embedding", "1", f"text_embedding_0_{k}") for k in range(3)]
+    script.stubs, script.now = [old[1], old[2], *new, other], 10.0
+    supervisor.check()
+    assert signals == []  # within the drain
+    script.stubs, script.now = [old[1], *new, other], 20.0  # old[2] ended by itself
+    supervisor.check()
+    script.now = 34.0  # the drain ends 30 s after the reload (at 3.5 s)
+    supervisor.check()
+    assert signals == [(old[1].pid, signal.SIGKILL)] and supervisor.killed_orphans == [old[1].pid]
+    script.stubs, script.now = [*new, other], 40.0
+    supervisor.check()
+    script.now = 50.0
+    supervisor.check()
+    assert signals == [(old[1].pid, signal.SIGKILL)] and api.reloads == ["text_embedding"] and supervisor.failure is None
