@@ -80,9 +80,8 @@ def test_a_killed_stub_is_replaced_by_a_reload_and_the_model_serves_again(tmp_pa
 def test_under_load_the_replaced_generations_other_stubs_are_killed_and_serving_carries_on(tmp_path, sentences):
     """Three instances under a closed-loop load of 12 clients; one stub is killed. Triton 2.51 never finishes
     unloading that generation (its dead stub held requests), so the reload leaves its two other stubs alive.
-    Invariants: the supervisor kills exactly those two once ``orphan_drain_s`` is over, after which the model's
-    stubs are the reload's three; every request sent after the reload's stubs appeared is answered."""
-    import shutil
+    Invariants: once ``orphan_drain_s`` is over the model's stubs are the reload's three, the supervisor having
+    killed only stubs of the replaced generation; every request sent after that is answered."""
     import threading
 
     repository = tmp_path / "repo" / MODEL

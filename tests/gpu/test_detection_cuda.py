@@ -211,3 +211,27 @@ def test_graphs_in_sessions_of_their_own_replay_each_shapes_own_maps(gpu):
     assert per_shape.engine.stats().graph_runs - captured.graph_runs == 7 and set(per_shape.engine.graph_shapes) == set(shapes)
     per_shape.close()
     graph_free.close()
+
+
+@pytest.mark.gpu
+def test_graph_free_batches_on_sessions_of_their_own_shape_return_the_shared_sessions_maps(gpu):
+    """cuda_eager_session_per_shape: a batch of a shape without a graph runs one image per call on a session of
+    that (height, width) alone. Invariants: each image's map equals the shared graph-free session's map of the
+    same batch (within float32 algorithm noise, 1e-4); a batch of B images makes B graph-free runs; a second
+    shape gets a session of its own and the first shape's maps stay right after it."""
+    import dataclasses
+
+    graph_free = dataclasses.replace(CONFIG, max_cuda_graphs=0)
+    per_shape = TextDetector.from_directory(VERSION_DIR, dataclasses.replace(graph_free, cuda_eager_session_per_shape=True),
+                                            device="cuda:0", batch_sizes=(1, 2, 4))
+    shared = TextDetector.from_directory(VERSION_DIR, graph_free, device="cuda:0", batch_sizes=(1, 2, 4))
+    rng = np.random.default_rng(2)
+    for size, height, width in ((3, 736, 992), (2, 704, 960), (4, 736, 992)):
+        images = rng.integers(0, 256, (size, height, width, 3), dtype=np.uint8)
+        got, expected = (np.empty((size, height, width), np.float32) for _ in range(2))
+        before = per_shape.engine.stats().eager_runs
+        assert per_shape.engine.run_into(images, got) == "eager" and shared.engine.run_into(images, expected) == "eager"
+        assert per_shape.engine.stats().eager_runs - before == size
+        np.testing.assert_allclose(got, expected, atol=1e-4)
+    per_shape.close()
+    shared.close()

@@ -61,7 +61,8 @@ def test_the_gpu_knobs_of_the_config_reach_load_engine(monkeypatch):
         return load_engine(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "load_engine", spy)
-    config = TextDetectionConfig(max_cuda_graphs=15, cuda_graph_after_runs=3, cuda_tf32=True, cuda_graph_session_per_shape=True)
+    config = TextDetectionConfig(max_cuda_graphs=15, cuda_graph_after_runs=3, cuda_tf32=True, cuda_graph_session_per_shape=True,
+                                 cuda_eager_session_per_shape=True)
     if NO_CUDA_EP:
         with pytest.raises(EngineError, match="no CUDAExecutionProvider"):
             pipeline.TextDetector.from_directory(VERSION_DIR, config, device="cuda:0", batch_sizes=(1, 2))
@@ -69,12 +70,13 @@ def test_the_gpu_knobs_of_the_config_reach_load_engine(monkeypatch):
         pipeline.TextDetector.from_directory(VERSION_DIR, config, device="cuda:0", batch_sizes=(1, 2)).close()
     (kwargs,) = calls
     assert kwargs == {"device": "cuda:0", "layout": "images", "batch_sizes": (1, 2), "max_graphs": 15, "graph_after_runs": 3,
-                      "tf32": True, "session_per_graph": True}
+                      "tf32": True, "session_per_graph": True, "eager_session_per_shape": True}
     assert dataclasses.replace(config, cuda_graph_session_per_shape=False).gpu_engine_options()["session_per_graph"] is False
+    assert TextDetectionConfig().gpu_engine_options()["eager_session_per_shape"] is False
 
 
 @pytest.mark.skipif(not NO_CUDA_EP, reason="onnxruntime-gpu is installed here: tests/gpu builds the engine with these options")
 def test_the_loader_takes_the_session_options_for_images():
     with pytest.raises(EngineError, match="no CUDAExecutionProvider .* install onnxruntime-gpu"):
-        load_engine("onnxruntime", str(VERSION_DIR / UINT8_ARTIFACT), device="cuda:0", layout="images", session_per_graph=True,
+        load_engine("onnxruntime", str(VERSION_DIR / UINT8_ARTIFACT), device="cuda:0", layout="images", session_per_graph=True, eager_session_per_shape=True,
                     eager_options={"cudnn_conv_algo_search": "DEFAULT"}, graph_options={"arena_extend_strategy": "kSameAsRequested"})

@@ -57,7 +57,8 @@ def cuda_provider_options(device_id: int, *, tf32: bool, graphs: bool, extra: Ma
 
 
 def graph_session(path: str, provider_options: Mapping[str, str]) -> ort.InferenceSession:
-    """A session for CUDA graphs (``provider_options`` from :func:`cuda_provider_options` with ``graphs=True``).
+    """A CUDA EP session of ``path`` (``provider_options`` from :func:`cuda_provider_options`): for CUDA graphs
+    (``graphs=True``), or a graph-free session of its own for one shape.
 
     Raises:
         EngineError: the model does not load.
@@ -128,6 +129,10 @@ class OnnxRuntimeCudaImageEngine(Engine):
             (:func:`cuda_provider_options`; e.g. ``cudnn_conv_algo_search``, ``arena_extend_strategy``).
         session_per_graph: each captured shape gets a session (arena, kernel state, weights) of its own
             instead of one session holding every graph under its ``gpu_graph_id``.
+        eager_session_per_shape: a batch of a shape without a graph runs one image per call, on a graph-free
+            session of that (height, width) alone (the ``max_eager_shapes`` most recent kept), instead of on
+            the shared graph-free session, whose convolutions rebuild their cuDNN plans at every change of
+            input shape (0.1-0.6 s per call on the H200: docs/benchmarks/detection_engine_h200.md).
 
     Raises:
         EngineError: no CUDA EP in this onnxruntime, the model does not load or has other tensors, or an
@@ -139,7 +144,7 @@ class OnnxRuntimeCudaImageEngine(Engine):
     def __init__(self, path: str, *, device_id: int = 0, batch_sizes: Sequence[int] = (1, 2, 4, 8), max_graphs: int = 64,
                  graph_after_runs: int = 0, max_eager_shapes: int = 16, tf32: bool = False,
                  eager_options: Mapping[str, str] | None = None, graph_options: Mapping[str, str] | None = None,
-                 session_per_graph: bool = False) -> None:
+                 session_per_graph: bool = False, eager_session_per_shape: bool = False) -> None:
         require_cuda_provider()
         self.path = path
         self.device_id = device_id
@@ -148,8 +153,10 @@ class OnnxRuntimeCudaImageEngine(Engine):
         self.graph_after_runs = graph_after_runs
         self.max_eager_shapes = max_eager_shapes
         self.session_per_graph = session_per_graph
+        self.eager_session_per_shape = eager_session_per_shape
         self._graph_options = cuda_provider_options(device_id, tf32=tf32, graphs=True, extra=graph_options)
         eager = cuda_provider_options(device_id, tf32=tf32, graphs=False, extra=eager_options)
+        self._eager_options = eager
         self._eager = OnnxRuntimeEngine(path, providers=((PROVIDER, eager),))
         self._inputs, self._outputs = self._eager.inputs, self._eager.outputs
         spec = self._inputs[0]
@@ -196,7 +203,8 @@ class OnnxRuntimeCudaImageEngine(Engine):
         self._seen[shape] = self._seen.get(shape, 0) + 1
         binding = self._eager_bindings.pop(shape, None)
         if binding is None:
-            binding = _Binding(self._eager._session, shape, self._inputs[0].name, self._outputs[0].name, self.device_id, None)
+            session = graph_session(self.path, self._eager_options) if self.eager_session_per_shape else self._eager._session
+            binding = _Binding(session, shape, self._inputs[0].name, self._outputs[0].name, self.device_id, None)
             if len(self._eager_bindings) >= self.max_eager_shapes:
                 self._eager_bindings.pop(next(iter(self._eager_bindings)))
         self._eager_bindings[shape] = binding  # most recently used last
@@ -227,26 +235,39 @@ class OnnxRuntimeCudaImageEngine(Engine):
         """One batch of ``shape`` (batch, height, width) from ``source_ptr`` (host or device): copy in, run, copy the maps out."""
         if maps.dtype != np.float32 or maps.shape != tuple(shape) or not maps.flags.c_contiguous:
             raise EngineError(f"maps must be C-contiguous float32 {list(shape)}; got {maps.dtype}{list(maps.shape)}")
-        cudart = runtime()
-        nbytes = int(np.prod(shape)) * 3
         with self._lock:
             if self._eager._session is None:
                 raise EngineError("ONNX Runtime CUDA image engine is closed")
-            cuda_call(cudart.cudaSetDevice(self.device_id), "cudaSetDevice")  # the runtime's device is per thread
-            with CAPTURE_LOCK:  # a new shape's buffers are cudaMalloc'ed
-                binding, kind = self._binding(tuple(shape), force_graph)
-            copy_kind = cudart.cudaMemcpyKind.cudaMemcpyDeviceToDevice if on_device else cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
-            seconds = self._copy(binding.input.data_ptr(), source_ptr, nbytes, copy_kind)
-            self._execute(binding, kind)
-            self._stats.d2h_s += self._copy(maps.ctypes.data, binding.output.data_ptr(), maps.nbytes,
-                                            cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost)
-            if on_device:
-                self._stats.d2d_bytes += nbytes
-                self._stats.d2d_s += seconds
-            else:
-                self._stats.h2d_bytes += nbytes
-                self._stats.h2d_s += seconds
-            self._stats.d2h_bytes += maps.nbytes
+            cuda_call(runtime().cudaSetDevice(self.device_id), "cudaSetDevice")  # the runtime's device is per thread
+            batch, height, width = shape
+            split = self.eager_session_per_shape and batch > 1 and not force_graph and tuple(shape) not in self._graphs
+            if not split:
+                return self._run_one(source_ptr, tuple(shape), maps.ctypes.data, on_device, force_graph)
+            image_bytes, map_bytes = height * width * 3, height * width * 4  # one image per call: see eager_session_per_shape
+            for row in range(batch):
+                kind = self._run_one(source_ptr + row * image_bytes, (1, height, width), maps.ctypes.data + row * map_bytes,
+                                     on_device, False)
+        return kind
+
+    def _run_one(self, source_ptr: int, shape: ImageShape, maps_ptr: int, on_device: bool, force_graph: bool) -> str:
+        """One engine run of ``shape``: copy its input in from ``source_ptr``, run, copy its maps out to ``maps_ptr``
+        (host, float32 [B, H, W]). Caller holds ``_lock``."""
+        cudart = runtime()
+        nbytes = int(np.prod(shape)) * 3
+        with CAPTURE_LOCK:  # a new shape's buffers are cudaMalloc'ed
+            binding, kind = self._binding(shape, force_graph)
+        copy_kind = cudart.cudaMemcpyKind.cudaMemcpyDeviceToDevice if on_device else cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
+        seconds = self._copy(binding.input.data_ptr(), source_ptr, nbytes, copy_kind)
+        self._execute(binding, kind)
+        map_bytes = nbytes // 3 * 4
+        self._stats.d2h_s += self._copy(maps_ptr, binding.output.data_ptr(), map_bytes, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost)
+        if on_device:
+            self._stats.d2d_bytes += nbytes
+            self._stats.d2d_s += seconds
+        else:
+            self._stats.h2d_bytes += nbytes
+            self._stats.h2d_s += seconds
+        self._stats.d2h_bytes += map_bytes
         return kind
 
     def run_resident(self, shape: ImageShape) -> str:

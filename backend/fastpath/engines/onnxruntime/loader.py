@@ -44,6 +44,7 @@ def load(
     eager_options: Mapping[str, str] | None = None,
     graph_options: Mapping[str, str] | None = None,
     session_per_graph: bool = False,
+    eager_session_per_shape: bool = False,
 ) -> Engine:
     """Registry entry point (``load_engine("onnxruntime", path, ...)``).
 
@@ -58,8 +59,8 @@ def load(
         batch_sizes: CUDA only: batch sizes that get graphs; None: ``TOKEN_BATCH_SIZES`` or ``IMAGE_BATCH_SIZES``.
         lengths, check_addresses: ``tokens``: the length buckets in tokens; verify bound buffers never
             move between capture and replay.
-        max_graphs, graph_after_runs, max_eager_shapes, tf32, eager_options, graph_options, session_per_graph:
-            ``images`` only (see OnnxRuntimeCudaImageEngine).
+        max_graphs, graph_after_runs, max_eager_shapes, tf32, eager_options, graph_options, session_per_graph,
+            eager_session_per_shape: ``images`` only (see OnnxRuntimeCudaImageEngine).
 
     Raises:
         ConfigError: an unknown device or layout.
@@ -80,7 +81,8 @@ def load(
         return OnnxRuntimeCudaImageEngine(path, device_id=device_id, batch_sizes=IMAGE_BATCH_SIZES if batch_sizes is None else batch_sizes,
                                           max_graphs=max_graphs, graph_after_runs=graph_after_runs,
                                           max_eager_shapes=max_eager_shapes, tf32=tf32, eager_options=eager_options,
-                                          graph_options=graph_options, session_per_graph=session_per_graph)
+                                          graph_options=graph_options, session_per_graph=session_per_graph,
+                                          eager_session_per_shape=eager_session_per_shape)
     from fastpath.engines.onnxruntime.cuda_graphs import OnnxRuntimeCudaGraphEngine
 
     return OnnxRuntimeCudaGraphEngine(path, batch_sizes=TOKEN_BATCH_SIZES if batch_sizes is None else batch_sizes, lengths=lengths,

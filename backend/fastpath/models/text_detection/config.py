@@ -60,6 +60,7 @@ class TextDetectionConfig:
     cuda_graph_after_runs: int = 0
     cuda_tf32: bool = False
     cuda_graph_session_per_shape: bool = False
+    cuda_eager_session_per_shape: bool = False
     decode_threads: int = 0
     decode_device: str = "cpu"
     post_threads: int = 0
@@ -133,7 +134,7 @@ class TextDetectionConfig:
     def gpu_engine_options(self) -> dict[str, object]:
         """``load_engine`` options of the GPU engine (``layout="images"``): its CUDA graphs and TF32."""
         return {"max_graphs": self.max_cuda_graphs, "graph_after_runs": self.cuda_graph_after_runs, "tf32": self.cuda_tf32,
-                "session_per_graph": self.cuda_graph_session_per_shape}
+                "session_per_graph": self.cuda_graph_session_per_shape, "eager_session_per_shape": self.cuda_eager_session_per_shape}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
