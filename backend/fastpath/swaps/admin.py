@@ -52,10 +52,14 @@ class AdminService:
             PermissionDeniedError: missing or wrong key for swap/rollback.
             fastpath.swaps.slots.SwapError: an instance refused the new version (the reason is included).
         """
-        command = request.get("command")
+        if "command" not in request:
+            raise InvalidInputError(f"REQUEST: 'command' is required, one of {', '.join(COMMANDS)}")
+        command = request["command"]
         if command not in COMMANDS:
-            raise InvalidInputError(f"command {command!r} is not one of {', '.join(COMMANDS)}")
-        model = str(request.get("model", ""))
+            raise InvalidInputError(f"REQUEST: command {command!r} is not one of {', '.join(COMMANDS)}")
+        if not isinstance(request.get("model"), str):
+            raise InvalidInputError(f"REQUEST: 'model' is required, a model name string; got {request.get('model')!r}")
+        model = request["model"]
         if not _MODEL_NAME.match(model) or not (self.model_repository / model / "config.pbtxt").is_file():
             raise InvalidInputError(f"model {model!r} is not in the model repository {self.model_repository}")
         if command in MUTATING:
@@ -69,7 +73,10 @@ class AdminService:
             raise self._not_loaded(model)
         if command == "swap":
             version = request.get("version")
-            if not isinstance(version, int) or str(version) not in self.versions(model):
+            if not isinstance(version, int) or isinstance(version, bool):
+                raise InvalidInputError(f"REQUEST: 'version' must be an integer version of {model} "
+                                        f"({', '.join(self.versions(model))}); got {version!r}")
+            if str(version) not in self.versions(model):
                 raise InvalidInputError(f"version {version!r} of {model} is not in the repository; available: {self.versions(model)}")
             generation = plane.post("swap", version=version, reason="swap")
         else:

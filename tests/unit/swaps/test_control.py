@@ -79,7 +79,13 @@ def test_swap_without_the_key_is_refused(setup, key):
         ({"command": "reload", "model": "m"}, "not one of swap, rollback"),
         ({"command": "status", "model": "../etc"}, "not in the model repository"),
         ({"command": "swap", "model": "m", "version": 9, "key": "s3cret"}, r"version 9 of m is not in the repository; available: \['1', '2', '3'\]"),
-        ({"command": "swap", "model": "m", "version": "2", "key": "s3cret"}, "version '2'"),
+        ({"command": "swap", "model": "m", "version": "2", "key": "s3cret"}, r"'version' must be an integer version of m \(1, 2, 3\); got '2'"),
+        ({"command": "swap", "model": "m", "version": True, "key": "s3cret"}, "'version' must be an integer .* got True"),
+        ({"command": "swap", "model": "m", "version": 2.0, "key": "s3cret"}, "'version' must be an integer .* got 2.0"),
+        ({"command": "swap", "model": "m", "key": "s3cret"}, "'version' must be an integer .* got None"),
+        ({}, "'command' is required, one of swap, rollback, status, versions"),
+        ({"command": "status"}, "'model' is required, a model name string; got None"),
+        ({"command": "status", "model": 7}, "'model' is required, a model name string; got 7"),
     ],
 )
 def test_bad_commands_are_400s(setup, request_doc, match):

@@ -59,11 +59,11 @@ def check_pixel_limits(sizes_hw: Sequence[tuple[int, int]], *, tensor: str, max_
     total = 0
     for index, (height, width) in enumerate(sizes_hw):
         if height <= 0 or width <= 0:
-            raise InvalidInputError(f"input {tensor} image {index} is {height}x{width} pixels; an image needs at least 1x1")
+            raise InvalidInputError(f"input {tensor} image {index} is {height}x{width} pixels (height x width); an image needs at least 1x1")
         pixels = height * width
         if pixels > max_image_pixels:
             raise InvalidInputError(f"input {tensor} image {index} is {height}x{width} = {pixels} pixels, above the limit of "
-                                    f"{max_image_pixels} pixels (config.pbtxt parameter max_image_pixels); downscale it")
+                                    f"{max_image_pixels} pixels (config.pbtxt parameter max_image_pixels); downscale it (sizes are height x width)")
         total += pixels
     if total > max_request_pixels:
         raise InvalidInputError(f"input {tensor} carries {total} pixels in {len(sizes_hw)} images, above the limit of "
