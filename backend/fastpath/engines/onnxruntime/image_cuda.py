@@ -120,18 +120,14 @@ class OnnxRuntimeCudaImageEngine(Engine):
         path: the uint8-input ONNX (input uint8 [B, H, W, 3], first output float32 [B, 1, H, W]).
         device_id: CUDA device ordinal (Triton's ``model_instance_device_id`` for KIND_GPU).
         batch_sizes: batch sizes that get graphs (the scheduler's ``batch_buckets``).
-        max_graphs: most graphs captured (0: none); later shapes run on the graph-free session.
-        graph_after_runs: runs of a shape before it gets a graph while serving; 0: only the shapes
-            given to :meth:`capture` have graphs.
+        max_graphs, graph_after_runs: most graphs (0: none; other shapes run graph-free); runs of a shape before
+            it gets a graph while serving (0: only the shapes given to :meth:`capture`).
         max_eager_shapes: graph-free shapes whose device buffers are kept (least recently used go).
         tf32: let cuDNN and cuBLAS use TF32 on float32 (``use_tf32``); False keeps the CPU path's float32 arithmetic.
-        eager_options, graph_options: extra CUDA EP options of the graph-free and the graph sessions
-            (:func:`cuda_provider_options`; e.g. ``cudnn_conv_algo_search``, ``arena_extend_strategy``).
-        session_per_graph: each captured shape gets a session (arena, kernel state, weights) of its own
-            instead of one session holding every graph under its ``gpu_graph_id``.
-        eager_session_per_shape: a batch of a shape without a graph runs one image per call, on a graph-free
-            session of that (height, width) alone (the ``max_eager_shapes`` most recent kept), instead of on
-            the shared graph-free session, whose convolutions rebuild their cuDNN plans at every change of
+        eager_options, graph_options: extra CUDA EP options of the graph-free and graph sessions (:func:`cuda_provider_options`).
+        session_per_graph: each captured shape gets a session of its own, not one shared under ``gpu_graph_id``.
+        eager_session_per_shape: a graph-free batch runs one image per call on a session of its (height, width)
+            alone (``max_eager_shapes`` kept): one shared session rebuilds its cuDNN plans at every change of
             input shape (0.1-0.6 s per call on the H200: docs/benchmarks/detection_engine_h200.md).
 
     Raises:
