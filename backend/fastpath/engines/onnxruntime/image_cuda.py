@@ -30,6 +30,7 @@ from fastpath.memory.cuda import CAPTURE_LOCK, cuda_call, runtime
 
 WARM_RUNS_BEFORE_CAPTURE = 3  # the CUDA EP runs a graph id regularly a few times, then captures it
 ImageShape = tuple[int, int, int]  # (batch, height, width)
+IMAGE_BYTES_PER_PIXEL, MAP_BYTES_PER_PIXEL = 3, 4  # uint8 RGB in, float32 probability out
 ENGINE_OWNED_OPTIONS = ("device_id", "use_tf32", "enable_cuda_graph")
 # The graph-free session meets new shapes while serving: cuDNN's heuristic picks each convolution's algorithm at
 # once, where ONNX Runtime's default (EXHAUSTIVE) benchmarks every algorithm on a shape's first run. Graph sessions
@@ -56,7 +57,7 @@ def cuda_provider_options(device_id: int, *, tf32: bool, graphs: bool, extra: Ma
     return {**options, **extra}
 
 
-def graph_session(path: str, provider_options: Mapping[str, str]) -> ort.InferenceSession:
+def cuda_session(path: str, provider_options: Mapping[str, str]) -> ort.InferenceSession:
     """A CUDA EP session of ``path`` (``provider_options`` from :func:`cuda_provider_options`): for CUDA graphs
     (``graphs=True``), or a graph-free session of its own for one shape.
 
@@ -68,7 +69,7 @@ def graph_session(path: str, provider_options: Mapping[str, str]) -> ort.Inferen
     try:
         return ort.InferenceSession(path, options, providers=[(PROVIDER, dict(provider_options))])
     except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
-        raise EngineError(f"ONNX Runtime (CUDA EP, graphs) could not load {path}: {exc}") from exc
+        raise EngineError(f"ONNX Runtime (CUDA EP) could not load {path}: {exc}") from exc
 
 
 @dataclasses.dataclass
@@ -160,7 +161,7 @@ class OnnxRuntimeCudaImageEngine(Engine):
             raise EngineError(f"{path}: expected one uint8 input [batch, height, width, 3] (model.uint8.onnx); "
                               f"got {[(s.name, s.dtype.name, list(s.shape)) for s in self._inputs]}")
         shared = max_graphs and not session_per_graph
-        self._graph_session = graph_session(path, self._graph_options) if shared else None
+        self._graph_session = cuda_session(path, self._graph_options) if shared else None
         self._graphs: dict[ImageShape, _Binding] = {}
         self._eager_bindings: dict[ImageShape, _Binding] = {}
         self._seen: dict[ImageShape, int] = {}  # runs per shape without a graph (bounded: cleared past 4096 shapes)
@@ -187,7 +188,7 @@ class OnnxRuntimeCudaImageEngine(Engine):
         binding = self._graphs.get(shape)
         if binding is None and self.max_graphs and len(self._graphs) < self.max_graphs and shape[0] in self.batch_sizes \
                 and (force_graph or 0 < self.graph_after_runs <= self._seen.get(shape, 0)):
-            session = graph_session(self.path, self._graph_options) if self.session_per_graph else self._graph_session
+            session = cuda_session(self.path, self._graph_options) if self.session_per_graph else self._graph_session
             binding = _Binding(session, shape, self._inputs[0].name, self._outputs[0].name, self.device_id,
                                graph_id=len(self._graphs) + 1)
             self._graphs[shape] = binding
@@ -199,7 +200,7 @@ class OnnxRuntimeCudaImageEngine(Engine):
         self._seen[shape] = self._seen.get(shape, 0) + 1
         binding = self._eager_bindings.pop(shape, None)
         if binding is None:
-            session = graph_session(self.path, self._eager_options) if self.eager_session_per_shape else self._eager._session
+            session = cuda_session(self.path, self._eager_options) if self.eager_session_per_shape else self._eager._session
             binding = _Binding(session, shape, self._inputs[0].name, self._outputs[0].name, self.device_id, None)
             if len(self._eager_bindings) >= self.max_eager_shapes:
                 self._eager_bindings.pop(next(iter(self._eager_bindings)))
@@ -239,23 +240,23 @@ class OnnxRuntimeCudaImageEngine(Engine):
             split = self.eager_session_per_shape and batch > 1 and not force_graph and tuple(shape) not in self._graphs
             if not split:
                 return self._run_one(source_ptr, tuple(shape), maps.ctypes.data, on_device, force_graph)
-            image_bytes, map_bytes = height * width * 3, height * width * 4  # one image per call: see eager_session_per_shape
+            pixels = height * width  # one image per call: see eager_session_per_shape
             for row in range(batch):
-                kind = self._run_one(source_ptr + row * image_bytes, (1, height, width), maps.ctypes.data + row * map_bytes,
-                                     on_device, False)
+                kind = self._run_one(source_ptr + row * pixels * IMAGE_BYTES_PER_PIXEL, (1, height, width),
+                                     maps.ctypes.data + row * pixels * MAP_BYTES_PER_PIXEL, on_device, False)
         return kind
 
     def _run_one(self, source_ptr: int, shape: ImageShape, maps_ptr: int, on_device: bool, force_graph: bool) -> str:
         """One engine run of ``shape``: copy its input in from ``source_ptr``, run, copy its maps out to ``maps_ptr``
         (host, float32 [B, H, W]). Caller holds ``_lock``."""
         cudart = runtime()
-        nbytes = int(np.prod(shape)) * 3
+        pixels = int(np.prod(shape))
+        nbytes, map_bytes = pixels * IMAGE_BYTES_PER_PIXEL, pixels * MAP_BYTES_PER_PIXEL
         with CAPTURE_LOCK:  # a new shape's buffers are cudaMalloc'ed
             binding, kind = self._binding(shape, force_graph)
         copy_kind = cudart.cudaMemcpyKind.cudaMemcpyDeviceToDevice if on_device else cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
         seconds = self._copy(binding.input.data_ptr(), source_ptr, nbytes, copy_kind)
         self._execute(binding, kind)
-        map_bytes = nbytes // 3 * 4
         self._stats.d2h_s += self._copy(maps_ptr, binding.output.data_ptr(), map_bytes, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost)
         if on_device:
             self._stats.d2d_bytes += nbytes

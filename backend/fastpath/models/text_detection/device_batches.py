@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from fastpath.engines.onnxruntime.image_cuda import IMAGE_BYTES_PER_PIXEL, MAP_BYTES_PER_PIXEL
 from fastpath.errors import EngineError
 from fastpath.memory import BlockPool, Lease
 from fastpath.models.text_detection.config import NETWORK_STRIDE_PX
@@ -34,8 +35,6 @@ from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector
 from fastpath.scheduling import Batch
 
 LOG = logging.getLogger(__name__)
-MAP_BYTES_PER_PIXEL = 4  # float32 probability
-IMAGE_BYTES_PER_PIXEL = 3  # uint8 RGB
 
 
 @dataclasses.dataclass(eq=False)
