@@ -28,11 +28,32 @@ import numpy as np
 import onnxruntime as ort
 
 from fastpath.engines.base import Engine, TensorSpec
+from fastpath.engines.cpus import ort_intra_op_threads
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import EngineError
 from fastpath.graphs import BERT_INPUTS, Bucket, BucketGrid, PaddedInput, batch_shape, filler_rows, stage_rows
 
 PROVIDER = "CUDAExecutionProvider"
+# A CUDA EP session's CPU thread pool runs only the nodes ONNX Runtime keeps on the CPU (shape arithmetic). At its
+# default size, one worker per core, its workers spin after every run although the model computes on the GPU
+# (spinPause in the intra-op pool of a GPU-only session: microsoft/onnxruntime#26847), on the cores that the stub's
+# decode, post-processing and Python need. One thread is the calling thread alone: no workers, nothing spins.
+CUDA_INTRA_OP_THREADS = 1
+
+
+def cuda_session_options(intra_op_threads: int = CUDA_INTRA_OP_THREADS) -> ort.SessionOptions:
+    """``SessionOptions`` of a CUDA EP session: every graph optimization, ``intra_op_threads`` CPU threads (1: the
+    calling thread alone; 0: one per CPU the process may use, :mod:`fastpath.engines.cpus`), and ONNX Runtime's
+    default spinning only where there are workers to spin.
+
+    Raises:
+        ConfigError: ``intra_op_threads`` < 0.
+    """
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = ort_intra_op_threads(intra_op_threads)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0" if intra_op_threads == 1 else "1")
+    return options
 
 
 def require_cuda_provider() -> None:
@@ -85,6 +106,7 @@ class OnnxRuntimeCudaGraphEngine(Engine):
         inputs: padding and filler rows of each input (BERT's by default).
         check_addresses: verify the bound buffers did not move before every replay.
         capture: capture all graphs at construction (otherwise call :meth:`warmup`).
+        intra_op_threads: CPU threads of both sessions (:func:`cuda_session_options`).
 
     Raises:
         EngineError: no CUDA EP in this onnxruntime, or the model does not load.
@@ -93,16 +115,17 @@ class OnnxRuntimeCudaGraphEngine(Engine):
     name = "onnxruntime-cuda"
 
     def __init__(self, path: str, *, batch_sizes: Sequence[int], lengths: Sequence[int], device_id: int = 0,
-                 inputs: tuple[PaddedInput, ...] = BERT_INPUTS, check_addresses: bool = False, capture: bool = True) -> None:
+                 inputs: tuple[PaddedInput, ...] = BERT_INPUTS, check_addresses: bool = False, capture: bool = True,
+                 intra_op_threads: int = CUDA_INTRA_OP_THREADS) -> None:
         require_cuda_provider()
         provider = (PROVIDER, {"device_id": str(device_id), "enable_cuda_graph": "1"})
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options = cuda_session_options(intra_op_threads)
         try:
             self._session: ort.InferenceSession | None = ort.InferenceSession(path, options, providers=[provider])
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/NoSuchFile types
             raise EngineError(f"ONNX Runtime (CUDA EP, graphs) could not load {path}: {exc}") from exc
-        self._eager = OnnxRuntimeEngine(path, providers=((PROVIDER, {"device_id": str(device_id)}),))
+        self._eager = OnnxRuntimeEngine(path, providers=((PROVIDER, {"device_id": str(device_id)}),), intra_op_threads=intra_op_threads,
+                                        allow_spinning=intra_op_threads != 1)
         self._inputs = self._eager.inputs
         self._outputs = self._eager.outputs
         self.grid = BucketGrid(batch_sizes, lengths)

@@ -23,7 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 from fastpath.engines.base import Engine
-from fastpath.engines.onnxruntime.cuda_graphs import PROVIDER, require_cuda_provider
+from fastpath.engines.onnxruntime.cuda_graphs import CUDA_INTRA_OP_THREADS, PROVIDER, cuda_session_options, require_cuda_provider
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import EngineError
 from fastpath.memory.cuda import CAPTURE_LOCK, cuda_call, runtime
@@ -57,17 +57,16 @@ def cuda_provider_options(device_id: int, *, tf32: bool, graphs: bool, extra: Ma
     return {**options, **extra}
 
 
-def cuda_session(path: str, provider_options: Mapping[str, str]) -> ort.InferenceSession:
+def cuda_session(path: str, provider_options: Mapping[str, str], intra_op_threads: int = CUDA_INTRA_OP_THREADS) -> ort.InferenceSession:
     """A CUDA EP session of ``path`` (``provider_options`` from :func:`cuda_provider_options`): for CUDA graphs
-    (``graphs=True``), or a graph-free session of its own for one shape.
+    (``graphs=True``), or a graph-free session of its own for one shape; ``intra_op_threads``: see
+    :func:`~fastpath.engines.onnxruntime.cuda_graphs.cuda_session_options`.
 
     Raises:
         EngineError: the model does not load.
     """
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     try:
-        return ort.InferenceSession(path, options, providers=[(PROVIDER, dict(provider_options))])
+        return ort.InferenceSession(path, cuda_session_options(intra_op_threads), providers=[(PROVIDER, dict(provider_options))])
     except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
         raise EngineError(f"ONNX Runtime (CUDA EP) could not load {path}: {exc}") from exc
 
@@ -123,7 +122,8 @@ class OnnxRuntimeCudaImageEngine(Engine):
         batch_sizes: batch sizes that get graphs (the scheduler's ``batch_buckets``).
         max_graphs, graph_after_runs: most graphs (0: none; other shapes run graph-free); runs of a shape before
             it gets a graph while serving (0: only the shapes given to :meth:`capture`).
-        max_eager_shapes: graph-free shapes whose device buffers are kept (least recently used go).
+        max_eager_shapes: graph-free shapes whose device buffers are kept (least recently used go); intra_op_threads:
+            CPU threads of every session (1: the calling thread alone; see ``cuda_session_options``).
         tf32: let cuDNN and cuBLAS use TF32 on float32 (``use_tf32``); False keeps the CPU path's float32 arithmetic.
         eager_options, graph_options: extra CUDA EP options of the graph-free and graph sessions (:func:`cuda_provider_options`).
         session_per_graph: each captured shape gets a session of its own, not one shared under ``gpu_graph_id``.
@@ -132,8 +132,7 @@ class OnnxRuntimeCudaImageEngine(Engine):
             input shape (0.1-0.6 s per call on the H200: docs/benchmarks/detection_engine_h200.md).
 
     Raises:
-        EngineError: no CUDA EP in this onnxruntime, the model does not load or has other tensors, or an
-            option the engine sets itself is given.
+        EngineError: no CUDA EP, the model does not load or has other tensors, or an option the engine sets is given.
     """
 
     name = "onnxruntime-cuda-image"
@@ -141,7 +140,8 @@ class OnnxRuntimeCudaImageEngine(Engine):
     def __init__(self, path: str, *, device_id: int = 0, batch_sizes: Sequence[int] = (1, 2, 4, 8), max_graphs: int = 64,
                  graph_after_runs: int = 0, max_eager_shapes: int = 16, tf32: bool = False,
                  eager_options: Mapping[str, str] | None = None, graph_options: Mapping[str, str] | None = None,
-                 session_per_graph: bool = False, eager_session_per_shape: bool = False) -> None:
+                 session_per_graph: bool = False, eager_session_per_shape: bool = False,
+                 intra_op_threads: int = CUDA_INTRA_OP_THREADS) -> None:
         require_cuda_provider()
         self.path = path
         self.device_id = device_id
@@ -151,17 +151,19 @@ class OnnxRuntimeCudaImageEngine(Engine):
         self.max_eager_shapes = max_eager_shapes
         self.session_per_graph = session_per_graph
         self.eager_session_per_shape = eager_session_per_shape
+        self.intra_op_threads = intra_op_threads
         self._graph_options = cuda_provider_options(device_id, tf32=tf32, graphs=True, extra=graph_options)
         eager = cuda_provider_options(device_id, tf32=tf32, graphs=False, extra=eager_options)
         self._eager_options = eager
-        self._eager = OnnxRuntimeEngine(path, providers=((PROVIDER, eager),))
+        self._eager = OnnxRuntimeEngine(path, providers=((PROVIDER, eager),), intra_op_threads=intra_op_threads,
+                                        allow_spinning=intra_op_threads != 1)
         self._inputs, self._outputs = self._eager.inputs, self._eager.outputs
         spec = self._inputs[0]
         if len(self._inputs) != 1 or spec.dtype != np.uint8 or len(spec.shape) != 4 or spec.shape[3] != 3:
             raise EngineError(f"{path}: expected one uint8 input [batch, height, width, 3] (model.uint8.onnx); "
                               f"got {[(s.name, s.dtype.name, list(s.shape)) for s in self._inputs]}")
         shared = max_graphs and not session_per_graph
-        self._graph_session = cuda_session(path, self._graph_options) if shared else None
+        self._graph_session = cuda_session(path, self._graph_options, intra_op_threads) if shared else None
         self._graphs: dict[ImageShape, _Binding] = {}
         self._eager_bindings: dict[ImageShape, _Binding] = {}
         self._seen: dict[ImageShape, int] = {}  # runs per shape without a graph (bounded: cleared past 4096 shapes)
@@ -188,7 +190,7 @@ class OnnxRuntimeCudaImageEngine(Engine):
         binding = self._graphs.get(shape)
         if binding is None and self.max_graphs and len(self._graphs) < self.max_graphs and shape[0] in self.batch_sizes \
                 and (force_graph or 0 < self.graph_after_runs <= self._seen.get(shape, 0)):
-            session = cuda_session(self.path, self._graph_options) if self.session_per_graph else self._graph_session
+            session = cuda_session(self.path, self._graph_options, self.intra_op_threads) if self.session_per_graph else self._graph_session
             binding = _Binding(session, shape, self._inputs[0].name, self._outputs[0].name, self.device_id,
                                graph_id=len(self._graphs) + 1)
             self._graphs[shape] = binding
@@ -200,7 +202,7 @@ class OnnxRuntimeCudaImageEngine(Engine):
         self._seen[shape] = self._seen.get(shape, 0) + 1
         binding = self._eager_bindings.pop(shape, None)
         if binding is None:
-            session = cuda_session(self.path, self._eager_options) if self.eager_session_per_shape else self._eager._session
+            session = cuda_session(self.path, self._eager_options, self.intra_op_threads) if self.eager_session_per_shape else self._eager._session
             binding = _Binding(session, shape, self._inputs[0].name, self._outputs[0].name, self.device_id, None)
             if len(self._eager_bindings) >= self.max_eager_shapes:
                 self._eager_bindings.pop(next(iter(self._eager_bindings)))

@@ -45,13 +45,13 @@ def load(
     graph_options: Mapping[str, str] | None = None,
     session_per_graph: bool = False,
     eager_session_per_shape: bool = False,
+    cuda_intra_op_threads: int = 1,
 ) -> Engine:
     """Registry entry point (``load_engine("onnxruntime", path, ...)``).
 
     Args:
         path: the ``.onnx`` file (fp32 or INT8 QDQ; ``model.uint8.onnx`` for ``layout="images"``).
-        device: ``"cpu"`` (CPU execution provider) or ``"cuda"`` / ``"cuda:N"`` (CUDA execution
-            provider with CUDA graphs; needs onnxruntime-gpu).
+        device: ``"cpu"`` (CPU EP) or ``"cuda"`` / ``"cuda:N"`` (CUDA EP with CUDA graphs; needs onnxruntime-gpu).
         layout: CUDA only: ``"tokens"`` (int64 [B, L] inputs, (batch, length) buckets) or ``"images"``
             (uint8 [B, H, W, 3] input, graphs per (batch, height, width)).
         intra_op_threads, allow_spinning, lanes, lane_threads, memory_pattern, arena_max_input_bytes:
@@ -61,6 +61,7 @@ def load(
             move between capture and replay.
         max_graphs, graph_after_runs, max_eager_shapes, tf32, eager_options, graph_options, session_per_graph,
             eager_session_per_shape: ``images`` only (see OnnxRuntimeCudaImageEngine).
+        cuda_intra_op_threads: CUDA only: CPU threads of each CUDA EP session (``cuda_graphs.cuda_session_options``).
 
     Raises:
         ConfigError: an unknown device or layout.
@@ -82,8 +83,8 @@ def load(
                                           max_graphs=max_graphs, graph_after_runs=graph_after_runs,
                                           max_eager_shapes=max_eager_shapes, tf32=tf32, eager_options=eager_options,
                                           graph_options=graph_options, session_per_graph=session_per_graph,
-                                          eager_session_per_shape=eager_session_per_shape)
+                                          eager_session_per_shape=eager_session_per_shape, intra_op_threads=cuda_intra_op_threads)
     from fastpath.engines.onnxruntime.cuda_graphs import OnnxRuntimeCudaGraphEngine
 
     return OnnxRuntimeCudaGraphEngine(path, batch_sizes=TOKEN_BATCH_SIZES if batch_sizes is None else batch_sizes, lengths=lengths,
-                                      device_id=device_id, check_addresses=check_addresses)
+                                      device_id=device_id, check_addresses=check_addresses, intra_op_threads=cuda_intra_op_threads)

@@ -61,6 +61,7 @@ class TextDetectionConfig:
     cuda_tf32: bool = False
     cuda_graph_session_per_shape: bool = False
     cuda_eager_session_per_shape: bool = False
+    cuda_intra_op_threads: int = 1
     decode_threads: int = 0
     decode_device: str = "cpu"
     post_threads: int = 0
@@ -98,6 +99,8 @@ class TextDetectionConfig:
                         "bucket_sides_px", ",".join(map(str, self.bucket_sides_px)), f"positive multiples of {NETWORK_STRIDE_PX}")
         check_parameter(self.max_cuda_graphs >= 0, "max_cuda_graphs", self.max_cuda_graphs, ">= 0")
         check_parameter(self.cuda_graph_after_runs >= 0, "cuda_graph_after_runs", self.cuda_graph_after_runs, ">= 0 (0: never)")
+        check_parameter(self.cuda_intra_op_threads >= 0, "cuda_intra_op_threads", self.cuda_intra_op_threads,
+                        ">= 0 (1: the calling thread alone; 0: one per CPU)")
         check_parameter(0 <= self.decode_threads <= 64, "decode_threads", self.decode_threads, "in 0..64")
         check_parameter(self.decode_device in DECODE_DEVICES, "decode_device", self.decode_device,
                         f"one of {', '.join(DECODE_DEVICES)} (cuda: nvJPEG on a KIND_GPU instance)")
@@ -132,9 +135,10 @@ class TextDetectionConfig:
                 "arena_max_input_bytes": self.arena_max_input_bytes}
 
     def gpu_engine_options(self) -> dict[str, object]:
-        """``load_engine`` options of the GPU engine (``layout="images"``): its CUDA graphs and TF32."""
+        """``load_engine`` options of the GPU engine (``layout="images"``): its CUDA graphs, TF32, sessions and their CPU threads."""
         return {"max_graphs": self.max_cuda_graphs, "graph_after_runs": self.cuda_graph_after_runs, "tf32": self.cuda_tf32,
-                "session_per_graph": self.cuda_graph_session_per_shape, "eager_session_per_shape": self.cuda_eager_session_per_shape}
+                "session_per_graph": self.cuda_graph_session_per_shape, "eager_session_per_shape": self.cuda_eager_session_per_shape,
+                "cuda_intra_op_threads": self.cuda_intra_op_threads}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

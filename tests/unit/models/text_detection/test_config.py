@@ -36,11 +36,14 @@ def test_cpu_engine_options_carry_the_arena_bound_and_turn_the_memory_pattern_of
 
 def test_gpu_engine_options_carry_the_graph_knobs_and_one_session_per_graph_is_off_by_default():
     config = parse_parameters(TextDetectionConfig, {"max_cuda_graphs": "15", "cuda_graph_session_per_shape": "true",
-                                                    "cuda_eager_session_per_shape": "true"})
+                                                    "cuda_eager_session_per_shape": "true", "cuda_intra_op_threads": "0"})
     assert config.gpu_engine_options() == {"max_graphs": 15, "graph_after_runs": 0, "tf32": False, "session_per_graph": True,
-                                           "eager_session_per_shape": True}
+                                           "eager_session_per_shape": True, "cuda_intra_op_threads": 0}
     defaults = parse_parameters(TextDetectionConfig, {}).gpu_engine_options()
     assert defaults["session_per_graph"] is False and defaults["eager_session_per_shape"] is False
+    assert defaults["cuda_intra_op_threads"] == 1
+    with pytest.raises(ConfigError, match="cuda_intra_op_threads.*-1.*>= 0"):
+        parse_parameters(TextDetectionConfig, {"cuda_intra_op_threads": "-1"})
 
 
 def test_unknown_key_is_named():
