@@ -106,6 +106,7 @@ def raw_pipeline(jpegs: list[bytes], device: str, batch: int, seconds: float = 6
     done, elapsed = run(seconds)
     stats = detector.engine.stats()
     stages = single_image_stages(detector, handler, jpegs)
+    idle = idle_copy_rates(detector, handler, [detector.prepare(decode(jpegs[k % len(jpegs)])) for k in range(batch)])
     shape = (batch, *detector.prepare(decode(jpegs[0])).shape_hw)
     ceiling = device_resident(detector, shape)
     decoders.shutdown()
@@ -115,7 +116,29 @@ def raw_pipeline(jpegs: list[bytes], device: str, batch: int, seconds: float = 6
     return {"batch": batch, "tf32": tf32, "images_per_s": round(done / elapsed, 1), "images": done, "seconds": round(elapsed, 2),
             "device_resident_graph_images_per_s": ceiling, "bucket": list(shape), "single_image_ms": stages,
             "h2d_GBps": round(stats.h2d_bytes / max(stats.h2d_s, 1e-9) / 1e9, 2),
-            "d2h_GBps": round(stats.d2h_bytes / max(stats.d2h_s, 1e-9) / 1e9, 2), "engine": stats.__dict__}
+            "d2h_GBps": round(stats.d2h_bytes / max(stats.d2h_s, 1e-9) / 1e9, 2), "idle_copies_GBps": idle, "engine": stats.__dict__}
+
+
+def idle_copy_rates(detector, handler, group: list, rounds: int = 10) -> dict:
+    """GB/s of the served path's own H2D (from its pinned staging block) and D2H copies, one engine call at a time on
+    an otherwise idle engine (the engine's event-timed counters before and after each call): best and median.
+
+    Set beside ``pinned_h2d_GBps`` (best of ten bare 64 MB copies), it tells a slower pool or engine copy from copies
+    slowed by the load around them (the pipeline's ``h2d_GBps`` is the mean under load).
+    """
+    rates: dict[str, list[float]] = {"h2d": [], "d2h": []}
+    same = [item for item in group if item.shape_hw == group[0].shape_hw]
+    for _ in range(rounds):
+        before = detector.engine.stats()
+        maps = handler.run(handler.stage_images(same, len(same), same[0].shape_hw))
+        maps.lease.release()
+        after = detector.engine.stats()
+        for kind in rates:
+            nbytes = getattr(after, f"{kind}_bytes") - getattr(before, f"{kind}_bytes")
+            seconds = getattr(after, f"{kind}_s") - getattr(before, f"{kind}_s")
+            rates[kind].append(nbytes / max(seconds, 1e-9) / 1e9)
+    return {f"{kind}_{name}": round(float(fn(values)), 2) for kind, values in rates.items()
+            for name, fn in (("best", max), ("median", np.median))}
 
 
 def single_image_stages(detector, handler, jpegs: list[bytes], rounds: int = 40) -> dict:
