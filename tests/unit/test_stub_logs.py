@@ -107,3 +107,13 @@ def test_configured_stub_logging_writes_fastpath_records_to_stderr_with_the_filt
     assert len(stderr) == 6
     assert stderr[0].endswith("fastpath WARNING fastpath.models.x: hello stub")
     assert [line.rsplit(": ", 1)[1] for line in stderr[1:]] == [f"loop {i}" for i in range(5)]
+
+
+def test_a_swap_is_logged_at_info_while_other_info_records_stay_quiet():
+    """In a fresh interpreter: the swap agent's INFO line (a version swap done) reaches stderr at the default
+    verbosity, as Triton's own load lines do; an INFO record of another fastpath logger does not."""
+    code = ("import logging\nfrom fastpath.triton.logs import configure_stub_logging\nconfigure_stub_logging()\n"
+            "logging.getLogger('fastpath.swaps.agent').info('text_embedding_0_0: swap to version %s done', 2)\n"
+            "logging.getLogger('fastpath.models.x').info('routine detail')\n")
+    stderr = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr.splitlines()
+    assert len(stderr) == 1 and stderr[0].endswith("fastpath INFO fastpath.swaps.agent: text_embedding_0_0: swap to version 2 done")

@@ -25,6 +25,9 @@ LOG_FORMAT = "%(asctime)s fastpath %(levelname)s %(name)s: %(message)s"
 MAX_PER_WINDOW = 5
 WINDOW_S = 60.0
 MAX_TEMPLATES = 256  # templates tracked at once; the one seen least recently is dropped beyond it
+# Loggers whose INFO records are events an operator expects in Triton's log at its default verbosity, as Triton's own
+# "successfully loaded" lines are: a live version swap, done or refused, once per instance. A level set for them wins.
+EVENT_LOGGERS = ("fastpath.swaps",)
 
 _Key = tuple[str, int, str]  # logger name, level, message template
 
@@ -114,8 +117,8 @@ _configured: list[RepeatFilter] = []
 
 def configure_stub_logging() -> RepeatFilter:
     """Give the ``fastpath`` logger a stderr handler with a :class:`RepeatFilter` (once per process;
-    later calls return the same filter). Records of ``fastpath.*`` go to it alone, not to Python's
-    last-resort handler."""
+    later calls return the same filter), and the :data:`EVENT_LOGGERS` the INFO level unless they have one.
+    Records of ``fastpath.*`` go to it alone, not to Python's last-resort handler."""
     if _configured:
         return _configured[0]
     handler = logging.StreamHandler(sys.stderr)
@@ -125,5 +128,8 @@ def configure_stub_logging() -> RepeatFilter:
     logger = logging.getLogger("fastpath")
     logger.addHandler(handler)
     logger.propagate = False
+    for name in EVENT_LOGGERS:
+        if logging.getLogger(name).level == logging.NOTSET:
+            logging.getLogger(name).setLevel(logging.INFO)
     _configured.append(repeat)
     return repeat
