@@ -11,12 +11,15 @@ the batch went to the device straight from the caller's block, ``host_stage_copy
 padded into the static buffer first; ``device_and_sync``) and ``gpu.*`` (CUDA event
 times of the host-to-device copy, the graph replay and the device-to-host copy).
 
-When the variable is unset, :meth:`PhaseProfile.lap` returns at once (one attribute test), so the
-hooks stay in the hot path at no measurable cost.
+``FASTPATH_TIMELINE=<directory>`` keeps each lap as a span too (the last :data:`MAX_SPANS`), written at
+``finalize`` to ``<directory>/<model instance>.trace.json``, Chrome trace events in microseconds since the epoch
+(Perfetto shows which thread did what when; ``benchmarks/timeline.py`` sums a window per phase). With both
+variables unset, :meth:`PhaseProfile.lap` returns at once: the hooks cost nothing measurable.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import threading
@@ -25,19 +28,29 @@ from collections.abc import Callable
 from pathlib import Path
 
 ENV = "FASTPATH_PHASE_PROFILE"
+TIMELINE_ENV = "FASTPATH_TIMELINE"
 DUMP_EVERY_S = 10.0
+MAX_SPANS = 300_000  # ~40 MB of spans in a stub; the oldest go first
 
 
 class PhaseProfile:
     """Accumulated seconds and counts per phase (thread-safe).
 
     Args:
-        directory: where :meth:`dump` writes; None disables the profile (every method is a no-op).
+        directory: where :meth:`dump` writes the sums; None: no sums file.
+        timeline: where :meth:`dump` (``force=True``) writes the spans; None: no spans kept. With neither,
+            every method is a no-op.
+        max_spans: spans kept (the most recent).
     """
 
-    def __init__(self, directory: str | Path | None) -> None:
-        self.enabled = bool(directory)
+    def __init__(self, directory: str | Path | None, timeline: str | Path | None = None, max_spans: int = MAX_SPANS) -> None:
+        self.enabled = bool(directory) or bool(timeline)
         self.directory = Path(directory) if directory else None
+        self.timeline = Path(timeline) if timeline else None
+        self._spans: collections.deque[tuple[str, float, float, int, int]] | None = (
+            collections.deque(maxlen=max_spans) if timeline else None)
+        self._thread_names: dict[int, str] = {}
+        self._epoch_offset_s = time.time() - time.perf_counter()
         self._seconds: dict[str, float] = {}
         self._counts: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -56,6 +69,11 @@ class PhaseProfile:
             return 0.0
         now = time.perf_counter()
         self.add(phase, now - start_s, count)
+        if self._spans is not None:
+            thread = threading.get_ident()
+            if thread not in self._thread_names:
+                self._thread_names[thread] = threading.current_thread().name
+            self._spans.append((phase, start_s, now, thread, count))
         return now
 
     def start(self) -> float:
@@ -75,6 +93,8 @@ class PhaseProfile:
         with self._lock:
             self._seconds.clear()
             self._counts.clear()
+            if self._spans is not None:
+                self._spans.clear()
 
     def counter(self, name: str, read: Callable[[], float]) -> None:
         """Report ``read()`` as counter ``name`` in every dump (e.g. allocations since warm-up); no-op when off."""
@@ -96,12 +116,32 @@ class PhaseProfile:
         with self._lock:
             return {phase: {"seconds": self._seconds[phase], "count": self._counts[phase]} for phase in sorted(self._seconds)}
 
-    def dump(self, name: str, *, force: bool = True) -> Path | None:
-        """Write the snapshot to ``<directory>/<name>.json``; with ``force=False`` at most every 10 s.
+    def trace_events(self) -> list[dict]:
+        """The kept spans as Chrome trace events: a complete event (``"ph": "X"``; ``ts``, ``dur`` in
+        microseconds since the epoch; ``args.count`` the units) per span, and a ``thread_name`` record per thread."""
+        if self._spans is None:
+            return []
+        pid, offset = os.getpid(), self._epoch_offset_s
+        events: list[dict] = [{"name": "thread_name", "ph": "M", "pid": pid, "tid": thread, "args": {"name": name}}
+                              for thread, name in list(self._thread_names.items())]
+        events += [{"name": phase, "cat": phase.split(".")[0], "ph": "X", "pid": pid, "tid": thread,
+                    "ts": round((start + offset) * 1e6, 1), "dur": round((end - start) * 1e6, 1), "args": {"count": count}}
+                   for phase, start, end, thread, count in list(self._spans)]
+        return events
 
-        Returns the path written, or None (disabled, or not yet due). Never raises: a profile must
+    def dump(self, name: str, *, force: bool = True) -> Path | None:
+        """Write the snapshot to ``<directory>/<name>.json``; with ``force=False`` at most every 10 s. With
+        ``force=True`` also the spans to ``<timeline>/<name>.trace.json`` (encoding them takes a while: at unload).
+
+        Returns the path of the sums written, or None (no sums file, or not yet due). Never raises: a profile must
         not cost an answer (an unwritable directory is reported in the file name's absence only).
         """
+        if force and self.timeline is not None:
+            try:
+                self.timeline.mkdir(parents=True, exist_ok=True)
+                (self.timeline / f"{name}.trace.json").write_text(json.dumps({"traceEvents": self.trace_events()}) + "\n")
+            except OSError:
+                pass
         if not self.enabled or self.directory is None:
             return None
         now = time.monotonic()
@@ -117,5 +157,5 @@ class PhaseProfile:
             return None
 
 
-PROFILE = PhaseProfile(os.environ.get(ENV))
+PROFILE = PhaseProfile(os.environ.get(ENV), os.environ.get(TIMELINE_ENV))
 """The process's profile (one python-backend stub serves one model instance)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -275,6 +276,10 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
     server = TritonServer(ServerOptions(model_repository=repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
                                         host="127.0.0.1", exit_timeout_s=60, models=models), log_path=root / "tritonserver.log")
     report: dict = {"rows": []}
+    timeline_cells = [cell for cell in args.timeline_cells.split(";") if cell]
+    windows: dict[str, tuple[float, float]] = {}
+    if timeline_cells:  # every stub keeps its spans (fastpath.profiling); they are written when the server stops
+        os.environ["FASTPATH_TIMELINE"] = str(root / "timeline")
     started = time.monotonic()
     server.start()
     try:
@@ -294,7 +299,7 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
 
                     spy = threading.Thread(target=triton_gpu.py_spy_dumps, args=(model, dumps), daemon=True)
                     spy.start()
-                t0 = time.monotonic()
+                t0, wall_t0 = time.monotonic(), time.time()
                 try:
                     load = pa.Load(model=model, url=server.grpc_url, data=files[workload], concurrency=concurrency)
                     cell = pa.stable_cell(analyzer, load, measurement_ms=args.measurement_ms,
@@ -304,6 +309,8 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
                     print("FAILED", spec, concurrency, str(exc)[-600:], flush=True)
                     continue
                 wall_s = time.monotonic() - t0
+                if f"{model}:{workload}:{concurrency}" in timeline_cells:
+                    windows[f"{model}:{workload}:{concurrency}"] = (wall_t0 + 0.25 * wall_s, wall_t0 + wall_s)  # past its warm-up
                 cell["fastpath_metrics"] = triton_gpu.metric_deltas(before, triton_gpu.model_metrics(metrics_port, model, "fastpath_"))
                 if spy is not None:
                     spy.join(timeout=60)
@@ -322,7 +329,31 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
         report["stub_crashes_in_log"] = sum(log.count(m) for m in ("Segmentation fault", "Fatal Python error"))
         report["errors_in_log"] = log.count(" E1") + log.count("Traceback")
         report["log_tail"] = log[-3000:]
+        if timeline_cells:
+            report["timelines"] = cell_timelines(root / "timeline", windows, args.out.parent)
     return report
+
+
+def cell_timelines(directory: Path, windows: dict[str, tuple[float, float]], cuts: Path) -> dict:
+    """Per timeline cell: benchmarks/timeline.py's summary of its model's stubs over the cell's window (its last
+    three quarters), printed; and one second of it as a Chrome trace, ``<cuts>/timeline_<model>_<workload>_c<C>.trace.json``.
+    A cell whose window begins before the stubs' oldest kept span says so (``timeline.MAX_SPANS``: list it last)."""
+    import timeline
+
+    results = {}
+    for cell, (start, end) in windows.items():
+        model = cell.split(":")[0]
+        traces = [p for p in sorted(directory.glob("*.trace.json")) if re.fullmatch(rf"{re.escape(model)}_\d+_\d+\.trace\.json", p.name)]
+        spans = timeline.load_spans(traces)
+        if not spans or spans[0].start_s > start:
+            results[cell] = {"error": f"the stubs kept no spans from {start:.1f} on (traces: {[p.name for p in traces]})"}
+            continue
+        results[cell] = {"from_s": start, **timeline.summary(spans, start, end)}
+        print(cell, "\n" + timeline.table(results[cell]), flush=True)
+        workload, concurrency = cell.split(":")[1:]
+        cut = cuts / f"timeline_{model}_{workload}_c{concurrency}.trace.json"
+        cut.write_text(json.dumps({"traceEvents": timeline.cut_events(traces, start, start + 1.0)}) + "\n")
+    return results
 
 
 def line(r: dict) -> str:
@@ -346,6 +377,8 @@ def main() -> int:
                                            "text_detection:raw720:32;text_detection:png720:32;"
                                            "text_detection:jpegmixed:64;text_detection_nvjpeg:jpegmixed:64")
     parser.add_argument("--raw", default="16,8,16tf32", help="raw in-process pipeline runs: batch sizes, 'tf32' suffix for TF32")
+    parser.add_argument("--timeline-cells", default="", help="MODEL:WORKLOAD:C;...: FastPath's timeline of these cells "
+                        "(per stage: busy time, threads, overlap with the engine; benchmarks/timeline.py); list them last")
     parser.add_argument("--py-spy-cells", default="", help="MODEL:WORKLOAD:C;...: py-spy dumps of the stub during these cells")
     parser.add_argument("--measurement-ms", type=int, default=3000)
     parser.add_argument("--skip-serve", action="store_true")

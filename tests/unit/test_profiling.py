@@ -1,6 +1,7 @@
-"""PhaseProfile: seconds and counts per phase, the JSON it writes, and that it is inert when off."""
+"""PhaseProfile: seconds and counts per phase, the JSON it writes, the timeline of spans, and that it is inert when off."""
 
 import json
+import threading
 import time
 
 from fastpath.profiling import PhaseProfile
@@ -29,3 +30,37 @@ def test_a_disabled_profile_records_and_writes_nothing(tmp_path):
     profile.add("gpu.replay", 1.0)
     assert profile.snapshot() == {} and profile.dump("x") is None
     assert not list(tmp_path.iterdir())
+
+
+def test_a_timeline_keeps_each_lap_as_a_span_of_its_thread_and_writes_chrome_trace_events(tmp_path):
+    """Invariants: every lap is one complete event ("ph": "X") with its phase, count and thread; its start and
+    duration are the lap's, in microseconds since the epoch; each thread is named once; the trace is written
+    at a forced dump only, and without a sums directory no sums file is written."""
+    profile = PhaseProfile(None, tmp_path / "timeline")
+    assert profile.enabled
+    before_us = time.time() * 1e6
+    mark = profile.start()
+    time.sleep(0.02)
+    profile.lap("scheduler.run", mark, 16)
+    worker = threading.Thread(target=lambda: profile.lap("post.db", profile.start()), name="post-0")
+    worker.start()
+    worker.join()
+    assert profile.dump("text_detection_0_0", force=False) is None and not (tmp_path / "timeline").exists()
+    assert profile.dump("text_detection_0_0") is None  # no sums directory: only the trace
+    events = json.loads((tmp_path / "timeline" / "text_detection_0_0.trace.json").read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert [(e["name"], e["cat"], e["args"]["count"]) for e in spans] == [("scheduler.run", "scheduler", 16), ("post.db", "post", 1)]
+    run, post = spans
+    assert run["dur"] >= 20_000 and before_us - 1_000 <= run["ts"] <= post["ts"] <= time.time() * 1e6
+    assert names[run["tid"]] == threading.current_thread().name and names[post["tid"]] == "post-0"
+    assert len(names) == 2
+
+
+def test_a_timeline_keeps_only_the_most_recent_spans_and_reset_forgets_them(tmp_path):
+    profile = PhaseProfile(None, tmp_path, max_spans=3)
+    for k in range(5):
+        profile.lap(f"phase.{k}", profile.start(), k)
+    assert [e["name"] for e in profile.trace_events() if e["ph"] == "X"] == ["phase.2", "phase.3", "phase.4"]
+    profile.reset()
+    assert [e for e in profile.trace_events() if e["ph"] == "X"] == []

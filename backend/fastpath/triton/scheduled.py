@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from fastpath.config import parse_sections, triton_parameters
 from fastpath.graphs.buckets import Sizes
+from fastpath.profiling import PROFILE
 from fastpath.scheduling import BatchHandler, BatchPolicy, BatchQueue, BatchRunner, SchedulerObserver
 from fastpath.scheduling.config import SchedulerConfig
 from fastpath.triton.heartbeat import Progress, start_heartbeat, stub_diagnostics
@@ -116,6 +117,7 @@ class ScheduledModel(abc.ABC):
                                   on_delivered=self.progress.advance, **sched.runner_options())
         if sched.warmup:
             self.warm_up(queue)
+        PROFILE.reset()  # warm-up and graph capture are not serving
         self.started()
         if self.runs_queue():
             self.runner.start()
@@ -124,8 +126,8 @@ class ScheduledModel(abc.ABC):
     def finalize(self) -> None:
         """Stop the heartbeat (an unloading instance is not watched for stalls), drain the scheduler
         (every accepted request gets its response), release staging leases of batches that never
-        ran, publish and close the metrics, close the staging pool, then :meth:`release`. Safe
-        whichever step ``initialize`` reached."""
+        ran, publish and close the metrics, close the staging pool, :meth:`release`, then write the profile
+        (:mod:`fastpath.profiling`). Safe whichever step ``initialize`` reached."""
         heartbeat = getattr(self, "heartbeat", None)
         if heartbeat is not None:
             heartbeat.close()
@@ -148,6 +150,7 @@ class ScheduledModel(abc.ABC):
         if pool is not None:
             pool.close()
         self.release()
+        PROFILE.dump(getattr(self, "instance_name", type(self).__name__))  # the phase sums, and the timeline if kept
 
 
 def scheduler_metrics(pb_utils: Any, args: dict[str, str], sched: SchedulerConfig, default_model: str,

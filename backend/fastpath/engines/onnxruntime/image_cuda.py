@@ -27,6 +27,7 @@ from fastpath.engines.onnxruntime.cuda_graphs import CUDA_INTRA_OP_THREADS, PROV
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import EngineError
 from fastpath.memory.cuda import CAPTURE_LOCK, cuda_call, runtime
+from fastpath.profiling import PROFILE
 
 WARM_RUNS_BEFORE_CAPTURE = 3  # the CUDA EP runs a graph id regularly a few times, then captures it
 ImageShape = tuple[int, int, int]  # (batch, height, width)
@@ -257,9 +258,13 @@ class OnnxRuntimeCudaImageEngine(Engine):
         with CAPTURE_LOCK:  # a new shape's buffers are cudaMalloc'ed
             binding, kind = self._binding(shape, force_graph)
         copy_kind = cudart.cudaMemcpyKind.cudaMemcpyDeviceToDevice if on_device else cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
+        mark = PROFILE.start()  # each step waits for its device work: its host span is its device time
         seconds = self._copy(binding.input.data_ptr(), source_ptr, nbytes, copy_kind)
+        mark = PROFILE.lap("gpu.d2d" if on_device else "gpu.h2d", mark, shape[0])
         self._execute(binding, kind)
+        mark = PROFILE.lap(f"gpu.{kind}", mark, shape[0])
         self._stats.d2h_s += self._copy(maps_ptr, binding.output.data_ptr(), map_bytes, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost)
+        PROFILE.lap("gpu.d2h", mark, shape[0])
         if on_device:
             self._stats.d2d_bytes += nbytes
             self._stats.d2d_s += seconds

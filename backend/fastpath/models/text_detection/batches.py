@@ -30,6 +30,7 @@ import numpy as np
 from fastpath.errors import ConfigError
 from fastpath.memory import BlockPool, Lease
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, batch_shape
+from fastpath.profiling import PROFILE
 from fastpath.scheduling import Batch
 
 LOG = logging.getLogger(__name__)
@@ -135,7 +136,10 @@ class DetectionBatchHandler:
     def finish(self, batch: Batch, maps: np.ndarray) -> None:
         """Post-process each real image and hand its ``Detection`` to its ticket."""
         for item, prob_map in zip(batch.items, maps):
-            item.ticket.set_row(item.row, self.detector.finish(item.payload, prob_map))
+            mark = PROFILE.start()
+            detection = self.detector.finish(item.payload, prob_map)
+            PROFILE.lap("post.db", mark)
+            item.ticket.set_row(item.row, detection)
         if self.on_batch is not None:
             try:
                 self.on_batch()

@@ -32,6 +32,7 @@ from fastpath.errors import EngineError
 from fastpath.memory import BlockPool, Lease
 from fastpath.models.text_detection.config import NETWORK_STRIDE_PX
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector
+from fastpath.profiling import PROFILE
 from fastpath.scheduling import Batch
 
 LOG = logging.getLogger(__name__)
@@ -213,11 +214,13 @@ class DeviceBatchHandler:
     def _deliver(self, item: Any, prob_map: np.ndarray) -> None:
         """One image's detections (or the error of its post-processing) into its ticket."""
         height, width = item.payload.shape_hw
+        mark = PROFILE.start()
         try:
             detection = self.detector.finish(item.payload, prob_map[:height, :width])
         except Exception as exc:  # this image's request fails alone
             item.ticket.fail(exc)
             return
+        PROFILE.lap("post.db", mark)
         item.ticket.set_row(item.row, detection)
 
     def close(self) -> int:

@@ -38,6 +38,7 @@ from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, DetectionSc
 from fastpath.models.text_detection.device_batches import DeviceBatchHandler, warm_up_device
 from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes, probe_request
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
+from fastpath.profiling import PROFILE
 from fastpath.scheduling import BatchQueue, ExactShapePolicy, Ticket, WorkItem
 from fastpath.triton.io import TensorSpec, error_response, input_rows, read_input
 from fastpath.triton.requests import (
@@ -220,12 +221,14 @@ class TextDetectionModel(ScheduledModel):
         """Decode, check and resize request ``index``'s images and queue them; a failure is the request's answer."""
         pb = self._pb
         level, timeout_s, wanted, is_cancelled, label = options
+        mark = PROFILE.start()
         try:
             prepared = [self._prepare(image) for image in self._decode(values, name)]
         except Exception as exc:  # a bad request fails alone
             self.metrics.invalid_request()
             replies.answer(index, error_response(pb, exc))
             return
+        PROFILE.lap("execute.decode", mark, len(prepared))
         ticket = Ticket(len(prepared), functools.partial(self._answer, replies, index, wanted), is_cancelled=is_cancelled,
                         label=label)
         items = []

@@ -138,7 +138,6 @@ class TextEmbeddingModel(ScheduledModel):
         return self.scheduler_config.response_mode == "sender"
 
     def started(self) -> None:
-        PROFILE.reset()  # warm-up and graph capture are not serving
         if PROFILE.enabled:
             register_allocation_counters(self.pool, self.embedder.engine)
 
@@ -343,10 +342,6 @@ class TextEmbeddingModel(ScheduledModel):
             return False
         return True
 
-    def finalize(self) -> None:
-        """The shared drain (:meth:`ScheduledModel.finalize`), then the profile and every version's engine."""
-        super().finalize()
-        PROFILE.dump(getattr(self, "instance_name", "text_embedding"))
 
     def release(self) -> None:
         versions = getattr(self, "versions", None)

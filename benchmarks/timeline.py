@@ -1,0 +1,163 @@
+"""Where a served model's time goes, and what overlapped: a window of FastPath's timeline, summed per phase.
+
+The timeline is what the stubs write at unload when tritonserver runs with ``FASTPATH_TIMELINE=<directory>``
+(:mod:`fastpath.profiling`): Chrome trace events, one complete event per span of a phase (``execute.decode``,
+``scheduler.stage``, ``scheduler.run``, ``gpu.h2d``, ``gpu.graph``, ``gpu.d2h``, ``post.db``, ...) on the thread
+that ran it. For a window of it this prints and returns, per phase: spans, units, busy seconds (summed over
+threads), the mean number of threads in it, the share of the window it was active on at least one thread, and its
+**overlap with the engine**: the share of the time the engine phase (``scheduler.run`` by default) was running
+during which the phase was active too. A decode or post-processing overlap near 1 is the pipeline working: the
+next batch decodes and the last one is post-processed while this one is on the device.
+
+    .venv/bin/python benchmarks/timeline.py /tmp/timeline/*.trace.json --from 1764892800.5 --seconds 10 --out t.json
+
+Also writes the window's events to ``--cut`` (open it in Perfetto or chrome://tracing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+ENGINE_PHASE = "scheduler.run"
+Interval = tuple[float, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """One span: its phase, start and end in seconds since the epoch, process, thread and units."""
+
+    phase: str
+    start_s: float
+    end_s: float
+    pid: int
+    tid: int
+    count: int = 1
+
+
+def load_spans(paths: Iterable[Path]) -> list[Span]:
+    """The complete events (``"ph": "X"``) of Chrome trace files, as spans sorted by start."""
+    spans = []
+    for path in paths:
+        for event in json.loads(Path(path).read_text())["traceEvents"]:
+            if event.get("ph") == "X":
+                start = event["ts"] * 1e-6
+                spans.append(Span(event["name"], start, start + event["dur"] * 1e-6, event["pid"], event["tid"],
+                                  int(event.get("args", {}).get("count", 1))))
+    return sorted(spans, key=lambda span: span.start_s)
+
+
+def merged(intervals: Iterable[Interval]) -> list[Interval]:
+    """The union of ``intervals`` as sorted, disjoint intervals."""
+    union: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if union and start <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], end)
+        else:
+            union.append([start, end])
+    return [(start, end) for start, end in union]
+
+
+def length(intervals: Sequence[Interval]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def intersection_length(a: Sequence[Interval], b: Sequence[Interval]) -> float:
+    """Total length of the overlap of two sorted, disjoint interval lists."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def clip(spans: Iterable[Span], start_s: float, end_s: float) -> list[Span]:
+    """The spans that overlap [start_s, end_s), cut to it (units kept whole)."""
+    return [dataclasses.replace(s, start_s=max(s.start_s, start_s), end_s=min(s.end_s, end_s))
+            for s in spans if s.end_s > start_s and s.start_s < end_s]
+
+
+def summary(spans: Sequence[Span], start_s: float, end_s: float, engine: str = ENGINE_PHASE) -> dict:
+    """Per phase of the window [start_s, end_s): spans, units, busy_s, mean_threads, active_share and
+    engine_overlap (None for the engine phase itself, or when it never ran)."""
+    window = clip(spans, start_s, end_s)
+    seconds = end_s - start_s
+    unions = {phase: merged((s.start_s, s.end_s) for s in window if s.phase == phase) for phase in {s.phase for s in window}}
+    engine_union = unions.get(engine, [])
+    engine_s = length(engine_union)
+    phases = {}
+    for phase in sorted(unions):
+        own = [s for s in window if s.phase == phase]
+        busy = sum(s.end_s - s.start_s for s in own)
+        phases[phase] = {
+            "spans": len(own), "units": sum(s.count for s in own), "busy_s": round(busy, 4),
+            "mean_threads": round(busy / seconds, 3), "active_share": round(length(unions[phase]) / seconds, 3),
+            "threads": len({(s.pid, s.tid) for s in own}),
+            "engine_overlap": (None if phase == engine or not engine_s
+                               else round(intersection_length(unions[phase], engine_union) / engine_s, 3)),
+        }
+    return {"window_s": round(seconds, 3), "engine_phase": engine, "engine_busy_share": round(engine_s / seconds, 3),
+            "phases": phases}
+
+
+def busiest_window(spans: Sequence[Span], seconds: float, engine: str = ENGINE_PHASE) -> tuple[float, float]:
+    """The window of ``seconds`` that ends with the last engine span (the load's last steady stretch), starting no
+    earlier than the first engine span; from the first span when no engine phase ran."""
+    runs = [s for s in spans if s.phase == engine]
+    if not runs:
+        return (spans[0].start_s, spans[0].start_s + seconds) if spans else (0.0, seconds)
+    last = max(s.end_s for s in runs)
+    start = max(runs[0].start_s, last - seconds)
+    return start, start + seconds
+
+
+def table(result: dict) -> str:
+    lines = [f"window {result['window_s']} s; engine phase {result['engine_phase']} busy {result['engine_busy_share']:.0%} of it",
+             f"{'phase':<22}{'spans':>8}{'units':>8}{'busy s':>9}{'threads':>9}{'mean busy':>11}{'active':>8}{'w/ engine':>11}"]
+    for phase, row in result["phases"].items():
+        overlap = "" if row["engine_overlap"] is None else f"{row['engine_overlap']:.0%}"
+        lines.append(f"{phase:<22}{row['spans']:>8}{row['units']:>8}{row['busy_s']:>9.3f}{row['threads']:>9}"
+                     f"{row['mean_threads']:>11.2f}{row['active_share']:>8.0%}{overlap:>11}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("traces", type=Path, nargs="+")
+    parser.add_argument("--from", dest="start", type=float, help="window start, seconds since the epoch (default: the "
+                        "last --seconds of engine work)")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--engine", default=ENGINE_PHASE)
+    parser.add_argument("--out", type=Path, help="write the summary as JSON")
+    parser.add_argument("--cut", type=Path, help="write the window's events as a Chrome trace")
+    args = parser.parse_args(argv)
+    spans = load_spans(args.traces)
+    start, end = (args.start, args.start + args.seconds) if args.start is not None else busiest_window(spans, args.seconds, args.engine)
+    result = {"traces": [str(p) for p in args.traces], "from_s": start, **summary(spans, start, end, args.engine)}
+    print(table(result))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    if args.cut:
+        args.cut.write_text(json.dumps({"traceEvents": cut_events(args.traces, start, end)}) + "\n")
+    return 0
+
+
+def cut_events(paths: Iterable[Path], start_s: float, end_s: float) -> list[dict]:
+    """The trace events of ``paths`` that overlap [start_s, end_s), with every thread-name record."""
+    events = []
+    for path in paths:
+        for event in json.loads(Path(path).read_text())["traceEvents"]:
+            if event.get("ph") == "M" or (start_s * 1e6 <= event["ts"] + event.get("dur", 0) and event["ts"] <= end_s * 1e6):
+                events.append(event)
+    return events
+
+
+if __name__ == "__main__":
+    sys.exit(main())

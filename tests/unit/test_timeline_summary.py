@@ -1,0 +1,62 @@
+"""benchmarks/timeline.py: a window of FastPath's timeline summed per phase, and each phase's overlap with the engine.
+
+Invariants, on spans whose answers are known by hand:
+* busy seconds sum each phase's spans cut to the window (over threads), mean threads = busy / window, the active
+  share is the union of a phase's spans over the window;
+* a phase's engine overlap is the share of the engine phase's union during which the phase's union is active;
+* the Chrome trace a stub writes (fastpath.profiling) reads back span for span.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from timeline import Span, busiest_window, intersection_length, load_spans, merged, summary  # noqa: E402
+
+from fastpath.profiling import PhaseProfile  # noqa: E402
+
+
+def test_unions_and_their_intersection():
+    assert merged([(5, 7), (0, 2), (1, 3), (7, 8)]) == [(0, 3), (5, 8)]
+    assert intersection_length([(0, 10), (20, 30)], [(5, 25)]) == 10
+    assert intersection_length([(0, 1)], [(2, 3)]) == 0
+
+
+def test_busy_share_and_engine_overlap_of_a_two_batch_pipeline():
+    spans = [
+        Span("scheduler.run", 0, 10, 1, 1, 16), Span("scheduler.run", 20, 30, 1, 1, 16),
+        Span("execute.decode", 5, 25, 1, 2, 8), Span("execute.decode", 6, 12, 1, 3, 8),  # two decode threads
+        Span("post.db", 30, 34, 1, 4, 16),  # after the engine: no overlap
+        Span("post.db", 38, 45, 1, 4, 1),  # cut to the window's end at 40
+    ]
+    result = summary(spans, 0, 40)
+    assert result["window_s"] == 40 and result["engine_busy_share"] == 0.5
+    decode = result["phases"]["execute.decode"]
+    assert decode == {"spans": 2, "units": 16, "busy_s": 26.0, "mean_threads": 0.65, "active_share": 0.5, "threads": 2,
+                      "engine_overlap": 0.5}  # union 5..25 covers 5..10 and 20..25 of the engine's 20 s
+    post = result["phases"]["post.db"]
+    assert post["busy_s"] == 6.0 and post["units"] == 17 and post["engine_overlap"] == 0.0
+    assert result["phases"]["scheduler.run"]["engine_overlap"] is None
+
+
+def test_the_default_window_ends_with_the_last_engine_span():
+    spans = [Span("execute.decode", 0, 1, 1, 1), Span("scheduler.run", 2, 3, 1, 1), Span("scheduler.run", 9, 10, 1, 1)]
+    assert busiest_window(spans, 5) == (5, 10)
+    assert busiest_window(spans, 50) == (2, 52)
+
+
+def test_a_stub_trace_reads_back_span_for_span(tmp_path):
+    profile = PhaseProfile(None, tmp_path)
+    mark = profile.start()
+    mark = profile.lap("scheduler.stage", mark, 4)
+    profile.lap("scheduler.run", mark, 4)
+    profile.dump("text_detection_0_0")
+    spans = load_spans([tmp_path / "text_detection_0_0.trace.json"])
+    assert [(s.phase, s.count) for s in spans] == [("scheduler.stage", 4), ("scheduler.run", 4)]
+    assert spans[0].end_s == pytest.approx(spans[1].start_s, abs=2e-6) and all(s.end_s >= s.start_s for s in spans)
