@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 ENGINE_PHASE = "scheduler.run"
+ENGINE_PHASES = (ENGINE_PHASE, "execute.run")  # the scheduler's engine calls; a return-mode model's own (text_embedding)
 Interval = tuple[float, float]
 
 
@@ -107,6 +109,32 @@ def summary(spans: Sequence[Span], start_s: float, end_s: float, engine: str = E
             "phases": phases}
 
 
+def engine_phase(spans: Sequence[Span]) -> str:
+    """The first of :data:`ENGINE_PHASES` the spans have (the scheduler's, else a return-mode model's)."""
+    present = {span.phase for span in spans}
+    return next((phase for phase in ENGINE_PHASES if phase in present), ENGINE_PHASE)
+
+
+def cell_summaries(directory: Path, windows: dict[str, tuple[float, float]], cuts: Path) -> dict:
+    """Per served cell ``MODEL:WORKLOAD:C``: :func:`summary` of the model's stubs' traces in ``directory`` over
+    the cell's window (seconds since the epoch; all instances together), printed; and the window's first second
+    as a Chrome trace, ``<cuts>/timeline_<model>_<workload>_c<C>.trace.json``. A window that begins before the
+    stubs' oldest kept span gets an ``error`` instead (``fastpath.profiling.MAX_SPANS``: run the cell last)."""
+    results = {}
+    for cell, (start, end) in windows.items():
+        model, workload, concurrency = cell.split(":")
+        traces = [p for p in sorted(directory.glob("*.trace.json")) if re.fullmatch(rf"{re.escape(model)}_\d+_\d+\.trace\.json", p.name)]
+        spans = load_spans(traces)
+        if not spans or spans[0].start_s > start:
+            results[cell] = {"error": f"the stubs kept no spans from {start:.1f} on (traces: {[p.name for p in traces]})"}
+            continue
+        results[cell] = {"from_s": start, "instances": len(traces), **summary(spans, start, end, engine_phase(spans))}
+        print(cell, "\n" + table(results[cell]), flush=True)
+        cut = cuts / f"timeline_{model}_{workload}_c{concurrency}.trace.json"
+        cut.write_text(json.dumps({"traceEvents": cut_events(traces, start, start + 1.0)}) + "\n")
+    return results
+
+
 def busiest_window(spans: Sequence[Span], seconds: float, engine: str = ENGINE_PHASE) -> tuple[float, float]:
     """The window of ``seconds`` that ends with the last engine span (the load's last steady stretch), starting no
     earlier than the first engine span; from the first span when no engine phase ran."""
@@ -134,11 +162,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--from", dest="start", type=float, help="window start, seconds since the epoch (default: the "
                         "last --seconds of engine work)")
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--engine", default=ENGINE_PHASE)
+    parser.add_argument("--engine", default=None, help=f"the engine phase (default: the first of {', '.join(ENGINE_PHASES)} present)")
     parser.add_argument("--out", type=Path, help="write the summary as JSON")
     parser.add_argument("--cut", type=Path, help="write the window's events as a Chrome trace")
     args = parser.parse_args(argv)
     spans = load_spans(args.traces)
+    args.engine = args.engine or engine_phase(spans)
     start, end = (args.start, args.start + args.seconds) if args.start is not None else busiest_window(spans, args.seconds, args.engine)
     result = {"traces": [str(p) for p in args.traces], "from_s": start, **summary(spans, start, end, args.engine)}
     print(table(result))

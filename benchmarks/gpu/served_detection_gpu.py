@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import perf_analyzer as pa  # noqa: E402  (benchmarks/perf_analyzer.py: input data, cells)
+import timeline  # noqa: E402  (benchmarks/timeline.py: FastPath's timeline per cell)
 import triton_gpu  # noqa: E402  (CPU accounting)
 from detection_numerics import GPU_CONFIG, VERSION_DIR, decode, gpu_config, numerics  # noqa: E402  (step 1)
 
@@ -330,30 +331,8 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
         report["errors_in_log"] = log.count(" E1") + log.count("Traceback")
         report["log_tail"] = log[-3000:]
         if timeline_cells:
-            report["timelines"] = cell_timelines(root / "timeline", windows, args.out.parent)
+            report["timelines"] = timeline.cell_summaries(root / "timeline", windows, args.out.parent)
     return report
-
-
-def cell_timelines(directory: Path, windows: dict[str, tuple[float, float]], cuts: Path) -> dict:
-    """Per timeline cell: benchmarks/timeline.py's summary of its model's stubs over the cell's window (its last
-    three quarters), printed; and one second of it as a Chrome trace, ``<cuts>/timeline_<model>_<workload>_c<C>.trace.json``.
-    A cell whose window begins before the stubs' oldest kept span says so (``timeline.MAX_SPANS``: list it last)."""
-    import timeline
-
-    results = {}
-    for cell, (start, end) in windows.items():
-        model = cell.split(":")[0]
-        traces = [p for p in sorted(directory.glob("*.trace.json")) if re.fullmatch(rf"{re.escape(model)}_\d+_\d+\.trace\.json", p.name)]
-        spans = timeline.load_spans(traces)
-        if not spans or spans[0].start_s > start:
-            results[cell] = {"error": f"the stubs kept no spans from {start:.1f} on (traces: {[p.name for p in traces]})"}
-            continue
-        results[cell] = {"from_s": start, **timeline.summary(spans, start, end)}
-        print(cell, "\n" + timeline.table(results[cell]), flush=True)
-        workload, concurrency = cell.split(":")[1:]
-        cut = cuts / f"timeline_{model}_{workload}_c{concurrency}.trace.json"
-        cut.write_text(json.dumps({"traceEvents": timeline.cut_events(traces, start, start + 1.0)}) + "\n")
-    return results
 
 
 def line(r: dict) -> str:

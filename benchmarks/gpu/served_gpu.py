@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import os
 import random
 import re
 import resource
@@ -52,6 +53,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import perf_analyzer as pa  # noqa: E402  (benchmarks/perf_analyzer.py: input data, cells, CSV)
+import timeline  # noqa: E402  (benchmarks/timeline.py: FastPath's timeline per cell)
 import triton_gpu  # noqa: E402  (benchmarks/gpu: repository layout, CPU accounting, py-spy)
 
 WORKLOADS = {"short": 1, "passages": 1, "passages32": 32, "mixed": 1}  # texts per request
@@ -205,6 +207,8 @@ def main() -> int:
                         help="cells not to run: model@workload[:concurrencies];...")
     parser.add_argument("--measurement-ms", type=int, default=3000)
     parser.add_argument("--py-spy", type=float, default=0.0, dest="py_spy", help="seconds of py-spy on one FastPath stub")
+    parser.add_argument("--timeline-cells", default="", help="MODEL:WORKLOAD:C;...: FastPath's timeline of these cells "
+                        "(per phase: busy time, threads, overlap with the engine; benchmarks/timeline.py)")
     parser.add_argument("--raw", action="store_true", help="the raw in-process engine on the passages32 batches")
     parser.add_argument("--out", type=Path, default=Path("served_gpu.json"))
     parser.add_argument("--csv-dir", type=Path, default=None, help="where perf_analyzer's CSV files go (default: beside --out)")
@@ -242,6 +246,10 @@ def main() -> int:
         model, _, rest = item.partition("@")
         workload, _, levels = rest.partition(":")
         skip |= {(model, workload, c) for c in (levels.split(",") if levels else ["*"])}
+    timeline_cells = [cell for cell in args.timeline_cells.split(";") if cell]
+    windows: dict[str, tuple[float, float]] = {}
+    if timeline_cells:  # every stub keeps its spans (fastpath.profiling); they are written when the server stops
+        os.environ["FASTPATH_TIMELINE"] = str(root / "timeline")
     started = time.monotonic()
     server.start()
     try:
@@ -256,6 +264,7 @@ def main() -> int:
                 for model in models:
                     if {(model, workload, "*"), (model, workload, str(concurrency))} & skip:
                         continue
+                    cell_t0 = time.time()
                     try:
                         rows.append(run_cell(analyzer, server, model, workload, data[workload], concurrency, args.measurement_ms, out_dir))
                     except (pa.PerfAnalyzerError, subprocess.TimeoutExpired) as exc:  # reported; the other cells still run
@@ -263,6 +272,8 @@ def main() -> int:
                                                                       "concurrency": concurrency, "error": str(exc)[-800:]})
                         print("FAILED", report["failed_cells"][-1], flush=True)
                         continue
+                    if f"{model}:{workload}:{concurrency}" in timeline_cells:  # its last three quarters: past the warm-up
+                        windows[f"{model}:{workload}:{concurrency}"] = (cell_t0 + 0.25 * (time.time() - cell_t0), time.time())
                     print(_line(rows[-1]), flush=True)
                     report["load"] = rows
                     args.out.write_text(json.dumps(report, indent=2) + "\n")  # what ran so far survives a time limit
@@ -277,6 +288,8 @@ def main() -> int:
         log = (root / "tritonserver.log").read_text()
         report["stub_crashes_in_log"] = sum(log.count(marker) for marker in ("Segmentation fault", "Fatal Python error"))
         report["log_tail"] = log[-2000:]
+        if timeline_cells:
+            report["timelines"] = timeline.cell_summaries(root / "timeline", windows, out_dir)
     if args.raw:
         report["raw_engine"] = raw_engine(args.version_dir, chunks, 32, args.device)
         for row in report["load"]:

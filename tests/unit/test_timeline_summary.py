@@ -4,7 +4,9 @@ Invariants, on spans whose answers are known by hand:
 * busy seconds sum each phase's spans cut to the window (over threads), mean threads = busy / window, the active
   share is the union of a phase's spans over the window;
 * a phase's engine overlap is the share of the engine phase's union during which the phase's union is active;
-* the Chrome trace a stub writes (fastpath.profiling) reads back span for span.
+* the Chrome trace a stub writes (fastpath.profiling) reads back span for span;
+* a served cell sums its own model's instances only (not a model whose name extends it), with the engine phase the
+  traces have (the scheduler's, else a return-mode model's ``execute.run``), and keeps its window as a trace.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from timeline import Span, busiest_window, intersection_length, load_spans, merged, summary  # noqa: E402
+from timeline import Span, busiest_window, cell_summaries, intersection_length, load_spans, merged, summary  # noqa: E402
 
 from fastpath.profiling import PhaseProfile  # noqa: E402
 
@@ -60,3 +62,24 @@ def test_a_stub_trace_reads_back_span_for_span(tmp_path):
     spans = load_spans([tmp_path / "text_detection_0_0.trace.json"])
     assert [(s.phase, s.count) for s in spans] == [("scheduler.stage", 4), ("scheduler.run", 4)]
     assert spans[0].end_s == pytest.approx(spans[1].start_s, abs=2e-6) and all(s.end_s >= s.start_s for s in spans)
+
+
+def test_a_cell_sums_its_own_models_instances_with_the_engine_phase_they_have(tmp_path):
+    traces, cuts = tmp_path / "timeline", tmp_path / "out"
+    cuts.mkdir()
+    for instance, phase in (("text_embedding_rt_0_0", "execute.run"), ("text_embedding_rt_0_1", "execute.run"),
+                            ("text_embedding_rt_blocking_0_0", "scheduler.run")):
+        profile = PhaseProfile(None, traces)
+        mark = profile.start()
+        mark = profile.lap("execute.tokenize", mark, 8)
+        profile.lap(phase, mark, 8)
+        profile.dump(instance)
+    spans = load_spans(traces.glob("*.trace.json"))
+    window = (spans[0].start_s, max(s.end_s for s in spans) + 1)
+    result = cell_summaries(traces, {"text_embedding_rt:short:64": window}, cuts)["text_embedding_rt:short:64"]
+    assert result["instances"] == 2 and result["engine_phase"] == "execute.run"
+    assert result["phases"]["execute.tokenize"]["units"] == 16 and "scheduler.run" not in result["phases"]
+    cut = (cuts / "timeline_text_embedding_rt_short_c64.trace.json").read_text()
+    assert cut.count('"execute.run"') == 2
+    late = cell_summaries(traces, {"text_embedding_rt:short:1": (window[0] - 60, window[1])}, cuts)["text_embedding_rt:short:1"]
+    assert "no spans from" in late["error"]  # the window began before the oldest kept span
