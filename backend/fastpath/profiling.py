@@ -122,11 +122,18 @@ class PhaseProfile:
         if self._spans is None:
             return []
         pid, offset = os.getpid(), self._epoch_offset_s
+        spans: list[tuple[str, float, float, int, int]] = []
+        for _ in range(3):
+            try:
+                spans = list(self._spans)
+                break
+            except RuntimeError:  # a lap on another thread appended meanwhile (deque mutated during iteration)
+                continue
         events: list[dict] = [{"name": "thread_name", "ph": "M", "pid": pid, "tid": thread, "args": {"name": name}}
                               for thread, name in list(self._thread_names.items())]
         events += [{"name": phase, "cat": phase.split(".")[0], "ph": "X", "pid": pid, "tid": thread,
                     "ts": round((start + offset) * 1e6, 1), "dur": round((end - start) * 1e6, 1), "args": {"count": count}}
-                   for phase, start, end, thread, count in list(self._spans)]
+                   for phase, start, end, thread, count in spans]
         return events
 
     def dump(self, name: str, *, force: bool = True) -> Path | None:
