@@ -38,6 +38,8 @@ def _error(client, texts) -> str | None:
         _embed(client, texts)
     except InferenceServerException as exc:
         return exc.message()
+    except (TimeoutError, OSError) as exc:  # a request taken by a killed stub is never answered: the client gives up
+        return f"no answer: {exc!r}"
     return None
 
 
