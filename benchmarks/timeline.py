@@ -11,6 +11,8 @@ next batch decodes and the last one is post-processed while this one is on the d
 
     .venv/bin/python benchmarks/timeline.py /tmp/timeline/*.trace.json --from 1764892800.5 --seconds 10 --out t.json
 
+Each model's traces are summed apart (its instances together), with its own engine phase.
+
 Also writes the window's events to ``--cut`` (open it in Perfetto or chrome://tracing).
 """
 
@@ -41,11 +43,32 @@ class Span:
     count: int = 1
 
 
+def read_events(path: Path) -> list[dict]:
+    """The ``traceEvents`` of one Chrome trace file.
+
+    Raises:
+        ValueError: the file cannot be read or is not a trace (naming the file and what is wrong).
+    """
+    try:
+        events = json.loads(Path(path).read_text())["traceEvents"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a readable Chrome trace with 'traceEvents' ({type(exc).__name__}: {exc})") from None
+    if not isinstance(events, list):
+        raise ValueError(f"{path}: 'traceEvents' is a {type(events).__name__}, not a list")
+    return events
+
+
+def model_of(path: Path) -> str:
+    """The model of a stub's trace file, ``<model>_<group>_<index>.trace.json`` (Triton's instance names)."""
+    return re.sub(r"_\d+_\d+$", "", Path(path).name.removesuffix(".trace.json"))
+
+
 def load_spans(paths: Iterable[Path]) -> list[Span]:
-    """The complete events (``"ph": "X"``) of Chrome trace files, as spans sorted by start."""
+    """The complete events (``"ph": "X"``) of Chrome trace files, as spans sorted by start (ValueError: see
+    :func:`read_events`)."""
     spans = []
     for path in paths:
-        for event in json.loads(Path(path).read_text())["traceEvents"]:
+        for event in read_events(path):
             if event.get("ph") == "X":
                 start = event["ts"] * 1e-6
                 spans.append(Span(event["name"], start, start + event["dur"] * 1e-6, event["pid"], event["tid"],
@@ -123,7 +146,7 @@ def cell_summaries(directory: Path, windows: dict[str, tuple[float, float]], cut
     results = {}
     for cell, (start, end) in windows.items():
         model, workload, concurrency = cell.split(":")
-        traces = [p for p in sorted(directory.glob("*.trace.json")) if re.fullmatch(rf"{re.escape(model)}_\d+_\d+\.trace\.json", p.name)]
+        traces = [p for p in sorted(directory.glob("*.trace.json")) if model_of(p) == model]
         spans = load_spans(traces)
         if not spans or spans[0].start_s > start:
             results[cell] = {"error": f"the stubs kept no spans from {start:.1f} on (traces: {[p.name for p in traces]})"}
@@ -156,25 +179,44 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"--seconds must be > 0, got {text}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("traces", type=Path, nargs="+")
+    parser.add_argument("traces", type=Path, nargs="+", help="stub traces; those of several models are summed per model")
     parser.add_argument("--from", dest="start", type=float, help="window start, seconds since the epoch (default: the "
-                        "last --seconds of engine work)")
-    parser.add_argument("--seconds", type=float, default=5.0)
+                        "last --seconds of each model's engine work)")
+    parser.add_argument("--seconds", type=positive_seconds, default=5.0)
     parser.add_argument("--engine", default=None, help=f"the engine phase (default: the first of {', '.join(ENGINE_PHASES)} present)")
-    parser.add_argument("--out", type=Path, help="write the summary as JSON")
-    parser.add_argument("--cut", type=Path, help="write the window's events as a Chrome trace")
+    parser.add_argument("--out", type=Path, help="write the summaries as JSON, one per model")
+    parser.add_argument("--cut", type=Path, help="write the window's events as a Chrome trace (the first model's window)")
     args = parser.parse_args(argv)
-    spans = load_spans(args.traces)
-    args.engine = args.engine or engine_phase(spans)
-    start, end = (args.start, args.start + args.seconds) if args.start is not None else busiest_window(spans, args.seconds, args.engine)
-    result = {"traces": [str(p) for p in args.traces], "from_s": start, **summary(spans, start, end, args.engine)}
-    print(table(result))
+    models: dict[str, list[Path]] = {}
+    for path in args.traces:
+        models.setdefault(model_of(path), []).append(path)
+    results, first_window = {}, None
+    for model, paths in models.items():
+        try:
+            spans = load_spans(paths)
+        except ValueError as exc:
+            parser.error(str(exc))
+        if not spans:
+            print(f"{model}: no spans in {[str(p) for p in paths]}")
+            continue
+        engine = args.engine or engine_phase(spans)
+        start, end = (args.start, args.start + args.seconds) if args.start is not None else busiest_window(spans, args.seconds, engine)
+        first_window = first_window or (start, end)
+        results[model] = {"traces": [str(p) for p in paths], "from_s": start, **summary(spans, start, end, engine)}
+        print(f"{model} ({len(paths)} instance trace(s))\n{table(results[model])}\n")
     if args.out:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-    if args.cut:
-        args.cut.write_text(json.dumps({"traceEvents": cut_events(args.traces, start, end)}) + "\n")
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    if args.cut and first_window:
+        args.cut.write_text(json.dumps({"traceEvents": cut_events(args.traces, *first_window)}) + "\n")
     return 0
 
 
@@ -182,7 +224,7 @@ def cut_events(paths: Iterable[Path], start_s: float, end_s: float) -> list[dict
     """The trace events of ``paths`` that overlap [start_s, end_s), with every thread-name record."""
     events = []
     for path in paths:
-        for event in json.loads(Path(path).read_text())["traceEvents"]:
+        for event in read_events(path):
             if event.get("ph") == "M" or (start_s * 1e6 <= event["ts"] + event.get("dur", 0) and event["ts"] <= end_s * 1e6):
                 events.append(event)
     return events

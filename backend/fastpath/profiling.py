@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+LOG = logging.getLogger(__name__)
 ENV = "FASTPATH_PHASE_PROFILE"
 TIMELINE_ENV = "FASTPATH_TIMELINE"
 DUMP_EVERY_S = 10.0
@@ -141,14 +143,15 @@ class PhaseProfile:
         ``force=True`` also the spans to ``<timeline>/<name>.trace.json`` (encoding them takes a while: at unload).
 
         Returns the path of the sums written, or None (no sums file, or not yet due). Never raises: a profile must
-        not cost an answer (an unwritable directory is reported in the file name's absence only).
+        not cost an answer (a trace that cannot be written is a warning in the log; the sums file's absence says it).
         """
         if force and self.timeline is not None:
+            path = self.timeline / f"{name}.trace.json"
             try:
                 self.timeline.mkdir(parents=True, exist_ok=True)
-                (self.timeline / f"{name}.trace.json").write_text(json.dumps({"traceEvents": self.trace_events()}) + "\n")
-            except OSError:
-                pass
+                path.write_text(json.dumps({"traceEvents": self.trace_events()}) + "\n")
+            except OSError as exc:
+                LOG.warning("could not write the timeline to %s (%s=%s): %s", path.resolve(), TIMELINE_ENV, self.timeline, exc)
         if not self.enabled or self.directory is None:
             return None
         now = time.monotonic()

@@ -64,3 +64,14 @@ def test_a_timeline_keeps_only_the_most_recent_spans_and_reset_forgets_them(tmp_
     assert [e["name"] for e in profile.trace_events() if e["ph"] == "X"] == ["phase.2", "phase.3", "phase.4"]
     profile.reset()
     assert [e for e in profile.trace_events() if e["ph"] == "X"] == []
+
+
+def test_a_timeline_that_cannot_be_written_is_a_warning_naming_the_path(tmp_path, caplog):
+    """The serving path never fails over its profile: an unwritable timeline directory (here: below a file) costs
+    the trace only, and the log says where it could not be written."""
+    (tmp_path / "afile").write_text("")
+    profile = PhaseProfile(None, tmp_path / "afile" / "sub")
+    profile.lap("scheduler.run", profile.start())
+    with caplog.at_level("WARNING", logger="fastpath.profiling"):
+        assert profile.dump("text_detection_0_0") is None
+    assert "could not write the timeline to" in caplog.text and "afile/sub/text_detection_0_0.trace.json" in caplog.text

@@ -6,11 +6,14 @@ Invariants, on spans whose answers are known by hand:
 * a phase's engine overlap is the share of the engine phase's union during which the phase's union is active;
 * the Chrome trace a stub writes (fastpath.profiling) reads back span for span;
 * a served cell sums its own model's instances only (not a model whose name extends it), with the engine phase the
-  traces have (the scheduler's, else a return-mode model's ``execute.run``), and keeps its window as a trace.
+  traces have (the scheduler's, else a return-mode model's ``execute.run``), and keeps its window as a trace;
+* the command line sums each model's traces apart, and refuses a non-positive window or a file that is not a trace
+  with a message naming it (no traceback).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -19,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from timeline import Span, busiest_window, cell_summaries, intersection_length, load_spans, merged, summary  # noqa: E402
+from timeline import Span, busiest_window, cell_summaries, intersection_length, load_spans, main, merged, model_of, summary  # noqa: E402
 
 from fastpath.profiling import PhaseProfile  # noqa: E402
 
@@ -83,3 +86,37 @@ def test_a_cell_sums_its_own_models_instances_with_the_engine_phase_they_have(tm
     assert cut.count('"execute.run"') == 2
     late = cell_summaries(traces, {"text_embedding_rt:short:1": (window[0] - 60, window[1])}, cuts)["text_embedding_rt:short:1"]
     assert "no spans from" in late["error"]  # the window began before the oldest kept span
+
+
+def test_the_command_line_sums_each_models_traces_apart(tmp_path, capsys):
+    for instance, phase in (("text_detection_0_0", "scheduler.run"), ("text_embedding_0_0", "execute.run"),
+                            ("text_embedding_0_1", "execute.run")):
+        profile = PhaseProfile(None, tmp_path)
+        profile.lap(phase, profile.start(), 2)
+        profile.dump(instance)
+    assert model_of(tmp_path / "text_embedding_rt_0_11.trace.json") == "text_embedding_rt"
+    assert main([*map(str, sorted(tmp_path.glob("*.trace.json"))), "--seconds", "5", "--out", str(tmp_path / "s.json")]) == 0
+    result = json.loads((tmp_path / "s.json").read_text())
+    assert sorted(result) == ["text_detection", "text_embedding"]
+    assert result["text_detection"]["engine_phase"] == "scheduler.run" and result["text_embedding"]["engine_phase"] == "execute.run"
+    assert result["text_embedding"]["phases"]["execute.run"]["units"] == 4
+    assert "text_embedding (2 instance trace(s))" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [(["--seconds", "0"], "--seconds must be > 0, got 0"),
+                                           (["--seconds", "-5"], "--seconds must be > 0, got -5")])
+def test_the_command_line_refuses_a_window_that_is_not_positive(tmp_path, capsys, args, message):
+    (tmp_path / "a_0_0.trace.json").write_text('{"traceEvents": []}')
+    with pytest.raises(SystemExit) as stopped:
+        main([str(tmp_path / "a_0_0.trace.json"), *args])
+    assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [None, "{}", "not json", '{"traceEvents": 3}'])
+def test_the_command_line_names_a_file_that_is_not_a_trace(tmp_path, capsys, content):
+    path = tmp_path / "x_0_0.trace.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as stopped:
+        main([str(path)])
+    assert stopped.value.code == 2 and f"{path}: " in capsys.readouterr().err

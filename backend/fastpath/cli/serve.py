@@ -145,10 +145,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _publish_admin_key(admin_key, (options.http_port, options.grpc_port))
         LOG.info("ready: HTTP http://%s:%d  gRPC %s:%d  metrics http://%s:%d/metrics",
                  args.host, options.http_port, args.host, options.grpc_port, args.host, options.metrics_port)
-        # application/json: curl -d's default form content type crashes Triton 2.51 above ~4 MB (README)
-        LOG.info("try: curl -s localhost:%d/v2/models/text_embedding/infer -H 'Content-Type: application/json' -d "
-                 "'{\"inputs\":[{\"name\":\"TEXT\",\"shape\":[1,1],\"datatype\":\"BYTES\",\"data\":[\"hello world\"]}]}'",
-                 options.http_port)
+        if "text_embedding" in options.models:  # application/json: curl -d's default form type crashes Triton 2.51 above ~4 MB
+            LOG.info("try: curl -s localhost:%d/v2/models/text_embedding/infer -H 'Content-Type: application/json' -d "
+                     "'{\"inputs\":[{\"name\":\"TEXT\",\"shape\":[1,1],\"datatype\":\"BYTES\",\"data\":[\"hello world\"]}]}'",
+                     options.http_port)
     supervisor = None
     if not stop_requested.is_set():
         supervisor = stub_supervisor(server)

@@ -99,8 +99,8 @@ class TextDetectionConfig:
                         "bucket_sides_px", ",".join(map(str, self.bucket_sides_px)), f"positive multiples of {NETWORK_STRIDE_PX}")
         check_parameter(self.max_cuda_graphs >= 0, "max_cuda_graphs", self.max_cuda_graphs, ">= 0")
         check_parameter(self.cuda_graph_after_runs >= 0, "cuda_graph_after_runs", self.cuda_graph_after_runs, ">= 0 (0: never)")
-        check_parameter(self.cuda_intra_op_threads >= 0, "cuda_intra_op_threads", self.cuda_intra_op_threads,
-                        ">= 0 (1: the calling thread alone; 0: one per CPU)")
+        check_parameter(0 <= self.cuda_intra_op_threads <= 64, "cuda_intra_op_threads", self.cuda_intra_op_threads,
+                        "in 0..64 (1: the calling thread alone; 0: one per CPU)")
         check_parameter(0 <= self.decode_threads <= 64, "decode_threads", self.decode_threads, "in 0..64")
         check_parameter(self.decode_device in DECODE_DEVICES, "decode_device", self.decode_device,
                         f"one of {', '.join(DECODE_DEVICES)} (cuda: nvJPEG on a KIND_GPU instance)")

@@ -19,6 +19,7 @@ allocated.
 from __future__ import annotations
 
 import io
+import re
 import struct
 import warnings
 from collections.abc import Sequence
@@ -85,10 +86,12 @@ def probe_encoded(data: bytes, *, index: int, max_image_pixels: int | None = Non
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=ENCODED_FORMATS) as header:
                 width, height = header.size
-    except Image.DecompressionBombError:  # Pillow refuses headers above 2 x Image.MAX_IMAGE_PIXELS (~179 Mpx)
+    except Image.DecompressionBombError as exc:  # Pillow refuses headers above 2 x Image.MAX_IMAGE_PIXELS (~179 Mpx)
         limit = f"the limit of {max_image_pixels} pixels (config.pbtxt parameter max_image_pixels)" if max_image_pixels else "any limit"
-        raise InvalidInputError(f"input {BYTES_INPUT} element {index} is larger than {2 * Image.MAX_IMAGE_PIXELS} pixels "
-                                f"by its header, far above {limit}; downscale it") from None
+        said = re.search(r"Image size \((\d+) pixels\)", str(exc))  # Pillow's message carries the header's size
+        size = f"{said.group(1)} pixels" if said else f"larger than {2 * Image.MAX_IMAGE_PIXELS} pixels"
+        raise InvalidInputError(f"input {BYTES_INPUT} element {index} is {size} by its header, far above {limit}; "
+                                "downscale it") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         kind = _kind(data)
         if kind is not None:  # e.g. the first 300 bytes of a JPEG: say what it is, and what its reader said

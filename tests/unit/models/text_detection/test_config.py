@@ -42,8 +42,9 @@ def test_gpu_engine_options_carry_the_graph_knobs_and_one_session_per_graph_is_o
     defaults = parse_parameters(TextDetectionConfig, {}).gpu_engine_options()
     assert defaults["session_per_graph"] is False and defaults["eager_session_per_shape"] is False
     assert defaults["cuda_intra_op_threads"] == 1
-    with pytest.raises(ConfigError, match="cuda_intra_op_threads.*-1.*>= 0"):
-        parse_parameters(TextDetectionConfig, {"cuda_intra_op_threads": "-1"})
+    for bad in ("-1", "65"):
+        with pytest.raises(ConfigError, match=f"cuda_intra_op_threads.*{bad}.*in 0..64"):
+            parse_parameters(TextDetectionConfig, {"cuda_intra_op_threads": bad})
 
 
 def test_unknown_key_is_named():
