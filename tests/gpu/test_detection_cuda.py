@@ -235,3 +235,18 @@ def test_graph_free_batches_on_sessions_of_their_own_shape_return_the_shared_ses
         np.testing.assert_allclose(got, expected, atol=1e-4)
     per_shape.close()
     shared.close()
+
+
+@pytest.mark.gpu
+def test_every_cuda_session_runs_on_the_calling_thread_alone_without_spinning(gpu):
+    """cuda_intra_op_threads 1 (the default): the graph-free session, and a graph session once a shape is captured,
+    have one intra-op thread and spinning off, so no pool worker busy-waits after a run; the maps are unchanged by it
+    (the other tests here run with it)."""
+    engine = gpu.engine
+    engine.capture([(1, 736, 992)])
+    sessions = [engine._eager._session] + [binding.session for binding in engine._graphs.values()]
+    assert len(sessions) >= 2
+    for session in sessions:
+        options = session.get_session_options()
+        assert options.intra_op_num_threads == 1
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
