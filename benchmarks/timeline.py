@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -156,6 +157,33 @@ def cell_summaries(directory: Path, windows: dict[str, tuple[float, float]], cut
         cut = cuts / f"timeline_{model}_{workload}_c{concurrency}.trace.json"
         cut.write_text(json.dumps({"traceEvents": cut_events(traces, start, start + 1.0)}) + "\n")
     return results
+
+
+class CellTimelines:
+    """The served cells a benchmark keeps FastPath's timeline of (``spec``: ``MODEL:WORKLOAD:C;...``, empty: none).
+
+    :meth:`start` before the server starts (its stubs inherit ``FASTPATH_TIMELINE``), :meth:`ran` after each cell,
+    :meth:`summaries` once the server has stopped (the stubs write their traces at unload).
+    """
+
+    def __init__(self, spec: str, directory: Path) -> None:
+        self.cells = [cell for cell in spec.split(";") if cell]
+        self.directory = directory
+        self.windows: dict[str, tuple[float, float]] = {}
+
+    def start(self) -> None:
+        if self.cells:
+            os.environ["FASTPATH_TIMELINE"] = str(self.directory)
+
+    def ran(self, cell: str, started_s: float, ended_s: float) -> None:
+        """Cell ``MODEL:WORKLOAD:C`` ran from ``started_s`` to ``ended_s`` (seconds since the epoch); its window is the
+        last three quarters, past its warm-up."""
+        if cell in self.cells:
+            self.windows[cell] = (started_s + 0.25 * (ended_s - started_s), ended_s)
+
+    def summaries(self, cuts: Path) -> dict | None:
+        """:func:`cell_summaries` of the cells that ran; None when no cell was asked for."""
+        return cell_summaries(self.directory, self.windows, cuts) if self.cells else None
 
 
 def busiest_window(spans: Sequence[Span], seconds: float, engine: str = ENGINE_PHASE) -> tuple[float, float]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -277,10 +276,8 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
     server = TritonServer(ServerOptions(model_repository=repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
                                         host="127.0.0.1", exit_timeout_s=60, models=models), log_path=root / "tritonserver.log")
     report: dict = {"rows": []}
-    timeline_cells = [cell for cell in args.timeline_cells.split(";") if cell]
-    windows: dict[str, tuple[float, float]] = {}
-    if timeline_cells:  # every stub keeps its spans (fastpath.profiling); they are written when the server stops
-        os.environ["FASTPATH_TIMELINE"] = str(root / "timeline")
+    timelines = timeline.CellTimelines(args.timeline_cells, root / "timeline")
+    timelines.start()
     started = time.monotonic()
     server.start()
     try:
@@ -310,8 +307,7 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
                     print("FAILED", spec, concurrency, str(exc)[-600:], flush=True)
                     continue
                 wall_s = time.monotonic() - t0
-                if f"{model}:{workload}:{concurrency}" in timeline_cells:
-                    windows[f"{model}:{workload}:{concurrency}"] = (wall_t0 + 0.25 * wall_s, wall_t0 + wall_s)  # past its warm-up
+                timelines.ran(f"{model}:{workload}:{concurrency}", wall_t0, wall_t0 + wall_s)
                 cell["fastpath_metrics"] = triton_gpu.metric_deltas(before, triton_gpu.model_metrics(metrics_port, model, "fastpath_"))
                 if spy is not None:
                     spy.join(timeout=60)
@@ -330,8 +326,8 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
         report["stub_crashes_in_log"] = sum(log.count(m) for m in ("Segmentation fault", "Fatal Python error"))
         report["errors_in_log"] = log.count(" E1") + log.count("Traceback")
         report["log_tail"] = log[-3000:]
-        if timeline_cells:
-            report["timelines"] = timeline.cell_summaries(root / "timeline", windows, args.out.parent)
+        if timelines.cells:
+            report["timelines"] = timelines.summaries(args.out.parent)
     return report
 
 

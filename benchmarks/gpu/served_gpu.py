@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
-import os
 import random
 import re
 import resource
@@ -246,10 +245,8 @@ def main() -> int:
         model, _, rest = item.partition("@")
         workload, _, levels = rest.partition(":")
         skip |= {(model, workload, c) for c in (levels.split(",") if levels else ["*"])}
-    timeline_cells = [cell for cell in args.timeline_cells.split(";") if cell]
-    windows: dict[str, tuple[float, float]] = {}
-    if timeline_cells:  # every stub keeps its spans (fastpath.profiling); they are written when the server stops
-        os.environ["FASTPATH_TIMELINE"] = str(root / "timeline")
+    timelines = timeline.CellTimelines(args.timeline_cells, root / "timeline")
+    timelines.start()
     started = time.monotonic()
     server.start()
     try:
@@ -272,8 +269,7 @@ def main() -> int:
                                                                       "concurrency": concurrency, "error": str(exc)[-800:]})
                         print("FAILED", report["failed_cells"][-1], flush=True)
                         continue
-                    if f"{model}:{workload}:{concurrency}" in timeline_cells:  # its last three quarters: past the warm-up
-                        windows[f"{model}:{workload}:{concurrency}"] = (cell_t0 + 0.25 * (time.time() - cell_t0), time.time())
+                    timelines.ran(f"{model}:{workload}:{concurrency}", cell_t0, time.time())
                     print(_line(rows[-1]), flush=True)
                     report["load"] = rows
                     args.out.write_text(json.dumps(report, indent=2) + "\n")  # what ran so far survives a time limit
@@ -288,8 +284,8 @@ def main() -> int:
         log = (root / "tritonserver.log").read_text()
         report["stub_crashes_in_log"] = sum(log.count(marker) for marker in ("Segmentation fault", "Fatal Python error"))
         report["log_tail"] = log[-2000:]
-        if timeline_cells:
-            report["timelines"] = timeline.cell_summaries(root / "timeline", windows, out_dir)
+        if timelines.cells:
+            report["timelines"] = timelines.summaries(out_dir)
     if args.raw:
         report["raw_engine"] = raw_engine(args.version_dir, chunks, 32, args.device)
         for row in report["load"]:

@@ -28,8 +28,7 @@ import numpy as np
 import onnxruntime as ort
 
 from fastpath.engines.base import Engine, TensorSpec
-from fastpath.engines.cpus import ort_intra_op_threads
-from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
+from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine, session_options
 from fastpath.errors import EngineError
 from fastpath.graphs import BERT_INPUTS, Bucket, BucketGrid, PaddedInput, batch_shape, filler_rows, stage_rows
 
@@ -41,19 +40,20 @@ PROVIDER = "CUDAExecutionProvider"
 CUDA_INTRA_OP_THREADS = 1
 
 
+def cuda_allow_spinning(intra_op_threads: int) -> bool:
+    """ONNX Runtime's default spinning where a CUDA EP session has pool workers to spin; none with one thread."""
+    return intra_op_threads != 1
+
+
 def cuda_session_options(intra_op_threads: int = CUDA_INTRA_OP_THREADS) -> ort.SessionOptions:
-    """``SessionOptions`` of a CUDA EP session: every graph optimization, ``intra_op_threads`` CPU threads (1: the
-    calling thread alone; 0: one per CPU the process may use, :mod:`fastpath.engines.cpus`), and ONNX Runtime's
-    default spinning only where there are workers to spin.
+    """``SessionOptions`` of a CUDA EP session (:func:`~fastpath.engines.onnxruntime.engine.session_options`):
+    ``intra_op_threads`` CPU threads (1: the calling thread alone; 0: one per CPU the process may use), spinning
+    per :func:`cuda_allow_spinning`.
 
     Raises:
-        ConfigError: ``intra_op_threads`` < 0.
+        ValueError: ``intra_op_threads`` < 0.
     """
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = ort_intra_op_threads(intra_op_threads)
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0" if intra_op_threads == 1 else "1")
-    return options
+    return session_options(intra_op_threads, cuda_allow_spinning(intra_op_threads))
 
 
 def require_cuda_provider() -> None:
@@ -125,7 +125,7 @@ class OnnxRuntimeCudaGraphEngine(Engine):
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/NoSuchFile types
             raise EngineError(f"ONNX Runtime (CUDA EP, graphs) could not load {path}: {exc}") from exc
         self._eager = OnnxRuntimeEngine(path, providers=((PROVIDER, {"device_id": str(device_id)}),), intra_op_threads=intra_op_threads,
-                                        allow_spinning=intra_op_threads != 1)
+                                        allow_spinning=cuda_allow_spinning(intra_op_threads))
         self._inputs = self._eager.inputs
         self._outputs = self._eager.outputs
         self.grid = BucketGrid(batch_sizes, lengths)

@@ -118,18 +118,29 @@ class _Memory:
     pattern: bool
 
 
-def _session(path: str, providers: tuple[str | tuple[str, dict], ...], intra_op_threads: int,
-             allow_spinning: bool, memory: _Memory) -> ort.InferenceSession:
-    """An ``InferenceSession`` with FastPath's options; raises EngineError when the model does not load."""
+def session_options(intra_op_threads: int, allow_spinning: bool) -> ort.SessionOptions:
+    """``SessionOptions`` every FastPath session shares: all graph optimizations, ``intra_op_threads`` (0: one per CPU
+    the process may use, :func:`~fastpath.engines.cpus.ort_intra_op_threads`) and ``session.intra_op.allow_spinning``.
+
+    Raises:
+        ValueError: ``intra_op_threads`` < 0.
+    """
     options = ort.SessionOptions()
-    options.enable_cpu_mem_arena = memory.arena
-    options.enable_mem_pattern = memory.pattern
     options.intra_op_num_threads = ort_intra_op_threads(intra_op_threads)
     # ONNX Runtime's documented session option: worker threads busy-wait for the next operator
     # ("1", its default) or sleep ("0"), which leaves the cores to Triton, clients and tokenization.
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
-    options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return options
+
+
+def _session(path: str, providers: tuple[str | tuple[str, dict], ...], intra_op_threads: int,
+             allow_spinning: bool, memory: _Memory) -> ort.InferenceSession:
+    """An ``InferenceSession`` with FastPath's options; raises EngineError when the model does not load."""
+    options = session_options(intra_op_threads, allow_spinning)
+    options.enable_cpu_mem_arena = memory.arena
+    options.enable_mem_pattern = memory.pattern
+    options.inter_op_num_threads = 1
     try:
         # Common-subexpression elimination merges the INT8 model's per-consumer Q/DQ pairs back into
         # shared ones, and ONNX Runtime then cannot fuse DQ -> MatMul for Q, K and V (INT8 1x32: 28.2 ms

@@ -23,7 +23,13 @@ import numpy as np
 import onnxruntime as ort
 
 from fastpath.engines.base import Engine
-from fastpath.engines.onnxruntime.cuda_graphs import CUDA_INTRA_OP_THREADS, PROVIDER, cuda_session_options, require_cuda_provider
+from fastpath.engines.onnxruntime.cuda_graphs import (
+    CUDA_INTRA_OP_THREADS,
+    PROVIDER,
+    cuda_allow_spinning,
+    cuda_session_options,
+    require_cuda_provider,
+)
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import EngineError
 from fastpath.memory.cuda import CAPTURE_LOCK, cuda_call, runtime
@@ -157,7 +163,7 @@ class OnnxRuntimeCudaImageEngine(Engine):
         eager = cuda_provider_options(device_id, tf32=tf32, graphs=False, extra=eager_options)
         self._eager_options = eager
         self._eager = OnnxRuntimeEngine(path, providers=((PROVIDER, eager),), intra_op_threads=intra_op_threads,
-                                        allow_spinning=intra_op_threads != 1)
+                                        allow_spinning=cuda_allow_spinning(intra_op_threads))
         self._inputs, self._outputs = self._eager.inputs, self._eager.outputs
         spec = self._inputs[0]
         if len(self._inputs) != 1 or spec.dtype != np.uint8 or len(spec.shape) != 4 or spec.shape[3] != 3:

@@ -342,7 +342,6 @@ class TextEmbeddingModel(ScheduledModel):
             return False
         return True
 
-
     def release(self) -> None:
         versions = getattr(self, "versions", None)
         if versions is not None:
