@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import perf_analyzer as pa  # noqa: E402  (benchmarks/perf_analyzer.py: input data, cells)
+import thread_cpu  # noqa: E402  (CPU per stub thread)
 import timeline  # noqa: E402  (benchmarks/timeline.py: FastPath's timeline per cell)
 import triton_gpu  # noqa: E402  (CPU accounting)
 from detection_numerics import GPU_CONFIG, VERSION_DIR, decode, gpu_config, numerics  # noqa: E402  (step 1)
@@ -210,6 +211,23 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
     "text_detection_ort_pool": {"cuda_intra_op_threads": "0"},
     # two instances (stub processes) on the one GPU: decode, post-processing and the engine's Python split over two GILs
     "text_detection_x2": {INSTANCE_COUNT: "2"},
+    # three or four instances, graphs for 736x1312 only (a 1280x720 photo under min/736): ~10 GiB of graph sessions each
+    "text_detection_x3_one_shape": {INSTANCE_COUNT: "3", "capture_shapes_px": "736x1312"},
+    "text_detection_x4_one_shape": {INSTANCE_COUNT: "4", "capture_shapes_px": "736x1312"},
+    # no thread that waits spins: OpenCV calls on their calling thread, host threads sleep on the GPU
+    "text_detection_quiet": {"opencv_threads": "1", "cuda_blocking_sync": "true", "capture_shapes_px": "736x1312"},
+    "text_detection_x3_quiet": {INSTANCE_COUNT: "3", "opencv_threads": "1", "cuda_blocking_sync": "true",
+                                "capture_shapes_px": "736x1312"},
+    # configs/gpu.pbtxt before three instances and OpenCV on the calling thread: one instance, batches of up to 16
+    "text_detection_one_instance": {INSTANCE_COUNT: "1", "opencv_threads": "0", "batch_buckets": "1,2,4,8,16",
+                                    "max_batch_images": "16"},
+    # one of the two changes of text_detection_quiet each
+    "text_detection_blocking_sync": {"cuda_blocking_sync": "true", "capture_shapes_px": "736x1312"},
+    "text_detection_opencv_1": {"opencv_threads": "1", "capture_shapes_px": "736x1312"},
+    # more stub processes with batches of up to 8 images: ~6 GiB of graph sessions each
+    **{f"text_detection_x{n}_quiet_b8": {INSTANCE_COUNT: str(n), "opencv_threads": "1", "cuda_blocking_sync": "true",
+                                         "capture_shapes_px": "736x1312", "batch_buckets": "1,2,4,8", "max_batch_images": "8"}
+       for n in (4, 5, 6)},
 }
 
 
@@ -272,7 +290,8 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
     variants = named_variants(args.cells, args.py_spy_cells)
     repository = build_repository(root, variants)
     http_port, grpc_port, metrics_port = free_ports(3)
-    models = ("text_detection", *variants, "naive_detection")
+    named = {cell.split(":")[0] for spec in (args.cells, args.py_spy_cells) for cell in spec.split(";") if cell}
+    models = tuple(m for m in ("text_detection", *variants, "naive_detection") if m in named)  # the GPU holds these only
     server = TritonServer(ServerOptions(model_repository=repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
                                         host="127.0.0.1", exit_timeout_s=60, models=models), log_path=root / "tritonserver.log")
     report: dict = {"rows": []}
@@ -289,6 +308,7 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
             model, workload, levels = spec.split(":")
             for concurrency in (int(c) for c in levels.split(",")):
                 account = triton_gpu.CpuAccount(server.pid)
+                threads = thread_cpu.ThreadCpu([pid for pid, name in account.stubs.items() if name == model])
                 before = triton_gpu.model_metrics(metrics_port, model, "fastpath_")
                 dumps: list = []
                 spy = None
@@ -313,10 +333,11 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
                     spy.join(timeout=60)
                     report.setdefault("py_spy_dumps", {})[f"{model}:{workload}:{concurrency}"] = dumps
                 cell["cpu"] = account.finish(max(1, int(cell["req_per_s"] * wall_s)), 0.0, wall_s)
+                cell["stub_threads"] = threads.finish(wall_s, triton_gpu._py_spy())
                 cell.pop("texts_per_s", None)
                 cell.update(model=model, workload=workload, concurrency=concurrency)
                 report["rows"].append(cell)
-                print(line(cell), flush=True)
+                print(line(cell), "\n    stub cores per thread group:", cell["stub_threads"]["groups"], flush=True)
                 args.out.write_text(json.dumps({**args.report, "served": report}, indent=2) + "\n")  # so far, kept if cut short
         report["gpu_memory_mib_end"] = triton_gpu.gpu_memory_mib()[0]
     finally:

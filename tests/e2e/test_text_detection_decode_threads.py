@@ -1,9 +1,11 @@
-"""text_detection with decode threads (``decode_threads``, what its GPU configuration uses), on a real tritonserver.
+"""text_detection with decode threads (``decode_threads``, what its GPU configuration uses) and OpenCV on the calling
+thread (``opencv_threads`` 1), on a real tritonserver.
 
 With ``decode_threads`` > 0, ``execute()`` copies each request's tensor and returns; a decode thread checks,
 decodes and resizes the images and queues them, or answers the request's error. Invariants, with requests of
 real photos (PNG, JPEG, raw uint8 arrays) and bad ones sent concurrently from several threads:
-* every good request gets the boxes the same detector computes in-process for its images, in order;
+* every good request gets the boxes the same detector computes in-process (OpenCV's default pool) for its images,
+  in order;
 * every bad request (corrupt file, zero-sized array) gets its own 400 and the good ones are unaffected;
 * every request gets exactly one answer and the model serves on.
 """
@@ -33,7 +35,7 @@ def server(tmp_path_factory):
     if not text_detection_present(MODEL_REPOSITORY):
         build_text_detection(MODEL_REPOSITORY)
     root = tmp_path_factory.mktemp("triton_detection_decode_threads")
-    repository = variant_repository(root, MODEL, decode_threads="3", **RESIZE)
+    repository = variant_repository(root, MODEL, decode_threads="3", opencv_threads="1", **RESIZE)
     server = start_server(root, models=(MODEL,), repository=repository)
     try:
         yield server

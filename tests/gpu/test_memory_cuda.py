@@ -62,3 +62,21 @@ def test_cuda_call_raises_on_a_real_failure(cudart):
     with pytest.raises(CudaError, match="cudaErrorInvalidDevice") as info:
         cuda_call(cudart.cudaSetDevice(10_000), "cudaSetDevice(10000)")
     assert info.value.call == "cudaSetDevice(10000)"
+
+
+def test_blocking_sync_sets_the_devices_schedule_flag_even_after_its_context_is_active():
+    """use_blocking_sync leaves cudaDeviceScheduleBlockingSync in the device's flags, here after an allocation made
+    the primary context active (process-wide: run in a child process of its own)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from fastpath.memory.cuda import runtime, cuda_call, use_blocking_sync\n"
+            "r = runtime(); cuda_call(r.cudaSetDevice(0)); cuda_call(r.cudaFree(0))\n"
+            "use_blocking_sync(0)\n"
+            "flags = cuda_call(r.cudaGetDeviceFlags())\n"
+            "print(int(flags) & int(r.cudaDeviceScheduleMask), int(r.cudaDeviceScheduleBlockingSync))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # the backend as this process imports it
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, env=env)
+    schedule, blocking = done.stdout.split()
+    assert schedule == blocking

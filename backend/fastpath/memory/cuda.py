@@ -131,3 +131,19 @@ def probe_cuda() -> CudaProbe:
     raw_name = props.name if int(err) == 0 else b"unknown"
     device_name = (raw_name.decode(errors="replace") if isinstance(raw_name, bytes) else str(raw_name)).rstrip("\x00")
     return CudaProbe(True, int(count), device_name, f"{count} CUDA device(s), device 0: {device_name}")
+
+
+def use_blocking_sync(device_id: int) -> None:
+    """Make host threads of this process sleep, not spin, while they wait for device ``device_id``
+    (``cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync)``: stream, event and device synchronizes).
+
+    CUDA's default (``cudaDeviceScheduleAuto``) busy-waits while the process has fewer active contexts
+    than cores: each wait then holds a core for as long as the GPU computes. Process-wide for the device;
+    applies to its primary context whether or not that is active yet.
+
+    Raises:
+        CudaError: the runtime refuses the device or the flag.
+    """
+    cudart = runtime()
+    cuda_call(cudart.cudaSetDevice(device_id), "cudaSetDevice")
+    cuda_call(cudart.cudaSetDeviceFlags(cudart.cudaDeviceScheduleBlockingSync), "cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync)")

@@ -50,7 +50,7 @@ def test_device_cuda_logs_which_configuration_each_model_loads(caplog):
     text = caplog.text
     assert "device cuda (--device cuda: torch sees 1 CUDA device(s): NVIDIA H200)" in text
     assert "text_embedding: text_embedding/configs/gpu.pbtxt (KIND_GPU x6 on each visible GPU)" in text
-    assert "text_detection: text_detection/configs/gpu.pbtxt (KIND_GPU x1 on each visible GPU)" in text
+    assert "text_detection: text_detection/configs/gpu.pbtxt (KIND_GPU x3 on each visible GPU)" in text
     assert "fastpath_admin: fastpath_admin/config.pbtxt (KIND_CPU x1)" in text
 
 

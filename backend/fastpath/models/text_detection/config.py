@@ -62,6 +62,8 @@ class TextDetectionConfig:
     cuda_graph_session_per_shape: bool = False
     cuda_eager_session_per_shape: bool = False
     cuda_intra_op_threads: int = 1
+    cuda_blocking_sync: bool = False
+    opencv_threads: int = 0
     decode_threads: int = 0
     decode_device: str = "cpu"
     post_threads: int = 0
@@ -101,6 +103,8 @@ class TextDetectionConfig:
         check_parameter(self.cuda_graph_after_runs >= 0, "cuda_graph_after_runs", self.cuda_graph_after_runs, ">= 0 (0: never)")
         check_parameter(0 <= self.cuda_intra_op_threads <= 64, "cuda_intra_op_threads", self.cuda_intra_op_threads,
                         "in 0..64 (1: the calling thread alone; 0: one per CPU)")
+        check_parameter(0 <= self.opencv_threads <= 64, "opencv_threads", self.opencv_threads,
+                        "in 0..64 (1: each OpenCV call on its calling thread; 0: OpenCV's default pool, one thread per CPU)")
         check_parameter(0 <= self.decode_threads <= 64, "decode_threads", self.decode_threads, "in 0..64")
         check_parameter(self.decode_device in DECODE_DEVICES, "decode_device", self.decode_device,
                         f"one of {', '.join(DECODE_DEVICES)} (cuda: nvJPEG on a KIND_GPU instance)")

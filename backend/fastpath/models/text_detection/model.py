@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 
 from fastpath.config import instance_device
@@ -32,6 +33,7 @@ from fastpath.errors import ConfigError, InvalidInputError
 from fastpath.graphs import ImageSideBuckets
 from fastpath.graphs.buckets import Sizes
 from fastpath.memory import MemoryReturner, PoolConfig, create_host_pool
+from fastpath.memory.cuda import use_blocking_sync
 from fastpath.models.text_detection.batches import DetectionBatchHandler, check_staging_fits, warm_up
 from fastpath.models.text_detection.budget import MemoryBudget, peak_budget
 from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, DetectionSchedulerConfig, TextDetectionConfig
@@ -113,6 +115,10 @@ class TextDetectionModel(ScheduledModel):
         self.batch_sizes = check_scheduler_fits(self.config, self.scheduler_config)
         self.device = instance_device(args, None, runtime=self.config.runtime, gpu_runtimes=("onnxruntime",))
         self.gpu = self.device.startswith("cuda")
+        if self.config.opencv_threads:  # process-wide: decode and post-processing threads already run in parallel
+            cv2.setNumThreads(self.config.opencv_threads)
+        if self.gpu and self.config.cuda_blocking_sync:  # before the engine's sessions make the context
+            use_blocking_sync(int(self.device.partition(":")[2] or 0))
         self.buckets = ImageSideBuckets(self.config.bucket_sides_px)
         self.device_decoder = self._device_decoder()
         self.detector = TextDetector.from_directory(Path(args["model_repository"]) / self.model_version, self.config,

@@ -47,6 +47,16 @@ def test_gpu_engine_options_carry_the_graph_knobs_and_one_session_per_graph_is_o
             parse_parameters(TextDetectionConfig, {"cuda_intra_op_threads": bad})
 
 
+def test_opencv_threads_and_blocking_sync_parse_and_opencv_threads_is_bounded_to_0_64():
+    config = parse_parameters(TextDetectionConfig, {"opencv_threads": "1", "cuda_blocking_sync": "true"})
+    assert (config.opencv_threads, config.cuda_blocking_sync) == (1, True)
+    defaults = parse_parameters(TextDetectionConfig, {})
+    assert (defaults.opencv_threads, defaults.cuda_blocking_sync) == (0, False)  # OpenCV's and CUDA's own defaults
+    for bad in ("-1", "65"):
+        with pytest.raises(ConfigError, match=f"opencv_threads.*{bad}.*in 0..64"):
+            parse_parameters(TextDetectionConfig, {"opencv_threads": bad})
+
+
 def test_unknown_key_is_named():
     with pytest.raises(ConfigError, match="'limit_side_len'.*known parameters:.*limit_side_len_px"):
         parse_parameters(TextDetectionConfig, {"limit_side_len": "960"})

@@ -1,0 +1,79 @@
+"""CPU seconds per thread of a model's stub processes over a load cell: which threads hold the cores.
+
+Python threads are named from ``py-spy dump`` (its ``Thread <tid> (...): "<name>"`` lines); threads without Python
+frames (OpenCV's pool, CUDA's and ONNX Runtime's own) keep their Linux name (``/proc/<pid>/task/<tid>/comm``), so
+a native pool that busy-waits shows up as native cores that no Python stage accounts for.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+PY_SPY_THREAD = re.compile(r'^Thread (\d+) \([^)]*\): "([^"]*)"', re.MULTILINE)
+
+
+def _threads(pid: int) -> dict[int, tuple[str, float]]:
+    """tid -> (Linux thread name, CPU seconds so far) of every thread of ``pid``; {} if it is gone."""
+    found = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            head, _, rest = (task / "stat").read_text().rpartition(")")
+            fields = rest.split()
+            found[int(task.name)] = (head.partition("(")[2], (int(fields[11]) + int(fields[12])) / tick)
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def python_thread_names(py_spy: str | None, pid: int) -> dict[int, str]:
+    """tid -> Python thread name of ``pid`` from one ``py-spy dump`` ({} without py-spy or on failure)."""
+    if not py_spy:
+        return {}
+    try:
+        done = subprocess.run([py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {int(tid): name for tid, name in PY_SPY_THREAD.findall(done.stdout)}
+
+
+def group_name(name: str) -> str:
+    """A thread pool's name without its worker number: ``text_detection-decode_3`` -> ``text_detection-decode``."""
+    return re.sub(r"[_-]\d+$", "", name) or name
+
+
+class ThreadCpu:
+    """Per-thread CPU of ``pids`` between construction and :meth:`finish`."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.start = {pid: _threads(pid) for pid in pids}
+
+    def finish(self, wall_s: float, py_spy: str | None = None, top: int = 12) -> dict:
+        """Cores (CPU seconds / ``wall_s``) per thread group and the ``top`` threads, Python names where py-spy gives them.
+
+        Returns:
+            ``{"groups": {name: cores}, "top": [{"pid", "tid", "name", "cores"}]}``, largest first; a group is
+            ``py:<pool>`` for Python threads, ``native:<Linux name>`` for the others.
+        """
+        groups: dict[str, float] = {}
+        rows = []
+        for pid in self.pids:
+            names = python_thread_names(py_spy, pid)
+            before = self.start.get(pid, {})
+            for tid, (comm, cpu_s) in _threads(pid).items():
+                used = cpu_s - before.get(tid, (comm, 0.0))[1]
+                python = names.get(tid)
+                key = f"py:{group_name(python)}" if python else f"native:{group_name(comm)}"
+                groups[key] = groups.get(key, 0.0) + used
+                rows.append({"pid": pid, "tid": tid, "name": python or f"({comm})", "cores": used / wall_s})
+        rows.sort(key=lambda row: -row["cores"])
+        return {"groups": {k: round(v / wall_s, 2) for k, v in sorted(groups.items(), key=lambda kv: -kv[1]) if v > 0.005 * wall_s},
+                "top": [{**row, "cores": round(row["cores"], 2)} for row in rows[:top]]}
