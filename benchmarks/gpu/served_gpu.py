@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import perf_analyzer as pa  # noqa: E402  (benchmarks/perf_analyzer.py: input data, cells, CSV)
+import thread_cpu  # noqa: E402  (benchmarks/gpu: CPU per stub thread)
 import timeline  # noqa: E402  (benchmarks/timeline.py: FastPath's timeline per cell)
 import triton_gpu  # noqa: E402  (benchmarks/gpu: repository layout, CPU accounting, py-spy)
 
@@ -146,6 +147,7 @@ def run_cell(analyzer: pa.PerfAnalyzer, server, model: str, workload: str, data:
     """A cell (:func:`perf_analyzer.stable_cell` over gRPC) with the CPU its process groups used (cores, and
     microseconds per request)."""
     account = triton_gpu.CpuAccount(server.pid)
+    threads = thread_cpu.ThreadCpu([pid for pid, name in account.stubs.items() if name == model])
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     load = pa.Load(model=model, url=server.grpc_url, data=data, batch=WORKLOADS[workload], concurrency=concurrency)
@@ -155,7 +157,8 @@ def run_cell(analyzer: pa.PerfAnalyzer, server, model: str, workload: str, data:
     client_s = (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime)
     # perf_analyzer's rate holds over its whole run (warm-up and trials), so CPU per request = cores / rate
     cpu = account.finish(max(1, int(cell["req_per_s"] * wall_s)), client_s, wall_s)
-    cell.update(model=model, workload=workload, concurrency=concurrency, cpu=cpu, wall_s=round(wall_s, 1))
+    cell.update(model=model, workload=workload, concurrency=concurrency, cpu=cpu, wall_s=round(wall_s, 1),
+                stub_threads=threads.finish(wall_s, triton_gpu._py_spy()))  # cores per thread group of the model's stubs
     return cell
 
 
@@ -270,7 +273,7 @@ def main() -> int:
                         print("FAILED", report["failed_cells"][-1], flush=True)
                         continue
                     timelines.ran(f"{model}:{workload}:{concurrency}", cell_t0, time.time())
-                    print(_line(rows[-1]), flush=True)
+                    print(_line(rows[-1]), "\n    stub cores per thread group:", rows[-1]["stub_threads"]["groups"], flush=True)
                     report["load"] = rows
                     args.out.write_text(json.dumps(report, indent=2) + "\n")  # what ran so far survives a time limit
         report["load"] = rows
