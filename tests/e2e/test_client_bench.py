@@ -29,7 +29,11 @@ def _check_result(result):
     assert result["errors"] == 0 and result["requests"] > 0 and result["throughput_per_s"] > 0
     assert 0 < latency["min"] <= latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["max"]
     assert len(result["windows"]) == 3 and isinstance(result["stable"], bool)
-    assert server["requests"] > 0 and server["inferences"] >= server["requests"]
+    # Triton counts a request's success and its inferences at different moments, and the snapshots are taken under
+    # load: the two counts may differ by the requests in flight at either boundary (one text per request here; at
+    # the 5 requests/s of the request-rate test a few at most).
+    in_flight = 2 * (result["concurrency"] or 4)
+    assert server["requests"] > 0 and abs(server["inferences"] - server["requests"]) <= in_flight
     assert all(server[f"{phase}_us"] > 0 for phase in ("queue", "compute_input", "compute_infer", "compute_output"))
     assert server["success_us"] <= latency["avg"] * 1e3 * 1.5  # the server's share fits in what the client saw
 
