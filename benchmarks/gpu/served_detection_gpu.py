@@ -200,6 +200,7 @@ def pinned_h2d_GBps(device: str, nbytes: int = 64 << 20) -> float:
 
 
 INSTANCE_COUNT = "instance_group.count"  # a variant key that sets the instance group's count, not a parameter
+QUIET = {"opencv_threads": "1", "cuda_blocking_sync": "true"}  # no waiting thread spins (OpenCV's pool, CUDA's waits)
 VARIANTS = {  # served beside text_detection when a cell names them: the shipped configs/gpu.pbtxt with these parameters changed
     "text_detection_tf32": {"cuda_tf32": "true"},
     "text_detection_nvjpeg": {"decode_device": "cuda"},
@@ -215,9 +216,8 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
     "text_detection_x3_one_shape": {INSTANCE_COUNT: "3", "capture_shapes_px": "736x1312"},
     "text_detection_x4_one_shape": {INSTANCE_COUNT: "4", "capture_shapes_px": "736x1312"},
     # no thread that waits spins: OpenCV calls on their calling thread, host threads sleep on the GPU
-    "text_detection_quiet": {"opencv_threads": "1", "cuda_blocking_sync": "true", "capture_shapes_px": "736x1312"},
-    "text_detection_x3_quiet": {INSTANCE_COUNT: "3", "opencv_threads": "1", "cuda_blocking_sync": "true",
-                                "capture_shapes_px": "736x1312"},
+    "text_detection_quiet": {**QUIET, "capture_shapes_px": "736x1312"},
+    "text_detection_x3_quiet": {**QUIET, INSTANCE_COUNT: "3", "capture_shapes_px": "736x1312"},
     # configs/gpu.pbtxt before three instances and OpenCV on the calling thread: one instance, batches of up to 16
     "text_detection_one_instance": {INSTANCE_COUNT: "1", "opencv_threads": "0", "batch_buckets": "1,2,4,8,16",
                                     "max_batch_images": "16"},
@@ -225,9 +225,8 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
     "text_detection_blocking_sync": {"cuda_blocking_sync": "true", "capture_shapes_px": "736x1312"},
     "text_detection_opencv_1": {"opencv_threads": "1", "capture_shapes_px": "736x1312"},
     # more stub processes with batches of up to 8 images: ~6 GiB of graph sessions each
-    **{f"text_detection_x{n}_quiet_b8": {INSTANCE_COUNT: str(n), "opencv_threads": "1", "cuda_blocking_sync": "true",
-                                         "capture_shapes_px": "736x1312", "batch_buckets": "1,2,4,8", "max_batch_images": "8"}
-       for n in (4, 5, 6)},
+    **{f"text_detection_x{n}_quiet_b8": {**QUIET, INSTANCE_COUNT: str(n), "capture_shapes_px": "736x1312",
+                                         "batch_buckets": "1,2,4,8", "max_batch_images": "8"} for n in (4, 5, 6)},
 }
 
 
@@ -257,13 +256,18 @@ def build_repository(root: Path, variants: list[str]) -> Path:
     return repository
 
 
+def named_models(*specs: str) -> set[str]:
+    """The models that ``MODEL:...`` cell specs (``;``-separated) name."""
+    return {cell.split(":")[0] for spec in specs for cell in spec.split(";") if cell}
+
+
 def named_variants(*specs: str) -> list[str]:
     """The :data:`VARIANTS` that ``MODEL:...`` cell specs (``;``-separated) name, in :data:`VARIANTS` order.
 
     Raises:
         SystemExit: a cell names a model that is neither text_detection, naive_detection nor a variant.
     """
-    named = {cell.split(":")[0] for spec in specs for cell in spec.split(";") if cell}
+    named = named_models(*specs)
     unknown = named - {"text_detection", "naive_detection", *VARIANTS}
     if unknown:
         raise SystemExit(f"cells name unknown models {sorted(unknown)}; variants: {sorted(VARIANTS)}")
@@ -290,7 +294,7 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
     variants = named_variants(args.cells, args.py_spy_cells)
     repository = build_repository(root, variants)
     http_port, grpc_port, metrics_port = free_ports(3)
-    named = {cell.split(":")[0] for spec in (args.cells, args.py_spy_cells) for cell in spec.split(";") if cell}
+    named = named_models(args.cells, args.py_spy_cells)
     models = tuple(m for m in ("text_detection", *variants, "naive_detection") if m in named)  # the GPU holds these only
     server = TritonServer(ServerOptions(model_repository=repository, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
                                         host="127.0.0.1", exit_timeout_s=60, models=models), log_path=root / "tritonserver.log")

@@ -15,19 +15,27 @@ from pathlib import Path
 PY_SPY_THREAD = re.compile(r'^Thread (\d+) \([^)]*\): "([^"]*)"', re.MULTILINE)
 
 
+def stat_cpu_s(stat: Path) -> tuple[str, float]:
+    """(name, CPU seconds user + system) from a ``/proc/<pid>/stat`` or ``/proc/<pid>/task/<tid>/stat`` file.
+
+    Raises:
+        OSError, IndexError, ValueError: the process or thread is gone, or the file is not a stat file.
+    """
+    head, _, rest = stat.read_text().rpartition(")")
+    fields = rest.split()
+    return head.partition("(")[2], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _threads(pid: int) -> dict[int, tuple[str, float]]:
     """tid -> (Linux thread name, CPU seconds so far) of every thread of ``pid``; {} if it is gone."""
     found = {}
-    tick = os.sysconf("SC_CLK_TCK")
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return found
     for task in tasks:
         try:
-            head, _, rest = (task / "stat").read_text().rpartition(")")
-            fields = rest.split()
-            found[int(task.name)] = (head.partition("(")[2], (int(fields[11]) + int(fields[12])) / tick)
+            found[int(task.name)] = stat_cpu_s(task / "stat")
         except (OSError, IndexError, ValueError):
             continue
     return found

@@ -32,7 +32,7 @@ from fastpath.config import instance_device
 from fastpath.errors import ConfigError, InvalidInputError
 from fastpath.graphs import ImageSideBuckets
 from fastpath.graphs.buckets import Sizes
-from fastpath.memory import MemoryReturner, PoolConfig, create_host_pool
+from fastpath.memory import MemoryReturner, PoolConfig, create_host_pool, cuda_ordinal
 from fastpath.memory.cuda import use_blocking_sync
 from fastpath.models.text_detection.batches import DetectionBatchHandler, check_staging_fits, warm_up
 from fastpath.models.text_detection.budget import MemoryBudget, peak_budget
@@ -118,7 +118,7 @@ class TextDetectionModel(ScheduledModel):
         if self.config.opencv_threads:  # process-wide: decode and post-processing threads already run in parallel
             cv2.setNumThreads(self.config.opencv_threads)
         if self.gpu and self.config.cuda_blocking_sync:  # before the engine's sessions make the context
-            use_blocking_sync(int(self.device.partition(":")[2] or 0))
+            use_blocking_sync(cuda_ordinal(self.device) or 0)
         self.buckets = ImageSideBuckets(self.config.bucket_sides_px)
         self.device_decoder = self._device_decoder()
         self.detector = TextDetector.from_directory(Path(args["model_repository"]) / self.model_version, self.config,
