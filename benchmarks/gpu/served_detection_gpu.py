@@ -221,9 +221,12 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
     # configs/gpu.pbtxt before three instances and OpenCV on the calling thread: one instance, batches of up to 16
     "text_detection_one_instance": {INSTANCE_COUNT: "1", "opencv_threads": "0", "batch_buckets": "1,2,4,8,16",
                                     "max_batch_images": "16"},
-    # one of the two changes of text_detection_quiet each
-    "text_detection_blocking_sync": {"cuda_blocking_sync": "true", "capture_shapes_px": "736x1312"},
-    "text_detection_opencv_1": {"opencv_threads": "1", "capture_shapes_px": "736x1312"},
+    # c=1 beside the shipped config, one instance each: host threads sleep on the GPU, or OpenCV's default pool
+    "text_detection_blocking_sync": {INSTANCE_COUNT: "1", "cuda_blocking_sync": "true", "capture_shapes_px": "736x1312"},
+    "text_detection_opencv_pool": {INSTANCE_COUNT: "1", "opencv_threads": "0", "capture_shapes_px": "736x1312"},
+    # the shipped three instances with batches of up to 16 images: graphs for 736x1312 only, ~9 GiB each
+    "text_detection_x3_b16": {INSTANCE_COUNT: "3", "capture_shapes_px": "736x1312", "batch_buckets": "1,2,4,8,16",
+                              "max_batch_images": "16"},
     # more stub processes with batches of up to 8 images: ~6 GiB of graph sessions each
     **{f"text_detection_x{n}_quiet_b8": {**QUIET, INSTANCE_COUNT: str(n), "capture_shapes_px": "736x1312",
                                          "batch_buckets": "1,2,4,8", "max_batch_images": "8"} for n in (4, 5, 6)},
