@@ -1,0 +1,38 @@
+"""OpenCV's pool waits without spinning in any process that loads text_detection, unless the user chose otherwise.
+
+OpenCV reads ``OPENCV_THREAD_POOL_ACTIVE_WAIT_*`` once, when cv2 loads; so the invariant is about the environment cv2
+sees: importing ``fastpath.models.text_detection`` (which every module that imports cv2 lives under) sets each to 0,
+and a value the user already exported is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from fastpath.models.text_detection import OPENCV_POOL_NO_SPIN
+
+PROBE = ("import json, os; import fastpath.models.text_detection.model; "
+         "from fastpath.models.text_detection import OPENCV_POOL_NO_SPIN as names; "
+         "print(json.dumps({name: os.environ.get(name) for name in names}))")
+
+
+def _seen_by_cv2(env: dict[str, str]) -> dict[str, str]:
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_every_pool_wait_is_zero_when_the_model_module_loads():
+    """Each of the three waits is "0" in the process after the model module (and cv2) loaded."""
+    env = {k: v for k, v in os.environ.items() if k not in OPENCV_POOL_NO_SPIN}
+    assert _seen_by_cv2(env) == {name: "0" for name in OPENCV_POOL_NO_SPIN}
+
+
+def test_a_wait_the_user_exported_is_kept():
+    """A user's own OPENCV_THREAD_POOL_ACTIVE_WAIT_WORKER survives; the other two still default to "0"."""
+    env = {**{k: v for k, v in os.environ.items() if k not in OPENCV_POOL_NO_SPIN}, "OPENCV_THREAD_POOL_ACTIVE_WAIT_WORKER": "2000"}
+    seen = _seen_by_cv2(env)
+    assert seen["OPENCV_THREAD_POOL_ACTIVE_WAIT_WORKER"] == "2000"
+    assert seen["OPENCV_THREAD_POOL_ACTIVE_WAIT_MAIN"] == "0" and seen["OPENCV_THREAD_POOL_ACTIVE_WAIT_PAUSE_LIMIT"] == "0"
