@@ -226,8 +226,8 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
     "text_detection_opencv_pool": {INSTANCE_COUNT: "1", "opencv_threads": "0", "capture_shapes_px": "736x1312"},
     # the shipped three instances on OpenCV's pool (its workers sleep between calls: fastpath.models.text_detection)
     "text_detection_opencv_pool_x3": {"opencv_threads": "0", "capture_shapes_px": "736x1312"},
-    # and host threads that sleep on the GPU too
-    "text_detection_pool_blocking": {"opencv_threads": "0", "cuda_blocking_sync": "true", "capture_shapes_px": "736x1312"},
+    # the shipped three instances with CUDA's default busy-wait (as shipped before cuda_blocking_sync true)
+    "text_detection_spin_wait": {"cuda_blocking_sync": "false", "capture_shapes_px": "736x1312"},
     # the shipped three instances with batches of up to 16 images: graphs for 736x1312 only, ~9 GiB each
     "text_detection_x3_b16": {INSTANCE_COUNT: "3", "capture_shapes_px": "736x1312", "batch_buckets": "1,2,4,8,16",
                               "max_batch_images": "16"},
