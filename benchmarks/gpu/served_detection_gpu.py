@@ -13,7 +13,7 @@ real photos from ``benchmarks/gpu/detection_inputs.py`` (``--inputs``). Steps, i
      post-processing on threads; images/s. Also the device-resident ceiling (graph replays alone);
   3. serving: a private model repository with ``text_detection`` (its ``configs/gpu.pbtxt``) and
      ``naive_detection`` (benchmarks/models: one request per ``execute()``, pageable copies, CUDA EP), and
-     the :data:`VARIANTS` the cells name (e.g. ``text_detection_graph_free``: no CUDA graphs, every shape on one
+     the variants the cells name (``VARIANTS`` of detection_variants.py, e.g. ``text_detection_graph_free``: no CUDA graphs, every shape on one
      session), perf_analyzer (gRPC) per workload and concurrency; CPU of each process group, GPU memory, the
      engine's copy counters from the server log.
 
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,7 +44,8 @@ import perf_analyzer as pa  # noqa: E402  (benchmarks/perf_analyzer.py: input da
 import thread_cpu  # noqa: E402  (CPU per stub thread)
 import timeline  # noqa: E402  (benchmarks/timeline.py: FastPath's timeline per cell)
 import triton_gpu  # noqa: E402  (CPU accounting)
-from detection_numerics import GPU_CONFIG, VERSION_DIR, decode, gpu_config, numerics  # noqa: E402  (step 1)
+from detection_numerics import VERSION_DIR, decode, gpu_config, numerics  # noqa: E402  (step 1)
+from detection_variants import build_repository, named_models, named_variants  # noqa: E402
 
 
 def raw_pipeline(jpegs: list[bytes], device: str, batch: int, seconds: float = 6.0, tf32: bool = False) -> dict:
@@ -199,88 +199,6 @@ def pinned_h2d_GBps(device: str, nbytes: int = 64 << 20) -> float:
     return round(best, 2)
 
 
-INSTANCE_COUNT = "instance_group.count"  # a variant key that sets the instance group's count, not a parameter
-QUIET = {"opencv_threads": "1", "cuda_blocking_sync": "true"}  # no waiting thread spins (OpenCV's pool, CUDA's waits)
-VARIANTS = {  # served beside text_detection when a cell names them: the shipped configs/gpu.pbtxt with these parameters changed
-    "text_detection_tf32": {"cuda_tf32": "true"},
-    "text_detection_nvjpeg": {"decode_device": "cuda"},
-    # every shape on the graph-free session (as shipped before CUDA graphs with a session per shape)
-    "text_detection_graph_free": {"max_cuda_graphs": "0", "cuda_graph_session_per_shape": "false"},
-    # shapes without a graph one image per call, each (height, width) on a graph-free session of its own
-    "text_detection_eager_per_shape": {"cuda_eager_session_per_shape": "true"},
-    # ONNX Runtime's default CPU pool for the CUDA EP sessions (one spinning worker per core), as shipped before one thread
-    "text_detection_ort_pool": {"cuda_intra_op_threads": "0"},
-    # two instances (stub processes) on the one GPU: decode, post-processing and the engine's Python split over two GILs
-    "text_detection_x2": {INSTANCE_COUNT: "2"},
-    # three or four instances, graphs for 736x1312 only (a 1280x720 photo under min/736): ~10 GiB of graph sessions each
-    "text_detection_x3_one_shape": {INSTANCE_COUNT: "3", "capture_shapes_px": "736x1312"},
-    "text_detection_x4_one_shape": {INSTANCE_COUNT: "4", "capture_shapes_px": "736x1312"},
-    # no thread that waits spins: OpenCV calls on their calling thread, host threads sleep on the GPU
-    "text_detection_quiet": {**QUIET, "capture_shapes_px": "736x1312"},
-    "text_detection_x3_quiet": {**QUIET, INSTANCE_COUNT: "3", "capture_shapes_px": "736x1312"},
-    # configs/gpu.pbtxt before three instances and OpenCV on the calling thread: one instance, batches of up to 16
-    "text_detection_one_instance": {INSTANCE_COUNT: "1", "opencv_threads": "0", "batch_buckets": "1,2,4,8,16",
-                                    "max_batch_images": "16"},
-    # c=1 beside the shipped config, one instance each: host threads sleep on the GPU, or OpenCV's default pool
-    "text_detection_blocking_sync": {INSTANCE_COUNT: "1", "cuda_blocking_sync": "true", "capture_shapes_px": "736x1312"},
-    "text_detection_opencv_pool": {INSTANCE_COUNT: "1", "opencv_threads": "0", "capture_shapes_px": "736x1312"},
-    # the shipped three instances on OpenCV's pool (its workers sleep between calls: fastpath.models.text_detection)
-    "text_detection_opencv_pool_x3": {"opencv_threads": "0", "capture_shapes_px": "736x1312"},
-    # the shipped three instances with CUDA's default busy-wait (as shipped before cuda_blocking_sync true)
-    "text_detection_spin_wait": {"cuda_blocking_sync": "false", "capture_shapes_px": "736x1312"},
-    # the shipped three instances with batches of up to 16 images: graphs for 736x1312 only, ~9 GiB each
-    "text_detection_x3_b16": {INSTANCE_COUNT: "3", "capture_shapes_px": "736x1312", "batch_buckets": "1,2,4,8,16",
-                              "max_batch_images": "16"},
-    # more stub processes with batches of up to 8 images: ~6 GiB of graph sessions each
-    **{f"text_detection_x{n}_quiet_b8": {**QUIET, INSTANCE_COUNT: str(n), "capture_shapes_px": "736x1312",
-                                         "batch_buckets": "1,2,4,8", "max_batch_images": "8"} for n in (4, 5, 6)},
-}
-
-
-def build_repository(root: Path, variants: list[str]) -> Path:
-    """text_detection (configs/gpu.pbtxt), the ``variants`` (of :data:`VARIANTS`) and naive_detection."""
-    repository = root / "repo"
-    for name, source in (("text_detection", ROOT / "model_repository" / "text_detection"),
-                         ("naive_detection", ROOT / "benchmarks" / "models" / "naive_detection")):
-        (repository / name / "1").mkdir(parents=True)
-        (repository / name / "1" / "model.py").symlink_to(source / "1" / "model.py")  # linked: it imports beside itself
-        for artifact in ("model.onnx", "model.uint8.onnx", "manifest.json"):
-            (repository / name / "1" / artifact).symlink_to((VERSION_DIR / artifact).resolve())
-    shutil.copy(GPU_CONFIG, repository / "text_detection" / "config.pbtxt")
-    shutil.copy(ROOT / "benchmarks" / "models" / "naive_detection" / "config.pbtxt", repository / "naive_detection" / "config.pbtxt")
-    for variant in variants:
-        shutil.copytree(repository / "text_detection", repository / variant, symlinks=True)
-        config = GPU_CONFIG.read_text()
-        for key, value in VARIANTS[variant].items():
-            if key == INSTANCE_COUNT:
-                config, found = re.subn(r"(kind: KIND_GPU\s+count: )\d+", rf"\g<1>{value}", config)
-                assert found == 1, "configs/gpu.pbtxt: no KIND_GPU instance group with a count"
-                continue
-            config = re.sub(rf'(parameters {{ key: "{key}" value: {{ string_value: )"[^"]*"', rf'\1"{value}"', config)
-            if f'key: "{key}"' not in config:
-                config += f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
-        (repository / variant / "config.pbtxt").write_text(config.replace('name: "text_detection"', f'name: "{variant}"'))
-    return repository
-
-
-def named_models(*specs: str) -> set[str]:
-    """The models that ``MODEL:...`` cell specs (``;``-separated) name."""
-    return {cell.split(":")[0] for spec in specs for cell in spec.split(";") if cell}
-
-
-def named_variants(*specs: str) -> list[str]:
-    """The :data:`VARIANTS` that ``MODEL:...`` cell specs (``;``-separated) name, in :data:`VARIANTS` order.
-
-    Raises:
-        SystemExit: a cell names a model that is neither text_detection, naive_detection nor a variant.
-    """
-    named = named_models(*specs)
-    unknown = named - {"text_detection", "naive_detection", *VARIANTS}
-    if unknown:
-        raise SystemExit(f"cells name unknown models {sorted(unknown)}; variants: {sorted(VARIANTS)}")
-    return [variant for variant in VARIANTS if variant in named]
-
-
 def input_files(root: Path, inputs: Path) -> dict[str, Path]:
     """perf_analyzer --input-data JSON per workload: one image per request, each entry another photo."""
     files = {}
@@ -299,7 +217,7 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
 
     analyzer = pa.find()  # PERF_ANALYZER and FASTPATH_PA_LIBS on the GPU machine (detection_gpu.sh)
     variants = named_variants(args.cells, args.py_spy_cells)
-    repository = build_repository(root, variants)
+    repository = build_repository(root, variants, args.fp16_models)
     http_port, grpc_port, metrics_port = free_ports(3)
     named = named_models(args.cells, args.py_spy_cells)
     models = tuple(m for m in ("text_detection", *variants, "naive_detection") if m in named)  # the GPU holds these only
@@ -376,6 +294,8 @@ def line(r: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--inputs", type=Path, required=True, help="photos from benchmarks/gpu/detection_inputs.py")
+    parser.add_argument("--fp16-models", type=Path, default=None, help="a folder of model.uint8.fp16.*.onnx (python -m "
+                        "fastpath.artifacts.detection_fp16) for the text_detection_fp16_* variants, e.g. /tmp/precision")
     parser.add_argument("--device", default="cuda:0")
     # perf_analyzer 2.51 refuses --shared-memory for a model with optional inputs (text_detection's IMAGE and
     # IMAGE_BYTES are both optional), so uint8 IMAGE goes over gRPC only

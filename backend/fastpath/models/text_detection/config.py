@@ -39,6 +39,7 @@ class TextDetectionConfig:
     runtime: str = "onnxruntime"
     precision: str = "fp32"
     artifact: str = "model.onnx"
+    gpu_artifact: str = UINT8_ARTIFACT
     intra_op_threads: int = 0
     limit_type: str = "max"
     limit_side_len_px: int = 960
@@ -76,6 +77,9 @@ class TextDetectionConfig:
         check_parameter(self.runtime in RUNTIMES, "runtime", self.runtime, f"one of {', '.join(RUNTIMES)}")
         check_parameter(self.precision in PRECISIONS, "precision", self.precision, f"one of {', '.join(PRECISIONS)}")
         check_parameter(self.intra_op_threads >= 0, "intra_op_threads", self.intra_op_threads, ">= 0")
+        check_parameter(self.gpu_artifact.endswith(".onnx") and "/" not in self.gpu_artifact and "\\" not in self.gpu_artifact,
+                        "gpu_artifact", self.gpu_artifact, "a file name in the version directory ending in .onnx, uint8 "
+                        f"[batch, height, width, 3] in (the default {UINT8_ARTIFACT} or a fastpath.artifacts.detection_fp16 candidate)")
         check_parameter(
             self.limit_side_len_px >= NETWORK_STRIDE_PX and self.limit_side_len_px % NETWORK_STRIDE_PX == 0,
             "limit_side_len_px",

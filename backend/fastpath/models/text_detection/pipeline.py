@@ -22,7 +22,7 @@ import numpy as np
 
 from fastpath.engines import Engine, load_engine
 from fastpath.errors import ArtifactError, EngineError
-from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, UINT8_ARTIFACT, TextDetectionConfig
+from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, TextDetectionConfig
 from fastpath.models.text_detection.db_postprocess import boxes_from_probability_map
 from fastpath.models.text_detection.preprocess import normalize_into, resize_image, resized_shape
 
@@ -160,7 +160,7 @@ class TextDetector:
             directory: the version directory.
             config: the model's parameters.
             device: ``cpu`` (``config.artifact`` on ONNX Runtime's CPU EP) or ``cuda[:N]``
-                (``model.uint8.onnx`` on the CUDA EP; with ``max_cuda_graphs`` > 0, CUDA graphs for the ``capture_shapes_px`` of
+                (``config.gpu_artifact``, ``model.uint8.onnx`` by default, on the CUDA EP; with ``max_cuda_graphs`` > 0, CUDA graphs for the ``capture_shapes_px`` of
                 ``batch_sizes`` images: the onnxruntime loader's ``layout="images"``,
                 :mod:`fastpath.engines.onnxruntime.image_cuda`).
             batch_sizes: the scheduler's batch buckets (graphs are captured for these).
@@ -170,7 +170,7 @@ class TextDetector:
             EngineError: the artifact does not load (on a GPU: no onnxruntime-gpu, no device).
         """
         gpu = device.startswith("cuda")
-        path = Path(directory) / (UINT8_ARTIFACT if gpu else config.artifact)
+        path = Path(directory) / (config.gpu_artifact if gpu else config.artifact)
         if not path.is_file():
             raise ArtifactError(f"{path} is missing; build the artifacts with 'fastpath build'")
         if gpu:

@@ -57,6 +57,17 @@ def test_opencv_threads_and_blocking_sync_parse_and_opencv_threads_is_bounded_to
             parse_parameters(TextDetectionConfig, {"opencv_threads": bad})
 
 
+def test_gpu_artifact_defaults_to_the_uint8_front_and_must_be_an_onnx_file_of_the_version_directory():
+    """gpu_artifact names the CUDA engine's file inside the version directory: model.uint8.onnx unless set, any
+    other .onnx file name accepted, and a path (either separator) or another extension rejected, naming the value."""
+    assert parse_parameters(TextDetectionConfig, {}).gpu_artifact == "model.uint8.onnx"
+    fp16 = parse_parameters(TextDetectionConfig, {"gpu_artifact": "model.uint8.fp16.range_backbone.onnx"})
+    assert fp16.gpu_artifact == "model.uint8.fp16.range_backbone.onnx"
+    for bad in ("../model.onnx", "sub\\model.onnx", "model.uint8.plan"):
+        with pytest.raises(ConfigError, match="gpu_artifact.*ending in .onnx"):
+            parse_parameters(TextDetectionConfig, {"gpu_artifact": bad})
+
+
 def test_unknown_key_is_named():
     with pytest.raises(ConfigError, match="'limit_side_len'.*known parameters:.*limit_side_len_px"):
         parse_parameters(TextDetectionConfig, {"limit_side_len": "960"})

@@ -113,3 +113,11 @@ def test_dynamic_toy_artifact_is_accepted_and_runs(tmp_path):
     toy = TextDetector(engine, CONFIG)
     (detection,) = toy.detect([np.zeros((50, 70, 3), np.uint8)])  # all pixels normalize to -1: no text
     assert detection.boxes.shape == (0, 4, 2)
+
+
+def test_a_gpu_artifact_missing_from_the_version_directory_is_named_before_any_engine_loads(repository):
+    """On a GPU the detector loads config.gpu_artifact from the version directory; a name that is not there fails
+    with ArtifactError naming that file (the CPU path's model.onnx beside it does not stand in)."""
+    config = TextDetectionConfig(gpu_artifact="model.uint8.fp16.range_backbone.onnx")
+    with pytest.raises(ArtifactError, match=r"model\.uint8\.fp16\.range_backbone\.onnx is missing"):
+        TextDetector.from_directory(repository / "text_detection" / "1", config, device="cuda:0")

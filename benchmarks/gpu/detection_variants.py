@@ -1,0 +1,100 @@
+"""The variants the served detection benchmark (served_detection_gpu.py) serves beside text_detection, and the model
+repository it builds: each variant is the shipped configs/gpu.pbtxt with only the settings it names changed, so an
+A/B between it and text_detection measures those settings alone (tests/unit/test_served_detection_variants.py).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from detection_numerics import GPU_CONFIG, ROOT, VERSION_DIR
+
+INSTANCE_COUNT = "instance_group.count"  # a variant key that sets the instance group's count, not a parameter
+QUIET = {"opencv_threads": "1", "cuda_blocking_sync": "true"}  # no waiting thread spins (OpenCV's pool, CUDA's waits)
+VARIANTS = {  # served beside text_detection when a cell names them: the shipped configs/gpu.pbtxt with these parameters changed
+    "text_detection_tf32": {"cuda_tf32": "true"},
+    "text_detection_nvjpeg": {"decode_device": "cuda"},
+    # every shape on the graph-free session (as shipped before CUDA graphs with a session per shape)
+    "text_detection_graph_free": {"max_cuda_graphs": "0", "cuda_graph_session_per_shape": "false"},
+    # shapes without a graph one image per call, each (height, width) on a graph-free session of its own
+    "text_detection_eager_per_shape": {"cuda_eager_session_per_shape": "true"},
+    # ONNX Runtime's default CPU pool for the CUDA EP sessions (one spinning worker per core), as shipped before one thread
+    "text_detection_ort_pool": {"cuda_intra_op_threads": "0"},
+    # two instances (stub processes) on the one GPU: decode, post-processing and the engine's Python split over two GILs
+    "text_detection_x2": {INSTANCE_COUNT: "2"},
+    # three or four instances, graphs for 736x1312 only (a 1280x720 photo under min/736): ~10 GiB of graph sessions each
+    "text_detection_x3_one_shape": {INSTANCE_COUNT: "3", "capture_shapes_px": "736x1312"},
+    "text_detection_x4_one_shape": {INSTANCE_COUNT: "4", "capture_shapes_px": "736x1312"},
+    # no thread that waits spins: OpenCV calls on their calling thread, host threads sleep on the GPU
+    "text_detection_quiet": {**QUIET, "capture_shapes_px": "736x1312"},
+    "text_detection_x3_quiet": {**QUIET, INSTANCE_COUNT: "3", "capture_shapes_px": "736x1312"},
+    # configs/gpu.pbtxt before three instances and OpenCV on the calling thread: one instance, batches of up to 16
+    "text_detection_one_instance": {INSTANCE_COUNT: "1", "opencv_threads": "0", "batch_buckets": "1,2,4,8,16",
+                                    "max_batch_images": "16"},
+    # c=1 beside the shipped config, one instance each: host threads sleep on the GPU, or OpenCV's default pool
+    "text_detection_blocking_sync": {INSTANCE_COUNT: "1", "cuda_blocking_sync": "true", "capture_shapes_px": "736x1312"},
+    "text_detection_opencv_pool": {INSTANCE_COUNT: "1", "opencv_threads": "0", "capture_shapes_px": "736x1312"},
+    # the shipped three instances on OpenCV's pool (its workers sleep between calls: fastpath.models.text_detection)
+    "text_detection_opencv_pool_x3": {"opencv_threads": "0", "capture_shapes_px": "736x1312"},
+    # the shipped three instances with CUDA's default busy-wait (as shipped before cuda_blocking_sync true)
+    "text_detection_spin_wait": {"cuda_blocking_sync": "false", "capture_shapes_px": "736x1312"},
+    # the shipped three instances with batches of up to 16 images: graphs for 736x1312 only, ~9 GiB each
+    "text_detection_x3_b16": {INSTANCE_COUNT: "3", "capture_shapes_px": "736x1312", "batch_buckets": "1,2,4,8,16",
+                              "max_batch_images": "16"},
+    # fp16 candidates of fastpath.artifacts.detection_fp16 (benchmarks/gpu/detection_precision.sh gates their boxes),
+    # linked from --fp16-models into every version directory
+    **{f"text_detection_fp16_{name}": {"gpu_artifact": f"model.uint8.fp16.{name}.onnx", "capture_shapes_px": "736x1312"}
+       for name in ("range", "range_backbone")},
+    # more stub processes with batches of up to 8 images: ~6 GiB of graph sessions each
+    **{f"text_detection_x{n}_quiet_b8": {**QUIET, INSTANCE_COUNT: str(n), "capture_shapes_px": "736x1312",
+                                         "batch_buckets": "1,2,4,8", "max_batch_images": "8"} for n in (4, 5, 6)},
+}
+
+
+def build_repository(root: Path, variants: list[str], fp16_models: Path | None = None) -> Path:
+    """text_detection (configs/gpu.pbtxt), the ``variants`` (of :data:`VARIANTS`) and naive_detection; the
+    ``model.uint8.fp16.*.onnx`` files in ``fp16_models`` (when given) are linked into every version directory."""
+    repository = root / "repo"
+    for name, source in (("text_detection", ROOT / "model_repository" / "text_detection"),
+                         ("naive_detection", ROOT / "benchmarks" / "models" / "naive_detection")):
+        (repository / name / "1").mkdir(parents=True)
+        (repository / name / "1" / "model.py").symlink_to(source / "1" / "model.py")  # linked: it imports beside itself
+        for artifact in ("model.onnx", "model.uint8.onnx", "manifest.json"):
+            (repository / name / "1" / artifact).symlink_to((VERSION_DIR / artifact).resolve())
+        for candidate in sorted(fp16_models.glob("model.uint8.fp16.*.onnx")) if fp16_models else ():
+            (repository / name / "1" / candidate.name).symlink_to(candidate.resolve())
+    shutil.copy(GPU_CONFIG, repository / "text_detection" / "config.pbtxt")
+    shutil.copy(ROOT / "benchmarks" / "models" / "naive_detection" / "config.pbtxt", repository / "naive_detection" / "config.pbtxt")
+    for variant in variants:
+        shutil.copytree(repository / "text_detection", repository / variant, symlinks=True)
+        config = GPU_CONFIG.read_text()
+        for key, value in VARIANTS[variant].items():
+            if key == INSTANCE_COUNT:
+                config, found = re.subn(r"(kind: KIND_GPU\s+count: )\d+", rf"\g<1>{value}", config)
+                assert found == 1, "configs/gpu.pbtxt: no KIND_GPU instance group with a count"
+                continue
+            config = re.sub(rf'(parameters {{ key: "{key}" value: {{ string_value: )"[^"]*"', rf'\1"{value}"', config)
+            if f'key: "{key}"' not in config:
+                config += f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+        (repository / variant / "config.pbtxt").write_text(config.replace('name: "text_detection"', f'name: "{variant}"'))
+    return repository
+
+
+def named_models(*specs: str) -> set[str]:
+    """The models that ``MODEL:...`` cell specs (``;``-separated) name."""
+    return {cell.split(":")[0] for spec in specs for cell in spec.split(";") if cell}
+
+
+def named_variants(*specs: str) -> list[str]:
+    """The :data:`VARIANTS` that ``MODEL:...`` cell specs (``;``-separated) name, in :data:`VARIANTS` order.
+
+    Raises:
+        SystemExit: a cell names a model that is neither text_detection, naive_detection nor a variant.
+    """
+    named = named_models(*specs)
+    unknown = named - {"text_detection", "naive_detection", *VARIANTS}
+    if unknown:
+        raise SystemExit(f"cells name unknown models {sorted(unknown)}; variants: {sorted(VARIANTS)}")
+    return [variant for variant in VARIANTS if variant in named]
