@@ -27,14 +27,17 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
     # three or four instances, graphs for 736x1312 only (a 1280x720 photo under min/736): ~10 GiB of graph sessions each
     "text_detection_x3_one_shape": {INSTANCE_COUNT: "3", "capture_shapes_px": "736x1312"},
     "text_detection_x4_one_shape": {INSTANCE_COUNT: "4", "capture_shapes_px": "736x1312"},
-    # no thread that waits spins: OpenCV calls on their calling thread, host threads sleep on the GPU
-    "text_detection_quiet": {**QUIET, "capture_shapes_px": "736x1312"},
-    "text_detection_x3_quiet": {**QUIET, INSTANCE_COUNT: "3", "capture_shapes_px": "736x1312"},
+    # no thread that waits spins (OpenCV calls on their calling thread, host threads sleep on the GPU), on the
+    # configuration before three instances: one instance (or three), batches of up to 16 images
+    **{name: {**QUIET, INSTANCE_COUNT: count, "capture_shapes_px": "736x1312", "batch_buckets": "1,2,4,8,16",
+              "max_batch_images": "16"} for name, count in (("text_detection_quiet", "1"), ("text_detection_x3_quiet", "3"))},
     # configs/gpu.pbtxt before three instances and OpenCV on the calling thread: one instance, batches of up to 16
     "text_detection_one_instance": {INSTANCE_COUNT: "1", "opencv_threads": "0", "batch_buckets": "1,2,4,8,16",
                                     "max_batch_images": "16"},
-    # c=1 beside the shipped config, one instance each: host threads sleep on the GPU, or OpenCV's default pool
+    # c=1 beside the shipped config, one instance each: host threads sleep on the GPU or spin (CUDA's default wait),
+    # or OpenCV's default pool
     "text_detection_blocking_sync": {INSTANCE_COUNT: "1", "cuda_blocking_sync": "true", "capture_shapes_px": "736x1312"},
+    "text_detection_spin_wait_one": {INSTANCE_COUNT: "1", "cuda_blocking_sync": "false", "capture_shapes_px": "736x1312"},
     "text_detection_opencv_pool": {INSTANCE_COUNT: "1", "opencv_threads": "0", "capture_shapes_px": "736x1312"},
     # the shipped three instances on OpenCV's pool (its workers sleep between calls: fastpath.models.text_detection)
     "text_detection_opencv_pool_x3": {"opencv_threads": "0", "capture_shapes_px": "736x1312"},

@@ -312,6 +312,10 @@ def main() -> int:
     parser.add_argument("--skip-numerics", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("detection_gpu.json"))
     args = parser.parse_args()
+    fp16 = sorted(m for m in named_models(args.cells, args.py_spy_cells) if m.startswith("text_detection_fp16_"))
+    if fp16 and not (args.fp16_models and any(args.fp16_models.glob("model.uint8.fp16.*.onnx"))):
+        parser.error(f"cells name {fp16}: give --fp16-models, a folder of model.uint8.fp16.*.onnx "
+                     f"(python -m fastpath.artifacts.detection_fp16 --out DIR); got {args.fp16_models}")
     root = Path(tempfile.mkdtemp(prefix="detection-gpu-"))
     report: dict = {"command": " ".join(sys.argv)}
     photos = sorted(args.inputs.glob("*.jpg")) + sorted(args.inputs.glob("*.png"))

@@ -47,7 +47,7 @@ CANDIDATES = {
     "range": "nodes with a tensor above FP16_SAFE_BOUND",
     "range_backbone": "range, and the uint8 front and backbone (every node before NECK_FIRST_NODE): fp16 in the neck and head",
 }
-# built by default: a device call carries ~8 MiB besides the bundle (2.5 + 4.2 MB); overflow differs from range only
+# built by default (2.5 + 4.2 MB, small enough to travel beside the GPU bundle); overflow differs from range only
 # by the head's first conv (p2o.Conv.61) in fp16
 DEFAULT_CANDIDATES = ("range", "range_backbone")
 
@@ -258,6 +258,10 @@ def build_candidates(version_dir: Path, out_dir: Path, names: Sequence[str] = DE
     import onnx
 
     version_dir, out_dir = Path(version_dir), Path(out_dir)
+    names = [name.strip() for name in names]
+    unknown = [name for name in names if name not in CANDIDATES]
+    if unknown:  # before the range analysis (seconds)
+        raise ArtifactError(f"unknown fp16 candidates {unknown}; expected some of {', '.join(CANDIDATES)}")
     source, uint8 = version_dir / "model.onnx", version_dir / UINT8_ARTIFACT
     for path in (source, uint8):
         if not path.is_file():
@@ -286,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m fastpath.artifacts.detection_fp16 --version-dir DIR --out DIR [--candidates a,b]``."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version-dir", type=Path, default=Path("model_repository/text_detection/1"))
-    parser.add_argument("--out", type=Path, default=Path(".device/precision"))
+    parser.add_argument("--out", type=Path, required=True, help="the folder the candidates and fp16_candidates.json go to")
     parser.add_argument("--candidates", default=",".join(DEFAULT_CANDIDATES), help=f"comma-separated, of {', '.join(CANDIDATES)}")
     parser.add_argument("--no-screen", action="store_true", help="skip the emulated fp16 maps (~30 s on 2 cores)")
     args = parser.parse_args(argv)

@@ -85,7 +85,9 @@ def emulated_fp16(model, float32_nodes: Collection[str], float_tensors: Sequence
 
     Every node not in ``float32_nodes`` reads its float initializers rounded to fp16 as the converter rounds them
     (clamped to +-65504; Resize's scales stay float32), and each of its outputs in ``float_tensors`` passes through
-    a Cast to fp16 and back: fp16 storage, float32 arithmetic, as cuDNN's fp16 convolutions accumulate.
+    a Cast to fp16 and back: fp16 storage, float32 arithmetic, as cuDNN's fp16 convolutions accumulate. A kept
+    node's output is rounded too where a node outside ``float32_nodes`` reads it (the converter's Cast at the
+    float32-to-fp16 boundary); where only kept nodes (or the graph's output) read it, it stays float32.
     """
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
@@ -94,19 +96,23 @@ def emulated_fp16(model, float32_nodes: Collection[str], float_tensors: Sequence
     model = copy.deepcopy(model)
     graph, floats = model.graph, set(float_tensors)
     initializers = {t.name: t for t in graph.initializer if t.data_type == TensorProto.FLOAT}
+    readers: dict[str, set[str]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, set()).add(node.name)
+    kept_nodes = set(float32_nodes)
     rounded, nodes = set(), []
     for node in graph.node:
         nodes.append(node)
-        if node.name in float32_nodes:
-            continue
-        for index, name in enumerate(node.input):
+        kept = node.name in kept_nodes
+        for index, name in enumerate(node.input if not kept else ()):
             if name in initializers and name not in rounded and index not in ALWAYS_FLOAT_INPUTS.get(node.op_type, ()):
                 values = numpy_helper.to_array(initializers[name])
                 half = convert_np_to_float16(values.reshape(-1)).astype(np.float32).reshape(values.shape)
                 initializers[name].CopyFrom(numpy_helper.from_array(half, name))
                 rounded.add(name)
         for index, name in enumerate(list(node.output)):
-            if name in floats:
+            if name in floats and (not kept or readers.get(name, set()) - kept_nodes):
                 node.output[index] = f"{name}_emulated_f32"
                 nodes += [helper.make_node("Cast", [f"{name}_emulated_f32"], [f"{name}_emulated_f16"], to=TensorProto.FLOAT16),
                           helper.make_node("Cast", [f"{name}_emulated_f16"], [name], to=TensorProto.FLOAT)]

@@ -111,7 +111,7 @@ class TextDetectionModel(ScheduledModel):
 
     def load(self, args: dict[str, str], model_config: dict[str, Any]) -> Sizes:
         """The detector (on the GPU Triton assigned a KIND_GPU instance: ONNX Runtime's CUDA EP,
-        ``model.uint8.onnx``), its staging pool and memory returner; the batch sizes, checked."""
+        ``gpu_artifact``, ``model.uint8.onnx`` by default), its staging pool and memory returner; the batch sizes, checked."""
         self.batch_sizes = check_scheduler_fits(self.config, self.scheduler_config)
         self.device = instance_device(args, None, runtime=self.config.runtime, gpu_runtimes=("onnxruntime",))
         self.gpu = self.device.startswith("cuda")

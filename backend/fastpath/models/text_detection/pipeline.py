@@ -106,7 +106,7 @@ def check_engine_io(engine: Engine, config: TextDetectionConfig) -> None:
 
     Needs one input with dynamic height and width (and a dynamic batch unless ``max_batch_images``
     is 1): float32 [batch, 3, height, width] (``model.onnx``, normalized BGR planes) or uint8
-    [batch, height, width, 3] (``model.uint8.onnx``, RGB as staged for a GPU); and a first output
+    [batch, height, width, 3] (``gpu_artifact``: ``model.uint8.onnx`` or an fp16 candidate, RGB as staged for a GPU); and a first output
     [batch, 1, height, width].
 
     Raises:

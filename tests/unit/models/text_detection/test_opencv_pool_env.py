@@ -14,18 +14,32 @@ import sys
 
 from fastpath.models.text_detection import OPENCV_POOL_NO_SPIN
 
-PROBE = ("import json, os; import fastpath.models.text_detection.model; "
-         "from fastpath.models.text_detection import OPENCV_POOL_NO_SPIN as names; "
-         "print(json.dumps({name: os.environ.get(name) for name in names}))")
+# In a fresh interpreter: record the three variables at the moment cv2 is first imported (a meta path finder that
+# only looks), then load the model module as a stub does; print the record (empty if cv2 never loaded after the hook).
+PROBE = """
+import importlib.abc, json, os, sys
+names = json.loads(sys.argv[1])
+seen = {}
+class AtCv2Import(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "cv2" and not seen:
+            seen.update({n: os.environ.get(n) for n in names})
+        return None
+assert "cv2" not in sys.modules
+sys.meta_path.insert(0, AtCv2Import())
+import fastpath.models.text_detection.model
+print(json.dumps(seen))
+"""
 
 
 def _seen_by_cv2(env: dict[str, str]) -> dict[str, str]:
-    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(sorted(OPENCV_POOL_NO_SPIN))], env=env,
+                         capture_output=True, text=True, check=True, timeout=120)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_every_pool_wait_is_zero_when_the_model_module_loads():
-    """Each of the three waits is "0" in the process after the model module (and cv2) loaded."""
+    """Each of the three waits is "0" at the moment the model module first imports cv2 (when OpenCV reads them)."""
     env = {k: v for k, v in os.environ.items() if k not in OPENCV_POOL_NO_SPIN}
     assert _seen_by_cv2(env) == {name: "0" for name in OPENCV_POOL_NO_SPIN}
 
