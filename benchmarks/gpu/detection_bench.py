@@ -27,6 +27,13 @@ def ms(seconds: float) -> float:
     return round(seconds * 1e3, 3)
 
 
+def call_times(images: int, times: list[float]) -> dict:
+    """Median and p90 of call times (seconds) in ms, and images/s at the median for calls of ``images`` images."""
+    times = sorted(times)
+    median = times[len(times) // 2]
+    return {"median_ms": ms(median), "p90_ms": ms(times[int(len(times) * 0.9)]), "images_per_s": round(images / median, 1)}
+
+
 def cuda_missing() -> str | None:
     """Why the CUDA engine cannot run here, or None."""
     import onnxruntime as ort

@@ -24,7 +24,7 @@ import time
 import traceback
 from pathlib import Path
 
-from detection_bench import CPU_SHAPES, PHOTO_HW, Bench, cuda_missing, decode, gpu_config, load_photos, ms
+from detection_bench import CPU_SHAPES, PHOTO_HW, Bench, call_times, cuda_missing, decode, gpu_config, load_photos, ms
 from detection_graphs import B_VARIANTS, sweep_b
 
 A_VARIANTS = {  # name: (extra CUDA EP options of the graph-free session, TF32)
@@ -41,10 +41,7 @@ def time_shape(bench: Bench, shape: tuple[int, int, int], calls: int, served_too
     """First call of a new shape, then the median of ``calls`` device-resident calls (after two more warm-up calls)."""
     batch = bench.batch(shape)
     first, _ = bench.served(batch)
-    times = sorted([bench.resident(shape) for _ in range(calls + 2)][2:])
-    median = times[len(times) // 2]
-    row = {"shape": list(shape), "first_ms": ms(first), "median_ms": ms(median), "p90_ms": ms(times[int(len(times) * 0.9)]),
-           "images_per_s": round(shape[0] / median, 1)}
+    row = {"shape": list(shape), "first_ms": ms(first), **call_times(shape[0], [bench.resident(shape) for _ in range(calls + 2)][2:])}
     if served_too:
         row["served_median_ms"] = ms(sorted(bench.served(batch)[0] for _ in range(calls))[calls // 2])
     return row
@@ -138,10 +135,10 @@ def contention(device: str, photos: list, pngs: list[bytes], seconds: float) -> 
             for worker in workers:
                 worker.join()
             sys.setswitchinterval(default)
-            times.sort()
+            timed = call_times(shape[0], times)
             rows.append({"shape": list(shape), "load": load, "threads": list(threads) if workers else [0, 0],
                          "switch_interval_ms": ms(interval), "calls": len(times),
-                         "median_ms": ms(times[len(times) // 2]), "p90_ms": ms(times[int(len(times) * 0.9)]),
+                         "median_ms": timed["median_ms"], "p90_ms": timed["p90_ms"],
                          "decodes_per_s": round(sum(counts[: threads[0]]) / seconds, 1),
                          "posts_per_s": round(sum(counts[threads[0]:]) / seconds, 1)})
             print("contention", rows[-1], flush=True)

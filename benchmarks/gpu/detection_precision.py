@@ -31,14 +31,13 @@ import traceback
 from pathlib import Path
 
 import numpy as np
-from detection_bench import ROOT, cuda_missing, ms
+from detection_bench import ROOT, call_times, cuda_missing
 from detection_numerics import VERSION_DIR, compare, decode, gpu_config
 
 PHOTO_HW = (736, 1312)
 TIMED_BATCHES = (16, 1)
 CPU_SHAPES = ((2, 96, 160), (1, 96, 160))  # the dry run's timed (batch, height, width)
 GATE_MIN_IOU = 0.99
-FP16_PREFIX = "model.uint8.fp16."
 
 
 def variants(models: Path, device: str) -> dict[str, tuple[Path, bool, bool]]:
@@ -46,7 +45,9 @@ def variants(models: Path, device: str) -> dict[str, tuple[Path, bool, bool]]:
     from fastpath.models.text_detection.config import UINT8_ARTIFACT
 
     fp32 = VERSION_DIR / UINT8_ARTIFACT
-    fp16 = {p.name[len(FP16_PREFIX):-len(".onnx")]: p for p in sorted(models.glob(FP16_PREFIX + "*.onnx"))}
+    from fastpath.artifacts.detection_fp16 import CANDIDATE_GLOB, candidate_name
+
+    fp16 = {candidate_name(p): p for p in sorted(models.glob(CANDIDATE_GLOB))}
     if device == "cpu":
         return {"fp32": (fp32, False, False), **{f"fp16_{name}": (path, False, False) for name, path in fp16.items()}}
     table = {"fp32": (fp32, False, False), "fp32_nhwc": (fp32, False, True)}
@@ -147,10 +148,7 @@ def time_calls(engine, device: str, shape: tuple[int, int, int], calls: int) -> 
         started = time.perf_counter()
         _ = engine.run_resident(shape) if device != "cpu" else maps_of(engine, device, feed)
         times.append(time.perf_counter() - started)
-    times = sorted(times[2:])
-    median = times[len(times) // 2]
-    return {"shape": list(shape), "calls": calls, "median_ms": ms(median), "p90_ms": ms(times[int(len(times) * 0.9)]),
-            "images_per_s": round(shape[0] / median, 1)}
+    return {"shape": list(shape), "calls": calls, **call_times(shape[0], times[2:])}
 
 
 def print_table(report: dict) -> None:
@@ -193,7 +191,7 @@ def main() -> int:
                     "photos": [p.name for p in photos], "gate": f"counts equal, smallest IoU >= {GATE_MIN_IOU}",
                     "candidates": json.loads(candidates.read_text()) if candidates.is_file() else None, "variants": {}}
     if not any(name.startswith("fp16_") for name in table):
-        print(f"no {FP16_PREFIX}*.onnx in {args.models}: carry it (python -m fastpath.artifacts.detection_fp16)", flush=True)
+        print(f"no fp16 candidates (model.uint8.fp16.*.onnx) in {args.models}: carry it (python -m fastpath.artifacts.detection_fp16)", flush=True)
     started = time.perf_counter()
     refs, cpu = reference(photos)
     report["reference_s"] = round(time.perf_counter() - started, 2)

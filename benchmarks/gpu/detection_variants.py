@@ -11,6 +11,8 @@ from pathlib import Path
 
 from detection_numerics import GPU_CONFIG, ROOT, VERSION_DIR
 
+from fastpath.artifacts.detection_fp16 import CANDIDATE_GLOB, DEFAULT_CANDIDATES, candidate_path
+
 INSTANCE_COUNT = "instance_group.count"  # a variant key that sets the instance group's count, not a parameter
 QUIET = {"opencv_threads": "1", "cuda_blocking_sync": "true"}  # no waiting thread spins (OpenCV's pool, CUDA's waits)
 VARIANTS = {  # served beside text_detection when a cell names them: the shipped configs/gpu.pbtxt with these parameters changed
@@ -48,8 +50,8 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
                               "max_batch_images": "16"},
     # fp16 candidates of fastpath.artifacts.detection_fp16 (benchmarks/gpu/detection_precision.sh gates their boxes),
     # linked from --fp16-models into every version directory
-    **{f"text_detection_fp16_{name}": {"gpu_artifact": f"model.uint8.fp16.{name}.onnx", "capture_shapes_px": "736x1312"}
-       for name in ("range", "range_backbone")},
+    **{f"text_detection_fp16_{name}": {"gpu_artifact": candidate_path(Path(), name).name, "capture_shapes_px": "736x1312"}
+       for name in DEFAULT_CANDIDATES},
     # more stub processes with batches of up to 8 images: ~6 GiB of graph sessions each
     **{f"text_detection_x{n}_quiet_b8": {**QUIET, INSTANCE_COUNT: str(n), "capture_shapes_px": "736x1312",
                                          "batch_buckets": "1,2,4,8", "max_batch_images": "8"} for n in (4, 5, 6)},
@@ -66,7 +68,7 @@ def build_repository(root: Path, variants: list[str], fp16_models: Path | None =
         (repository / name / "1" / "model.py").symlink_to(source / "1" / "model.py")  # linked: it imports beside itself
         for artifact in ("model.onnx", "model.uint8.onnx", "manifest.json"):
             (repository / name / "1" / artifact).symlink_to((VERSION_DIR / artifact).resolve())
-        for candidate in sorted(fp16_models.glob("model.uint8.fp16.*.onnx")) if fp16_models else ():
+        for candidate in sorted(fp16_models.glob(CANDIDATE_GLOB)) if fp16_models else ():
             (repository / name / "1" / candidate.name).symlink_to(candidate.resolve())
     shutil.copy(GPU_CONFIG, repository / "text_detection" / "config.pbtxt")
     shutil.copy(ROOT / "benchmarks" / "models" / "naive_detection" / "config.pbtxt", repository / "naive_detection" / "config.pbtxt")

@@ -47,6 +47,8 @@ import triton_gpu  # noqa: E402  (CPU accounting)
 from detection_numerics import VERSION_DIR, decode, gpu_config, numerics  # noqa: E402  (step 1)
 from detection_variants import build_repository, named_models, named_variants  # noqa: E402
 
+from fastpath.artifacts.detection_fp16 import CANDIDATE_GLOB  # noqa: E402
+
 
 def raw_pipeline(jpegs: list[bytes], device: str, batch: int, seconds: float = 6.0, tf32: bool = False) -> dict:
     """Step 2: decode + resize (threads) -> stage -> engine -> DB post (threads), batches of ``batch``; images/s.
@@ -313,7 +315,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("detection_gpu.json"))
     args = parser.parse_args()
     fp16 = sorted(m for m in named_models(args.cells, args.py_spy_cells) if m.startswith("text_detection_fp16_"))
-    if fp16 and not (args.fp16_models and any(args.fp16_models.glob("model.uint8.fp16.*.onnx"))):
+    if fp16 and not (args.fp16_models and any(args.fp16_models.glob(CANDIDATE_GLOB))):
         parser.error(f"cells name {fp16}: give --fp16-models, a folder of model.uint8.fp16.*.onnx "
                      f"(python -m fastpath.artifacts.detection_fp16 --out DIR); got {args.fp16_models}")
     root = Path(tempfile.mkdtemp(prefix="detection-gpu-"))

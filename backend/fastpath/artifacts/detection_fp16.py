@@ -39,6 +39,7 @@ ANALYSIS_PHOTOS = ("text.png", "page.png", "coffee.png", "chelsea.png")  # sciki
 ANALYSIS_LIMIT = ("min", 736)  # configs/gpu.pbtxt's resize policy: (limit_type, limit_side_len_px)
 ANALYSIS_MAX_PIXELS = 736 * 1312  # a 1280x720 frame's served shape: keeps the analysis to seconds on 2 cores
 FP16_ARTIFACT = "model.uint8.fp16.onnx"  # written as model.uint8.fp16.<candidate>.onnx per candidate
+CANDIDATE_GLOB = FP16_ARTIFACT.replace(".onnx", ".*.onnx")  # every candidate's file in a folder
 # The first of PPLCNetV3's four stage-output 1x1 convs (its det ``layer_list``), which feed the neck (RSEFPN): the
 # nodes before it are the stages that range_backbone keeps in float32
 NECK_FIRST_NODE = "p2o.Conv.33"
@@ -244,6 +245,11 @@ def emulated_screen(uint8_path: Path, block_lists: Mapping[str, Sequence[str]], 
 def candidate_path(out_dir: Path, name: str) -> Path:
     """``<out_dir>/model.uint8.fp16.<name>.onnx``."""
     return Path(out_dir) / FP16_ARTIFACT.replace(".onnx", f".{name}.onnx")
+
+
+def candidate_name(path: Path) -> str:
+    """The candidate of a :func:`candidate_path` file: ``range`` for ``model.uint8.fp16.range.onnx``."""
+    return Path(path).name[len(FP16_ARTIFACT) - len("onnx"):-len(".onnx")]
 
 
 def build_candidates(version_dir: Path, out_dir: Path, names: Sequence[str] = DEFAULT_CANDIDATES, screen: bool = True) -> dict:
