@@ -46,10 +46,10 @@ def test_tensors_and_versions_are_those_of_config_pbtxt(gpu, cpu):
         assert getattr(gpu, field) == getattr(cpu, field), f"configs/gpu.pbtxt {field} differs from config.pbtxt"
 
 
-def test_it_serves_from_gpu_instances_without_delay_in_tritons_batcher(gpu):
+def test_it_serves_from_gpu_instances_behind_a_200_us_wait_in_tritons_batcher(gpu):
     assert [(model_config_pb2.ModelInstanceGroup.Kind.Name(g.kind), g.count, list(g.gpus)) for g in gpu.instance_group] == [
         ("KIND_GPU", 6, [])]
-    assert gpu.HasField("dynamic_batching") and gpu.dynamic_batching.max_queue_delay_microseconds == 0
+    assert gpu.HasField("dynamic_batching") and gpu.dynamic_batching.max_queue_delay_microseconds == 200
 
 
 def test_fastpath_accepts_its_parameters_and_places_each_instance_on_its_gpu(gpu):
@@ -102,7 +102,9 @@ def test_the_cpu_config_stays_on_the_cpu(cpu):
 def test_text_detection_gpu_config_keeps_its_tensors_and_places_the_cuda_engine_on_the_assigned_gpu():
     """text_detection's configs/gpu.pbtxt: config.pbtxt's tensors and versions; KIND_GPU instances whose
     device is Triton's model_instance_device_id; exact shapes (no bucket padding, which moves boxes); the
-    staging pool holds a largest batch's uint8 input and float32 maps; warm-up shapes parse."""
+    staging pool holds a largest batch's uint8 input and float32 maps; warm-up shapes parse; every shape runs on
+    a session that only ever sees that shape (a graph session per captured shape, a graph-free session per other
+    shape), since a session whose input shape changes rebuilds every convolution's cuDNN plan."""
     from fastpath.config import instance_device
     from fastpath.models.text_detection.config import DetectionSchedulerConfig, TextDetectionConfig
 
@@ -114,6 +116,7 @@ def test_text_detection_gpu_config_keeps_its_tensors_and_places_the_cuda_engine_
     config, sched = parse_sections(triton_parameters(as_triton_json(gpu)), TextDetectionConfig, DetectionSchedulerConfig)
     assert config.bucket_sides_px == () and config.decode_threads > 0 and not config.cuda_tf32
     assert (736, 1312) in config.capture_shapes_hw
+    assert config.cuda_graph_session_per_shape and config.cuda_eager_session_per_shape
     assert sched.batch_buckets[-1] <= config.max_batch_images
     largest_batch_bytes = sched.batch_buckets[-1] * config.largest_resized_pixels * (3 + 4)  # uint8 RGB in, float32 map out
     assert 2 * largest_batch_bytes <= config.staging_capacity_bytes
