@@ -20,8 +20,9 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
     "text_detection_nvjpeg": {"decode_device": "cuda"},
     # every shape on the graph-free session (as shipped before CUDA graphs with a session per shape)
     "text_detection_graph_free": {"max_cuda_graphs": "0", "cuda_graph_session_per_shape": "false"},
-    # shapes without a graph one image per call, each (height, width) on a graph-free session of its own
-    "text_detection_eager_per_shape": {"cuda_eager_session_per_shape": "true"},
+    # shapes without a graph on the one shared graph-free session, which rebuilds cuDNN plans at each change of
+    # shape (as shipped before a graph-free session per shape)
+    "text_detection_shared_eager": {"cuda_eager_session_per_shape": "false"},
     # ONNX Runtime's default CPU pool for the CUDA EP sessions (one spinning worker per core), as shipped before one thread
     "text_detection_ort_pool": {"cuda_intra_op_threads": "0"},
     # two instances (stub processes) on the one GPU: decode, post-processing and the engine's Python split over two GILs

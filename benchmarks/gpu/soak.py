@@ -147,7 +147,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ready-timeout-s", type=float, default=600.0)
     parser.add_argument("--recovery-timeout-s", type=float, default=300.0, help="for the killed stub's model to serve again")
     parser.add_argument("--workdir", type=Path, help="serve.log, probe.csv and soak.pid (default: a new temporary directory)")
-    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/soak_gpu_h200.json"),
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/soak_gpu.json"),
                         help="the JSON; with --device cuda also a Markdown page beside it")
     args = parser.parse_args(argv)
     args.concurrency = args.concurrency or (256 if args.device == "cuda" else 16)

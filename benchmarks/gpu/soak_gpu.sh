@@ -7,11 +7,11 @@
 #   call 9:                                    bash benchmarks/gpu/soak_gpu.sh wait 570
 #   call 10 (again while it says "still running"): bash benchmarks/gpu/soak_gpu.sh wait 570
 # start: set up (scripts/gpu_setup.sh), start the soak detached (setsid nohup) in /tmp/soak/ (soak.log, serve.log,
-#        probe.csv, soak_gpu_h200.json and .md), return once it runs; arguments after `start` go to soak.py.
+#        probe.csv, soak_gpu.json and .md), return once it runs; arguments after `start` go to soak.py.
 # wait SECONDS: print its progress lines for at most SECONDS while it runs; once it has ended, copy /tmp/soak/* to
 #        $OUT and print its table and exit code (0: every goal met). stop: end it now (SIGTERM: it stops perf_analyzer
 #        and the server and reports what it has), then as wait.
-# The page: $OUT/soak_gpu_h200.json and soak_gpu_h200.md -> docs/benchmarks/.
+# The page: $OUT/soak_gpu.json and soak_gpu.md -> docs/benchmarks/.
 set -uo pipefail
 DIR=/tmp/soak
 PY=/tmp/venv/bin/python
@@ -20,8 +20,11 @@ source scripts/gpu_env.sh
 running() { [ -f "$DIR/wrapper.pid" ] && kill -0 "$(cat "$DIR/wrapper.pid")" 2>/dev/null; }
 
 finish() {
-    cp -r "$DIR"/. "$OUT"/
-    echo "== soak ended, exit code $(cat "$DIR/rc" 2>/dev/null || echo unknown) (0: every goal met); files in \$OUT: $(ls "$DIR" | tr '\n' ' ')"
+    local name  # the results and logs only: a device call returns a limited number of files
+    for name in soak_gpu.json soak_gpu.md soak.log serve.log probe.csv setup.log rc; do
+        [ -f "$DIR/$name" ] && cp "$DIR/$name" "$OUT"/
+    done
+    echo "== soak ended, exit code $(cat "$DIR/rc" 2>/dev/null || echo unknown) (0: every goal met); files in \$OUT: $(ls "$OUT" | tr '\n' ' ')"
     if grep -q '^soak: ' "$DIR/soak.log"; then sed -n '/^soak: /,$p' "$DIR/soak.log"; else tail -n 30 "$DIR/soak.log"; fi
 }
 
@@ -51,7 +54,7 @@ start)
     rm -rf "$DIR" && mkdir -p "$DIR" && cp "$OUT/setup.log" "$DIR/"
     # shellcheck disable=SC2016  # expanded by the detached shell: $0 the folder, $1 the interpreter, then soak.py's arguments
     setsid nohup bash -c 'echo $$ > "$0/wrapper.pid"; "$1" benchmarks/gpu/soak.py --device cuda --workdir "$0" \
-        --out "$0/soak_gpu_h200.json" "${@:2}"; echo $? > "$0/rc"' "$DIR" "$PY" "$@" > "$DIR/soak.log" 2>&1 < /dev/null &
+        --out "$0/soak_gpu.json" "${@:2}"; echo $? > "$0/rc"' "$DIR" "$PY" "$@" > "$DIR/soak.log" 2>&1 < /dev/null &
     sleep 10
     if ! running; then echo "== the soak ended at once:"; finish; exit 1; fi
     echo "== soak running (pid $(cat "$DIR/soak.pid" 2>/dev/null)); next: bash $0 wait 570 within 30 s"

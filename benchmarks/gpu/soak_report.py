@@ -138,7 +138,7 @@ def table(result: dict) -> list[str]:
 
 def markdown(result: dict, json_name: str) -> str:
     """The benchmark page of a GPU run."""
-    lines = ["# Soak of `fastpath serve --device cuda` (H200 host)", "",
+    lines = ["# Soak of `fastpath serve --device cuda`", "",
              f"Command: `{result['command']}` (benchmarks/gpu/soak_gpu.sh). Data: [{json_name}]({json_name}). Server: "
              f"`{result['server']}`. Machine: {result['machine']}.", "",
              "| goal | met | what it rests on |", "|---|---|---|"]

@@ -84,3 +84,29 @@ def test_a_live_swap_moves_the_gpu_configuration_from_version_1_fp16_to_version_
             assert (version, embedder.engine.precision) == (1, "fp16")
     finally:
         versions.close()
+
+
+def test_live_swaps_leave_the_gpu_memory_where_the_same_serving_version_left_it(torch, tmp_path, monkeypatch):
+    """Each swap builds and captures the new version beside the serving one, then closes the old. Invariant:
+    nothing of a closed version stays on the device (its graphs, buffers, weights, and torch's cuBLAS workspaces
+    of the streams it captured on, which the next version reuses), so torch's allocated bytes after a swap to a
+    version equal those after the previous swap to that version, within 1 MiB, over three round trips."""
+    from fastpath.models.text_embedding.versions import VersionedEmbedder
+
+    monkeypatch.setenv("FASTPATH_STATE_DIR", str(tmp_path / "state"))
+    model_dir = torch_versions(tmp_path)
+    versions = VersionedEmbedder(model_dir, 1, gpu_config(), instance="text_embedding_0_0", model_name="text_embedding")
+    allocated = []
+    try:
+        for target in (2, 1, 2, 1, 2, 1):
+            versions.slots.swap(target, versions._load, versions._validate)
+            with versions.lease() as (embedder, version):
+                assert version == target
+                embedder.embed(["hello world"])
+            torch.cuda.synchronize()
+            allocated.append(torch.cuda.memory_allocated())
+    finally:
+        versions.close()
+    growth = [after - before for before, after in zip(allocated, allocated[2:])]
+    print(f"torch's allocated MiB after each swap: {[round(a / 2**20, 1) for a in allocated]}")
+    assert max(growth) <= 1 << 20, f"allocated bytes after swaps to 2, 1, 2, 1, 2, 1: {allocated}"

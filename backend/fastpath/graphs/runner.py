@@ -27,6 +27,7 @@ from fastpath.errors import EngineError
 from fastpath.graphs.buckets import Bucket, BucketGrid
 from fastpath.graphs.buffers import StaticBuffers
 from fastpath.graphs.staging import PaddedInput, batch_shape, filler_rows, packed_inputs, stage_rows
+from fastpath.graphs.streams import lease_streams, return_streams
 from fastpath.profiling import PROFILE
 
 LOG = logging.getLogger("fastpath.graphs")
@@ -117,7 +118,10 @@ class GraphRunner:
         self._graphs: dict[Bucket, torch.cuda.CUDAGraph] = {}
         self._pool: tuple[int, int] | None = None
         self._addresses = {bucket: self.buffers.addresses(bucket) for bucket in grid.buckets}
-        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        # replay and capture streams lent from the closed runners' (fastpath.graphs.streams: torch's cuBLAS
+        # workspaces per stream would otherwise outlive each runner)
+        self._streams = lease_streams(self.device) if self.device.type == "cuda" else None
+        self._stream = self._streams[0] if self._streams else None
         self._lock = threading.Lock()
         self._events = [torch.cuda.Event(enable_timing=True) for _ in range(4)] if self.device.type == "cuda" else []
         self._done = torch.cuda.Event(blocking=True) if self.device.type == "cuda" and sync == "blocking" else None
@@ -180,7 +184,7 @@ class GraphRunner:
             return
         order = self.grid.capture_order()
         with torch.cuda.device(self.device):
-            side = torch.cuda.Stream(self.device)
+            side = self._streams[1]
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side), torch.inference_mode():
                 for bucket in order:
@@ -201,6 +205,7 @@ class GraphRunner:
                             torch.inference_mode():
                         self._forward_into_output(bucket)
                 except RuntimeError as exc:
+                    self._streams = None  # a stream whose capture failed is not lent again
                     raise EngineError(f"CUDA graph capture failed for bucket batch={bucket.batch} length={bucket.length}: {exc}") from exc
                 self._graphs[bucket] = graph
                 self._addresses[bucket] = self._live_buffers().addresses(bucket)
@@ -330,3 +335,7 @@ class GraphRunner:
             with torch.cuda.device(self.device):
                 torch.cuda.synchronize(self.device)
                 torch.cuda.empty_cache()
+            with self._lock:
+                streams, self._streams = self._streams, None
+            if streams is not None:  # the graphs are gone and the device idle: the next runner may capture on them
+                return_streams(self.device, streams)

@@ -82,10 +82,13 @@ def test_out_of_range_ids_are_refused_before_the_device(fp32_engine):
 
 
 def test_specs_buckets_and_close(package_weights):
+    """Closing drops the weights too (a closed version that something still references holds no device
+    memory), and a second close is harmless."""
     engine = TorchEngine(str(package_weights), device="cpu", precision="fp32", batch_sizes=(1,), lengths=(16,))
     assert [s.name for s in engine.inputs] == ["input_ids", "attention_mask", "token_type_ids"]
     assert engine.outputs[0].shape == (-1, 384) and engine.buckets == ()  # no graphs on the CPU
     engine.close()
+    assert engine.closed and engine.model is None
     engine.close()
     with pytest.raises(EngineError, match="closed"):
         engine.infer({})

@@ -125,7 +125,7 @@ class TorchEngine(Engine):
         self.config = config
         self.device = target
         with device_scope(target):  # cuBLAS handles, allocator pools and pinned buffers on this engine's GPU
-            self.model = BertEmbedder(config, weights, dtype=PRECISIONS[precision], device=target, fp8=precision == "fp8")
+            self.model: BertEmbedder | None = BertEmbedder(config, weights, dtype=PRECISIONS[precision], device=target, fp8=precision == "fp8")
             del weights
             self.runner: GraphRunner | None = GraphRunner(
                 self.model,
@@ -192,7 +192,10 @@ class TorchEngine(Engine):
         return self.runner is None
 
     def close(self) -> None:
+        """Release the graphs, buffers and weights on the device (idempotent): a closed engine that something
+        still references (the version it served) then holds no device memory."""
         if self.runner is not None:
             self.runner.close()
             self.runner = None
+            self.model = None
 
