@@ -33,7 +33,8 @@ def test_token_ids_match_reference(tokenizer, text, ids):
 
 
 def test_naive_cafe_is_lowercased_and_stripped(tokenizer):
-    assert tokenizer.encode(["naïve café"])[0].tokens == ["[CLS]", "naive", "cafe", "[SEP]"]
+    """[CLS] naive cafe [SEP] (the reference tokenizer's ids): accents stripped, lowercased."""
+    assert tokenizer.encode(["naïve café"])[0].ids == tokenizer.encode(["naive cafe"])[0].ids == [101, 15743, 7668, 102]
 
 
 def test_truncation_is_256_not_the_files_128(tokenizer):
@@ -149,3 +150,22 @@ def test_a_call_can_choose_its_own_parallelism_with_the_same_ids(tokenizer, monk
     assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
     tokenizer.encode(texts[:1])  # None leaves the setting alone
     assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
+
+
+def test_encode_skips_offsets_yet_returns_what_encode_batch_does(tokenizer):
+    """TextTokenizer.encode runs tokenizers' encode_batch_fast (no character offsets, no token strings): for
+    sentences, a truncated text and accented words the ids, attention and special-tokens masks, type ids and
+    overflow windows equal encode_batch's under the same truncation; the offsets it skipped are all zero."""
+    from tokenizers import Tokenizer
+
+    from fastpath.text.corpus import pydoc_sentences
+
+    reference = Tokenizer.from_file(str(TOKENIZER))
+    reference.no_padding()
+    reference.enable_truncation(max_length=256)
+    texts = pydoc_sentences()[:200] + ["word " * 400, "naïve café", ""]
+    for ours, theirs in zip(tokenizer.encode(texts), reference.encode_batch(texts, add_special_tokens=True)):
+        assert (ours.ids, ours.attention_mask, ours.special_tokens_mask, ours.type_ids) == \
+            (theirs.ids, theirs.attention_mask, theirs.special_tokens_mask, theirs.type_ids)
+        assert [o.ids for o in ours.overflowing] == [o.ids for o in theirs.overflowing]
+        assert all(offset == (0, 0) for offset in ours.offsets)
