@@ -288,9 +288,11 @@ def line(r: dict) -> str:
     stub = cpu.get(f"stubs:{r['model']}", sum(v for k, v in cpu.items() if k.startswith("stubs:")))
     m = r.get("fastpath_metrics", {})
     batch = m.get("fastpath_batch_size_sum", 0) / max(1, m.get("fastpath_batch_size_count", 0))
+    copy_s = m.get("fastpath_engine_h2d_seconds_total", 0)  # the engines' own copies from the staging pool (CUDA events)
+    h2d = f"  h2d {m.get('fastpath_engine_h2d_bytes_total', 0) / copy_s / 1e9:5.1f} GB/s" if copy_s > 0 else ""
     return (f"{r['model']:<22}{r['workload']:<10}c={r['concurrency']:<3}{r['req_per_s']:>7.1f} img/s  p50 {r['p50_us'] / 1e3:7.2f}"
             f" p99 {r['p99_us'] / 1e3:7.2f} ms  stub cpu ms/img {stub / 1e3:5.2f}  busy {r['cpu']['machine_busy_pct']}%"
-            f"  batch {batch:4.1f}  pool waits {m.get('fastpath_pool_waits_total', 0):g} fallbacks {m.get('fastpath_pool_fallbacks_total', 0):g}")
+            f"  batch {batch:4.1f}  pool waits {m.get('fastpath_pool_waits_total', 0):g} fallbacks {m.get('fastpath_pool_fallbacks_total', 0):g}{h2d}")
 
 
 def main() -> int:

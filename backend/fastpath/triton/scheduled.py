@@ -15,7 +15,7 @@ import abc
 import gc
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from fastpath.config import parse_sections, triton_parameters
@@ -40,7 +40,7 @@ class ScheduledModel(abc.ABC):
     bound), ``UNIT`` (what a queued item is: ``texts``, ``images``), ``INPUTS``/``OUTPUTS``.
 
     After :meth:`initialize`: ``config``, ``scheduler_config``, ``model_name``, ``model_version``,
-    ``instance_name``, ``progress``, ``pool``, ``metrics``, ``pool_metrics``, ``handler``, ``runner``.
+    ``instance_name``, ``progress``, ``pool``, ``metrics``, ``pool_metrics``, ``engine_metrics``, ``handler``, ``runner``.
     """
 
     NAME: ClassVar[str]
@@ -79,6 +79,11 @@ class ScheduledModel(abc.ABC):
         """Batches the runner runs at once (engine lanes)."""
         return 1
 
+    def engine_stats(self) -> Callable[[], Any] | None:
+        """What returns the engine's cumulative copy and run statistics (the fields of
+        :data:`fastpath.triton.engine_metrics.COUNTERS`), exported as ``fastpath_engine_*``; None by default."""
+        return None
+
     def release(self) -> None:
         """Release the model's own resources (engine, pipeline) after the drain (none by default)."""
 
@@ -109,8 +114,10 @@ class ScheduledModel(abc.ABC):
         sizes = self.load(args, model_config)
         sched = self.scheduler_config
         self.pool_metrics = pool_metrics(pb_utils, args, [self.pool], sched, self.NAME)
+        self.engine_metrics = engine_metrics(pb_utils, args, self.engine_stats(), sched, self.NAME)
         self.metrics = scheduler_metrics(pb_utils, args, sched, self.NAME, sizes)
-        self.metrics_flusher, on_metrics = metrics_flusher(sched, self.metrics, self.pool_metrics, self.instance_name)
+        self.metrics_flusher, on_metrics = metrics_flusher(sched, self.metrics, [self.pool_metrics, self.engine_metrics],
+                                                           self.instance_name)
         self.handler = self.batch_handler(on_metrics)
         queue = BatchQueue(self.batch_policy(sizes), max_items=sched.max_queue_items, unit=self.UNIT)
         self.runner = BatchRunner(queue, self.handler, observer=self.metrics, name=self.model_name, lanes=self.lanes(),
@@ -140,7 +147,7 @@ class ScheduledModel(abc.ABC):
         flusher = getattr(self, "metrics_flusher", None)
         if flusher is not None:
             flusher.close()  # the last buffered updates go out before the metrics are dropped
-        for name in ("metrics", "pool_metrics"):
+        for name in ("metrics", "pool_metrics", "engine_metrics"):
             closer = getattr(getattr(self, name, None), "close", None)
             if closer is not None:
                 closer()
@@ -183,18 +190,49 @@ def pool_metrics(pb_utils: Any, args: dict[str, str], pools: Sequence[Any], sche
         return None
 
 
-def metrics_flusher(sched: SchedulerConfig, metrics: Any, pool_metrics: Any, name: str) -> tuple[Any, Any]:
+def engine_metrics(pb_utils: Any, args: dict[str, str], stats: Callable[[], Any] | None, sched: SchedulerConfig,
+                   default_model: str) -> Any:
+    """:class:`~fastpath.triton.engine_metrics.EngineMetrics` of the engine whose statistics ``stats`` returns;
+    None when there is none, the server has metrics off or ``sched.metrics`` is false."""
+    from fastpath.triton.engine_metrics import EngineMetrics
+
+    if stats is None or not sched.metrics:
+        return None
+    try:
+        return EngineMetrics(pb_utils, model=args.get("model_name", default_model),
+                             device=f"{args.get('model_instance_kind', 'CPU').lower()}:{args.get('model_instance_device_id', '0')}",
+                             stats=stats)
+    except Exception as exc:  # metrics disabled on the server: serve anyway
+        LOG.warning("FastPath engine metrics are off: %s", exc)
+        return None
+
+
+def metrics_flusher(sched: SchedulerConfig, metrics: Any, updated: Sequence[Any], name: str) -> tuple[Any, Any]:
     """How a scheduled model publishes its metrics: ``(flusher, per-batch hook)``.
 
-    With ``metrics_interval_ms`` > 0 and any metrics on: a
-    :class:`~fastpath.triton.metrics.MetricsFlusher` that publishes ``metrics`` and ``pool_metrics``
-    every interval, and no per-batch hook. Otherwise: no flusher, and ``pool_metrics.update`` (or
-    None) as the hook the batch handler calls after each batch.
+    ``updated``: exporters with an ``update()`` (pool and engine metrics; None entries are skipped). With
+    ``metrics_interval_ms`` > 0 and any metrics on: a :class:`~fastpath.triton.metrics.MetricsFlusher` that
+    publishes ``metrics`` and each of ``updated`` every interval, and no per-batch hook. Otherwise: no
+    flusher, and a hook that updates each of ``updated`` (None when there is none), which the batch handler
+    calls after each batch.
     """
     from fastpath.triton.metrics import MetricsFlusher
 
-    flushes = [f for f in (getattr(metrics, "flush", None), getattr(pool_metrics, "update", None)) if f is not None]
+    updates = [exporter.update for exporter in updated if exporter is not None]
+    flushes = [f for f in (getattr(metrics, "flush", None), *updates) if f is not None]
     if not flushes or sched.metrics_interval_ms <= 0:
-        return None, getattr(pool_metrics, "update", None)
+        return None, (_call_each(updates) if updates else None)
     return MetricsFlusher(flushes, sched.metrics_interval_ms * 1e-3, name=f"{name}-metrics"), None
+
+
+def _call_each(updates: list[Callable[[], None]]) -> Callable[[], None]:
+    """One hook that runs ``updates`` in order."""
+    if len(updates) == 1:
+        return updates[0]
+
+    def update_all() -> None:
+        for update in updates:
+            update()
+
+    return update_all
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,10 @@ class TextDetectionModel(ScheduledModel):
         from fastpath.models.text_detection.device_decode import DeviceJpegDecoder
 
         return DeviceJpegDecoder(self.device)
+
+    def engine_stats(self) -> Callable[[], Any] | None:
+        """The CUDA engine's copy and run counters (``EngineStats``); None on the CPU engine, which keeps none."""
+        return getattr(self.detector.engine, "stats", None)
 
     def batch_handler(self, on_batch: Any) -> DetectionBatchHandler | DeviceBatchHandler:
         """The device or host batch handler; after each batch it gives memory back, then runs ``on_batch``."""
