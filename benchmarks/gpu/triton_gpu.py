@@ -22,6 +22,8 @@ CPU machine as a smoke test (``--device cpu``). Steps:
        text_embedding_noinline
                           text_embedding with ``inline_when_idle=false``: the scheduler threads answer
                           every request, also a lone one (A/B of the inline execute);
+       text_embedding_gpu the product as shipped: model_repository/text_embedding/configs/gpu.pbtxt itself, only
+                          its name and instance count changed;
        text_embedding_rt_blocking / _tokpar / _tp<N> / _d<N> / _old
                           text_embedding_rt with ``cuda_sync=blocking`` / ``tokenizer_parallelism=true``
                           / the same on a pool of N threads / Triton's batcher waiting up to N us / the latter, for A/B runs;
@@ -89,6 +91,12 @@ def add_variants(repository: Path, version_dir: Path, names: list[str], *, devic
               "max_seq_length": "256", "length_buckets_tokens": "16,32,64,128,256"}
     for name in names:
         target = repository / name
+        if name == "text_embedding_gpu":  # the shipped GPU configuration, every parameter as it ships
+            shutil.copytree(base, target, symlinks=True)
+            config = (ROOT / "model_repository" / "text_embedding" / "configs" / "gpu.pbtxt").read_text()
+            config = re.sub(r"count: \d+", f"count: {instances}", config.replace('name: "text_embedding"', f'name: "{name}"'))
+            (target / "config.pbtxt").write_text(config)
+            continue
         if name in ("text_embedding_tb", "text_embedding_rt", "text_embedding_noinline") or name.startswith("text_embedding_rt_"):
             shutil.copytree(base, target, symlinks=True)
             config = (base / "config.pbtxt").read_text().replace('name: "text_embedding"', f'name: "{name}"')

@@ -1,0 +1,27 @@
+"""The served text_embedding benchmark's model repository (benchmarks/gpu/triton_gpu.py): text_embedding_gpu is
+the shipped GPU configuration itself, so a served figure for it is the product's."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+
+import triton_gpu  # noqa: E402
+
+
+def test_text_embedding_gpu_is_configs_gpu_pbtxt_with_only_its_name_and_instance_count_changed(tmp_path):
+    """Invariant: text_embedding_gpu's config.pbtxt is model_repository/text_embedding/configs/gpu.pbtxt line for
+    line, except the model name and the instance group's count (the run's --instances); its version directory
+    holds the shipped version 1's model.py."""
+    version_dir = ROOT / "model_repository" / "text_embedding" / "1"
+    repository = triton_gpu.make_repository(tmp_path, version_dir, device="cuda", precision="fp16", instances=12, delay_us=0)
+    triton_gpu.add_variants(repository, version_dir, ["text_embedding_gpu"], device="cuda", precision="fp16", instances=12)
+    shipped = (ROOT / "model_repository" / "text_embedding" / "configs" / "gpu.pbtxt").read_text().splitlines()
+    served = (repository / "text_embedding_gpu" / "config.pbtxt").read_text().splitlines()
+    differing = [(a, b) for a, b in zip(shipped, served) if a != b]
+    assert len(shipped) == len(served)
+    assert differing == [('name: "text_embedding"', 'name: "text_embedding_gpu"'), ("    count: 6", "    count: 12")]
+    assert (repository / "text_embedding_gpu" / "1" / "model.py").is_file()
