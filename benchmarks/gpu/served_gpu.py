@@ -360,7 +360,7 @@ def spy_cell(analyzer: pa.PerfAnalyzer, server, model: str, data: Path, concurre
 
 def _line(r: dict) -> str:
     cpu = r["cpu"]["cpu_us_per_request"]
-    stubs = sum(v for k, v in cpu.items() if k.startswith("stubs:"))
+    stubs = cpu.get(f"stubs:{r['model']}", sum(v for k, v in cpu.items() if k.startswith("stubs:")))  # the model's own stubs
     return (f"{r['model']:<22}{r['workload']:<11}c={r['concurrency']:<4}{r['req_per_s']:>9.0f} req/s {r['texts_per_s']:>9.0f} texts/s "
             f"p50 {r['p50_us'] / 1e3:6.2f} p99 {r['p99_us'] / 1e3:6.2f} ms  queue {r['server_queue_us']:6.0f} infer "
             f"{r['server_compute_infer_us']:6.0f} us  cpu us/req: stubs {stubs:5.0f} server {cpu['tritonserver']:4.0f} "

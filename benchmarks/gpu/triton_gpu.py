@@ -23,7 +23,7 @@ CPU machine as a smoke test (``--device cpu``). Steps:
                           text_embedding with ``inline_when_idle=false``: the scheduler threads answer
                           every request, also a lone one (A/B of the inline execute);
        text_embedding_gpu the product as shipped: model_repository/text_embedding/configs/gpu.pbtxt itself, only
-                          its name and instance count changed;
+                          its name and instance count changed (KIND_GPU, fp16: not for --device cpu);
        text_embedding_rt_blocking / _tokpar / _tp<N> / _d<N> / _old
                           text_embedding_rt with ``cuda_sync=blocking`` / ``tokenizer_parallelism=true``
                           / the same on a pool of N threads / Triton's batcher waiting up to N us / the latter, for A/B runs;

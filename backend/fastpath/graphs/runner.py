@@ -184,7 +184,7 @@ class GraphRunner:
             return
         order = self.grid.capture_order()
         with torch.cuda.device(self.device):
-            side = self._streams[1]
+            side = self._streams[1] if self._streams else torch.cuda.Stream(self.device)  # none: an earlier capture failed
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side), torch.inference_mode():
                 for bucket in order:
@@ -336,6 +336,6 @@ class GraphRunner:
                 torch.cuda.synchronize(self.device)
                 torch.cuda.empty_cache()
             with self._lock:
-                streams, self._streams = self._streams, None
+                streams, self._streams, self._stream = self._streams, None, None
             if streams is not None:  # the graphs are gone and the device idle: the next runner may capture on them
                 return_streams(self.device, streams)

@@ -24,7 +24,8 @@ _FREE: dict[int, list[tuple[torch.cuda.Stream, torch.cuda.Stream]]] = {}
 
 def lease_streams(device: torch.device) -> tuple[torch.cuda.Stream, torch.cuda.Stream]:
     """A (replay, capture) stream pair on CUDA ``device`` (an index set): a returned pair if one is free, else
-    two new streams."""
+    two streams from torch's stream pool (so exclusive per pair object, not per CUDA stream: the pool cycles
+    through 32 per device, far more than the 2-3 pairs a stub holds)."""
     with _LOCK:
         free = _FREE.get(device.index, [])
         if free:
@@ -37,9 +38,3 @@ def return_streams(device: torch.device, pair: tuple[torch.cuda.Stream, torch.cu
     and its work on both streams is finished."""
     with _LOCK:
         _FREE.setdefault(device.index, []).append(pair)
-
-
-def free_pairs(device: torch.device) -> int:
-    """How many pairs wait on ``device`` (for tests)."""
-    with _LOCK:
-        return len(_FREE.get(device.index, []))

@@ -177,6 +177,7 @@ class OnnxRuntimeCudaImageEngine(Engine):
         self._lock = threading.Lock()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="onnxruntime-cuda")  # the one thread that runs sessions
         self._stats = EngineStats()
+        self._stats_lock = threading.Lock()  # not _lock, held for a whole run: a reader of the counters never waits on one
         cudart = runtime()
         cuda_call(cudart.cudaSetDevice(device_id), "cudaSetDevice")
         self._stream = cuda_call(cudart.cudaStreamCreateWithFlags(cudart.cudaStreamNonBlocking), "cudaStreamCreateWithFlags")
@@ -188,8 +189,8 @@ class OnnxRuntimeCudaImageEngine(Engine):
         return tuple(self._graphs)
 
     def stats(self) -> EngineStats:
-        """A copy of the counters."""
-        with self._lock:
+        """A copy of the counters (without waiting for a run in progress)."""
+        with self._stats_lock:
             return dataclasses.replace(self._stats)
 
     def _binding(self, shape: ImageShape, force_graph: bool = False) -> tuple[_Binding, str]:
@@ -269,15 +270,17 @@ class OnnxRuntimeCudaImageEngine(Engine):
         mark = PROFILE.lap("gpu.d2d" if on_device else "gpu.h2d", mark, shape[0])
         self._execute(binding, kind)
         mark = PROFILE.lap(f"gpu.{kind}", mark, shape[0])
-        self._stats.d2h_s += self._copy(maps_ptr, binding.output.data_ptr(), map_bytes, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost)
+        d2h_s = self._copy(maps_ptr, binding.output.data_ptr(), map_bytes, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost)
         PROFILE.lap("gpu.d2h", mark, shape[0])
-        if on_device:
-            self._stats.d2d_bytes += nbytes
-            self._stats.d2d_s += seconds
-        else:
-            self._stats.h2d_bytes += nbytes
-            self._stats.h2d_s += seconds
-        self._stats.d2h_bytes += map_bytes
+        with self._stats_lock:
+            if on_device:
+                self._stats.d2d_bytes += nbytes
+                self._stats.d2d_s += seconds
+            else:
+                self._stats.h2d_bytes += nbytes
+                self._stats.h2d_s += seconds
+            self._stats.d2h_bytes += map_bytes
+            self._stats.d2h_s += d2h_s
         return kind
 
     def run_resident(self, shape: ImageShape) -> str:
@@ -312,9 +315,10 @@ class OnnxRuntimeCudaImageEngine(Engine):
             shape = list(binding.input.shape())
             raise EngineError(f"ONNX Runtime CUDA run failed for images {shape} ({kind}): {exc}") from exc
         binding.runs += 1
-        if kind == "capture" and binding.runs == WARM_RUNS_BEFORE_CAPTURE:
-            self._stats.graphs += 1
-        setattr(self._stats, f"{kind}_runs", getattr(self._stats, f"{kind}_runs") + 1)
+        with self._stats_lock:
+            if kind == "capture" and binding.runs == WARM_RUNS_BEFORE_CAPTURE:
+                self._stats.graphs += 1
+            setattr(self._stats, f"{kind}_runs", getattr(self._stats, f"{kind}_runs") + 1)
 
     def _copy(self, dst: int, src: int, nbytes: int, kind: object) -> float:
         """One async copy on the engine's stream between two CUDA events; waits for it; returns its seconds."""

@@ -140,7 +140,11 @@ class TorchEngine(Engine):
         self._inputs = tuple(TensorSpec(spec.name, np.dtype(np.int64), (-1, -1)) for spec in BERT_INPUTS)
         self._outputs = (TensorSpec("embedding", np.dtype(np.float32), (-1, config.hidden_size)),)
         if capture:
-            self.warmup()
+            try:
+                self.warmup()
+            except BaseException:  # a failed warm-up or capture gives its graphs, buffers and streams back
+                self.close()
+                raise
 
     @property
     def buckets(self) -> tuple[Bucket, ...]:

@@ -91,7 +91,7 @@ class EmbeddingSchedulerConfig(SchedulerConfig):
         response_mode: ``sender`` (default): ``execute()`` returns at once and the scheduler answers
             each request through its response sender, so one instance batches across calls.
             ``return``: ``execute()`` runs its requests' batches and returns their responses (pair
-            it with ``dynamic_batching`` at 0 us and several instances).
+            it with ``dynamic_batching`` and several instances; the GPU config waits 200 us).
         inline_when_idle: ``sender`` mode: a one-request ``execute()`` that finds the scheduler idle
             runs its batches itself; needs ``dynamic_batching`` in front, and only requests of at
             most half of ``max_batch_size`` texts run inline.
