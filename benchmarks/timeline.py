@@ -105,9 +105,10 @@ def intersection_length(a: Sequence[Interval], b: Sequence[Interval]) -> float:
 
 
 def clip(spans: Iterable[Span], start_s: float, end_s: float) -> list[Span]:
-    """The spans that overlap [start_s, end_s), cut to it (units kept whole)."""
+    """The spans that overlap [start_s, end_s), cut to it (units kept whole). A span shorter than the traces'
+    microsecond resolution has start == end; it counts where it starts inside the window (it did run there)."""
     return [dataclasses.replace(s, start_s=max(s.start_s, start_s), end_s=min(s.end_s, end_s))
-            for s in spans if s.end_s > start_s and s.start_s < end_s]
+            for s in spans if s.start_s < end_s and (s.end_s > start_s or s.start_s >= start_s)]
 
 
 def summary(spans: Sequence[Span], start_s: float, end_s: float, engine: str = ENGINE_PHASE) -> dict:

@@ -33,6 +33,15 @@ def test_unions_and_their_intersection():
     assert intersection_length([(0, 1)], [(2, 3)]) == 0
 
 
+def test_a_span_shorter_than_the_trace_resolution_counts_where_it_starts():
+    """A span whose start equals its end (it ran under the traces' microsecond resolution) counts in a window that
+    it starts in, including one starting at that very instant, and not in a window it starts before or at the end of."""
+    spans = [Span("execute.run", 100.0, 100.0, 1, 1, 2), Span("execute.run", 100.5, 100.7, 1, 2, 2)]
+    assert summary(spans, 100.0, 105.0, engine="execute.run")["phases"]["execute.run"]["units"] == 4
+    assert summary(spans, 100.2, 105.0, engine="execute.run")["phases"]["execute.run"]["units"] == 2
+    assert summary(spans, 99.0, 100.0, engine="execute.run")["phases"].get("execute.run") is None
+
+
 def test_busy_share_and_engine_overlap_of_a_two_batch_pipeline():
     spans = [
         Span("scheduler.run", 0, 10, 1, 1, 16), Span("scheduler.run", 20, 30, 1, 1, 16),
