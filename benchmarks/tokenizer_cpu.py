@@ -25,21 +25,19 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "backend"))
 
-from tokenizers import Tokenizer, __version__  # noqa: E402
+from tokenizers import __version__  # noqa: E402
 
-from fastpath.text.corpus import pydoc_sentences  # noqa: E402
+from fastpath.text import TextTokenizer  # noqa: E402
+from fastpath.text.corpus import pydoc_paragraphs, pydoc_sentences  # noqa: E402
 
 TOKENIZER = REPO_ROOT / "model_repository" / "text_embedding" / "1" / "tokenizer.json"
 
 
 def workloads() -> dict[str, list[str]]:
-    """short: 3,000 pydoc sentences; paragraphs: every pydoc topic paragraph."""
-    from pydoc_data.topics import topics
-
+    """short: 3,000 pydoc sentences; paragraphs: every pydoc topic paragraph (the served benchmark's ``mixed``)."""
     sentences = pydoc_sentences()
     random.Random(0).shuffle(sentences)
-    paragraphs = [p.strip() for text in topics.values() for p in text.split("\n\n") if p.strip()]
-    return {"short": sentences[:3000], "paragraphs": paragraphs}
+    return {"short": sentences[:3000], "paragraphs": pydoc_paragraphs()}
 
 
 def per_text_us(encode, texts: list[str], batch: int) -> float:
@@ -56,9 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "benchmarks" / "tokenizer_cpu")
     args = parser.parse_args(argv)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    tokenizer = Tokenizer.from_file(str(TOKENIZER))
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(max_length=256)
+    tokenizer = TextTokenizer(TOKENIZER, max_seq_length=256)._tokenizer  # configured as FastPath runs it
     variants = {"encode_batch": tokenizer.encode_batch, "encode_batch_fast": tokenizer.encode_batch_fast}
     rows = []
     for name, texts in workloads().items():

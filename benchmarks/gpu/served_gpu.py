@@ -25,7 +25,7 @@ Runs on the device machine (docs/benchmarks/served_gpu_h200.md has the exact com
 Workloads: ``short`` (pydoc sentences, ~12-72 tokens, one per request), ``passages`` (pydoc
 topic text cut into 64-256-token chunks of mixed length; one per request, and ``passages32``: 32
 per request) and ``mixed`` (every paragraph of the pydoc topics as written, one per request: one-line
-paragraphs beside long passages in the proportion that documentation has them; :func:`paragraphs`). Writes JSON to ``--out`` and prints a table.
+paragraphs beside long passages in the proportion that documentation has them; :func:`fastpath.text.corpus.pydoc_paragraphs`). Writes JSON to ``--out`` and prints a table.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import argparse
 import bisect
 import json
 import random
-import re
 import resource
 import shutil
 import subprocess
@@ -57,20 +56,6 @@ import timeline  # noqa: E402  (benchmarks/timeline.py: FastPath's timeline per 
 import triton_gpu  # noqa: E402  (benchmarks/gpu: repository layout, CPU accounting, py-spy)
 
 WORKLOADS = {"short": 1, "passages": 1, "passages32": 32, "mixed": 1}  # texts per request
-
-
-def paragraphs(min_chars: int = 20) -> list[str]:
-    """Every paragraph (blank-line separated, whitespace collapsed) of the pydoc topics of at least
-    ``min_chars`` characters, in topic order: sentences and passages in a real corpus's own proportion."""
-    from pydoc_data.topics import topics
-
-    found = []
-    for key in sorted(topics):
-        for block in re.split(r"\n\s*\n", topics[key]):
-            text = " ".join(block.split())
-            if len(text) >= min_chars:
-                found.append(text)
-    return found
 
 
 def token_lengths(tokenizer_path: Path, texts: list[str], max_tokens: int = 256) -> dict:
@@ -216,7 +201,7 @@ def main() -> int:
     parser.add_argument("--csv-dir", type=Path, default=None, help="where perf_analyzer's CSV files go (default: beside --out)")
     args = parser.parse_args()
     from fastpath.server.process import ServerOptions, TritonServer
-    from fastpath.text.corpus import pydoc_sentences
+    from fastpath.text.corpus import pydoc_paragraphs, pydoc_sentences
     from tests.conftest import free_ports
 
     analyzer = pa.find()  # PERF_ANALYZER and FASTPATH_PA_LIBS on the GPU machine (served_gpu.sh)
@@ -231,7 +216,7 @@ def main() -> int:
     data = {"short": pa.write_input_data(root / "short.json", pa.text_entries(sentences)),
             "passages": pa.write_input_data(root / "passages.json", pa.text_entries(chunks))}
     data["passages32"] = data["passages"]
-    mixed = paragraphs()
+    mixed = pydoc_paragraphs()
     random.Random(2).shuffle(mixed)
     data["mixed"] = pa.write_input_data(root / "mixed.json", pa.text_entries(mixed))
     repository = build_repository(root, args.version_dir, models, instances=args.instances, prev_backend=args.prev_backend,

@@ -1,4 +1,4 @@
-"""Real English text that ships with Python: sentences from ``pydoc_data.topics``.
+"""Real English text that ships with Python: sentences and paragraphs from ``pydoc_data.topics``.
 
 Used by tests, benchmarks and INT8 calibration. The split into calibration and evaluation sets is
 by a stable hash of each sentence, so the two never overlap and do not depend on ordering.
@@ -30,6 +30,20 @@ def pydoc_sentences(min_chars: int = 20, max_chars: int = 300) -> list[str]:
                     seen.add(sentence)
                     sentences.append(sentence)
     return sentences
+
+
+def pydoc_paragraphs(min_chars: int = 20) -> list[str]:
+    """Every paragraph (blank-line separated, whitespace collapsed) of the pydoc topics of at least
+    ``min_chars`` characters, in topic order: sentences and passages in a real corpus's own proportion."""
+    from pydoc_data.topics import topics
+
+    found = []
+    for key in sorted(topics):
+        for block in re.split(r"\n\s*\n", topics[key]):
+            text = " ".join(block.split())
+            if len(text) >= min_chars:
+                found.append(text)
+    return found
 
 
 def split_sentences(sentences: list[str], *, evaluation_percent: int = 50) -> tuple[list[str], list[str]]:

@@ -227,8 +227,6 @@ def metrics_flusher(sched: SchedulerConfig, metrics: Any, updated: Sequence[Any]
 
 def _call_each(updates: list[Callable[[], None]]) -> Callable[[], None]:
     """One hook that runs ``updates`` in order."""
-    if len(updates) == 1:
-        return updates[0]
 
     def update_all() -> None:
         for update in updates:
