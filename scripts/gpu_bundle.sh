@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On this machine: gather everything a GPU run needs on the device machine (which has no network) into one
-# tar, cut into parts of 60 MiB, one per device call (a call carries at most 64 MiB with the working tree):
+# tar, cut into parts of 56 MiB, one per device call (a call carries at most 64 MiB with the working tree):
 #   triton.txz   tritonserver from the nvidia-pytriton wheel with its libraries (the 3.12 stub only)
 #   wheels/      cp312 wheels for the stub's environment: numpy 1.26 (Triton 2.51's stub breaks with numpy 2),
 #                onnxruntime-gpu (CUDA 13 build: the CUDA EP for text_detection), OpenCV 4.11 (the last
@@ -41,5 +41,5 @@ for name in model.onnx model.uint8.onnx manifest.json; do
 done
 git archive "$PREV_COMMIT" backend | tar -x -C "$B/prev"
 .venv/bin/python benchmarks/gpu/detection_inputs.py --out "$B/inputs" >/dev/null
-tar -C "$B" -cf - . | split -b 60M -d - .device/parts/part-
+tar -C "$B" -cf - . | split -b 56M -d - .device/parts/part-
 du -sh "$B" && ls .device/parts

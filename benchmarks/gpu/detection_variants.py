@@ -23,6 +23,8 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
     # shapes without a graph on the one shared graph-free session, which rebuilds cuDNN plans at each change of
     # shape (as shipped before a graph-free session per shape)
     "text_detection_shared_eager": {"cuda_eager_session_per_shape": "false"},
+    # the graph-free sessions per shape grow their CUDA arenas by what each allocation asks for, not in doubling chunks
+    "text_detection_eager_exact_arena": {"cuda_eager_options": "arena_extend_strategy=kSameAsRequested"},
     # ONNX Runtime's default CPU pool for the CUDA EP sessions (one spinning worker per core), as shipped before one thread
     "text_detection_ort_pool": {"cuda_intra_op_threads": "0"},
     # two instances (stub processes) on the one GPU: decode, post-processing and the engine's Python split over two GILs

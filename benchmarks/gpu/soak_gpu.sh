@@ -2,8 +2,8 @@
 # Device machine: the 10-minute soak of `fastpath serve --device cuda` (benchmarks/gpu/soak.py), run in the background
 # across device calls (one call runs at most 600 s; /tmp and the soak last while the machine stays warm, 30 s after a
 # call ends). Here first: `bash scripts/gpu_bundle.sh`; then, each call within 30 s of the previous one:
-#   calls 1..7, carry .device/parts/part-0N:  mkdir -p /tmp/parts && cp .device/parts/part-0N /tmp/parts/
-#   call 8, carry .device/parts/part-07:      bash benchmarks/gpu/soak_gpu.sh start
+#   calls 1..8, carry .device/parts/part-0N:  mkdir -p /tmp/parts && cp .device/parts/part-0N /tmp/parts/
+#   call 9, carry .device/parts/part-08:      bash benchmarks/gpu/soak_gpu.sh start
 #   call 9:                                    bash benchmarks/gpu/soak_gpu.sh wait 570
 #   call 10 (again while it says "still running"): bash benchmarks/gpu/soak_gpu.sh wait 570
 # start: set up (scripts/gpu_setup.sh), start the soak detached (setsid nohup) in /tmp/soak/ (soak.log, serve.log,

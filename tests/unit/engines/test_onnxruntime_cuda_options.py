@@ -66,7 +66,8 @@ def test_the_gpu_knobs_of_the_config_reach_load_engine(monkeypatch):
 
     monkeypatch.setattr(pipeline, "load_engine", spy)
     config = TextDetectionConfig(max_cuda_graphs=15, cuda_graph_after_runs=3, cuda_tf32=True, cuda_graph_session_per_shape=True,
-                                 cuda_eager_session_per_shape=True, cuda_intra_op_threads=2)
+                                 cuda_eager_session_per_shape=True, cuda_intra_op_threads=2,
+                                 cuda_eager_options=("arena_extend_strategy=kSameAsRequested",))
     if NO_CUDA_EP:
         with pytest.raises(EngineError, match="no CUDAExecutionProvider"):
             pipeline.TextDetector.from_directory(VERSION_DIR, config, device="cuda:0", batch_sizes=(1, 2))
@@ -74,7 +75,8 @@ def test_the_gpu_knobs_of_the_config_reach_load_engine(monkeypatch):
         pipeline.TextDetector.from_directory(VERSION_DIR, config, device="cuda:0", batch_sizes=(1, 2)).close()
     (kwargs,) = calls
     assert kwargs == {"device": "cuda:0", "layout": "images", "batch_sizes": (1, 2), "max_graphs": 15, "graph_after_runs": 3,
-                      "tf32": True, "session_per_graph": True, "eager_session_per_shape": True, "cuda_intra_op_threads": 2}
+                      "tf32": True, "session_per_graph": True, "eager_session_per_shape": True, "cuda_intra_op_threads": 2,
+                      "eager_options": {"arena_extend_strategy": "kSameAsRequested"}}
     assert dataclasses.replace(config, cuda_graph_session_per_shape=False).gpu_engine_options()["session_per_graph"] is False
     assert TextDetectionConfig().gpu_engine_options()["eager_session_per_shape"] is False
     assert TextDetectionConfig().gpu_engine_options()["cuda_intra_op_threads"] == 1

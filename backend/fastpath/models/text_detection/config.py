@@ -62,6 +62,7 @@ class TextDetectionConfig:
     cuda_tf32: bool = False
     cuda_graph_session_per_shape: bool = False
     cuda_eager_session_per_shape: bool = False
+    cuda_eager_options: tuple[str, ...] = ()
     cuda_intra_op_threads: int = 1
     cuda_blocking_sync: bool = False
     opencv_threads: int = 0
@@ -117,6 +118,10 @@ class TextDetectionConfig:
             parts = text.lower().split("x")
             check_parameter(len(parts) == 2 and all(p.isdigit() and int(p) % NETWORK_STRIDE_PX == 0 and int(p) > 0 for p in parts),
                             "capture_shapes_px", text, f"HxW with H and W positive multiples of {NETWORK_STRIDE_PX}, e.g. 736x1312")
+        for text in self.cuda_eager_options:
+            name, sep, value = text.partition("=")
+            check_parameter(bool(sep and name and value), "cuda_eager_options", text,
+                            "name=value pairs of ONNX Runtime CUDA EP options, e.g. arena_extend_strategy=kSameAsRequested")
         check_parameter(self.arena_max_input_bytes >= 0, "arena_max_input_bytes", self.arena_max_input_bytes,
                         ">= 0 bytes (0: no call uses the arena)")
         check_parameter(self.staging_keep_idle_bytes >= 0, "staging_keep_idle_bytes", self.staging_keep_idle_bytes, ">= 0 bytes")
@@ -146,7 +151,12 @@ class TextDetectionConfig:
         """``load_engine`` options of the GPU engine (``layout="images"``): its CUDA graphs, TF32, sessions and their CPU threads."""
         return {"max_graphs": self.max_cuda_graphs, "graph_after_runs": self.cuda_graph_after_runs, "tf32": self.cuda_tf32,
                 "session_per_graph": self.cuda_graph_session_per_shape, "eager_session_per_shape": self.cuda_eager_session_per_shape,
-                "cuda_intra_op_threads": self.cuda_intra_op_threads}
+                "cuda_intra_op_threads": self.cuda_intra_op_threads, "eager_options": self.cuda_eager_option_map}
+
+    @property
+    def cuda_eager_option_map(self) -> dict[str, str]:
+        """:attr:`cuda_eager_options` as ONNX Runtime CUDA EP options (name to string value) of the graph-free sessions."""
+        return dict(text.partition("=")[::2] for text in self.cuda_eager_options)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

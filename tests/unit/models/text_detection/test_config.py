@@ -36,15 +36,27 @@ def test_cpu_engine_options_carry_the_arena_bound_and_turn_the_memory_pattern_of
 
 def test_gpu_engine_options_carry_the_graph_knobs_and_one_session_per_graph_is_off_by_default():
     config = parse_parameters(TextDetectionConfig, {"max_cuda_graphs": "15", "cuda_graph_session_per_shape": "true",
-                                                    "cuda_eager_session_per_shape": "true", "cuda_intra_op_threads": "0"})
+                                                    "cuda_eager_session_per_shape": "true", "cuda_intra_op_threads": "0",
+                                                    "cuda_eager_options": "arena_extend_strategy=kSameAsRequested"})
     assert config.gpu_engine_options() == {"max_graphs": 15, "graph_after_runs": 0, "tf32": False, "session_per_graph": True,
-                                           "eager_session_per_shape": True, "cuda_intra_op_threads": 0}
+                                           "eager_session_per_shape": True, "cuda_intra_op_threads": 0,
+                                           "eager_options": {"arena_extend_strategy": "kSameAsRequested"}}
     defaults = parse_parameters(TextDetectionConfig, {}).gpu_engine_options()
     assert defaults["session_per_graph"] is False and defaults["eager_session_per_shape"] is False
-    assert defaults["cuda_intra_op_threads"] == 1
+    assert defaults["cuda_intra_op_threads"] == 1 and defaults["eager_options"] == {}
     for bad in ("-1", "65"):
         with pytest.raises(ConfigError, match=f"cuda_intra_op_threads.*{bad}.*in 0..64"):
             parse_parameters(TextDetectionConfig, {"cuda_intra_op_threads": bad})
+
+
+def test_cuda_eager_options_are_name_value_pairs_and_a_malformed_one_is_named():
+    """Each entry of cuda_eager_options is ``name=value`` (ONNX Runtime's CUDA EP option names; the engine refuses
+    the options it sets itself); an entry without a name, an ``=`` or a value is a ConfigError naming it."""
+    config = parse_parameters(TextDetectionConfig, {"cuda_eager_options": "arena_extend_strategy=kSameAsRequested,gpu_mem_limit=1024"})
+    assert config.cuda_eager_option_map == {"arena_extend_strategy": "kSameAsRequested", "gpu_mem_limit": "1024"}
+    for bad in ("arena_extend_strategy", "=1", "gpu_mem_limit="):
+        with pytest.raises(ConfigError, match=f"cuda_eager_options.*{bad}.*name=value"):
+            parse_parameters(TextDetectionConfig, {"cuda_eager_options": bad})
 
 
 def test_opencv_threads_and_blocking_sync_parse_and_opencv_threads_is_bounded_to_0_64():
