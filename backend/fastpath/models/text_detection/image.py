@@ -32,6 +32,11 @@ from fastpath.errors import InvalidInputError
 
 ENCODED_FORMATS = ("PNG", "JPEG")
 SIGNATURES = {b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG"}
+# A JPEG decodes straight to RGB (gray and CMYK files too: libjpeg converts them), its EXIF orientation ignored like
+# IMREAD_UNCHANGED's: the pixels of IMREAD_UNCHANGED's BGR channel-swapped (tests/unit/models/text_detection/test_image.py),
+# one full-image pass fewer (0.89-0.95x the time per photo: docs/benchmarks/detection_decode_cpu.md). PNG keeps
+# IMREAD_UNCHANGED for its alpha and 16-bit samples.
+JPEG_FLAGS = cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION
 # Pillow's readers, opened directly to learn why a file failed: Image.open hides their error behind
 # "cannot identify image file <_io.BytesIO object at 0x...>"
 READERS = {"PNG": PngImagePlugin.PngImageFile, "JPEG": JpegImagePlugin.JpegImageFile}
@@ -250,7 +255,8 @@ def decode_encoded(data: bytes, *, index: int, expected_hw: tuple[int, int]) -> 
     Raises:
         InvalidInputError: the file is corrupt or truncated, or decodes to another size than its header says.
     """
-    decoded = cv2.imdecode(np.frombuffer(without_unused_png_chunks(data), dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+    jpeg = _kind(data) == "JPEG"
+    decoded = cv2.imdecode(np.frombuffer(without_unused_png_chunks(data), dtype=np.uint8), JPEG_FLAGS if jpeg else cv2.IMREAD_UNCHANGED)
     where = f"input {BYTES_INPUT} element {index}"
     if decoded is None:
         kind = _kind(data)
@@ -260,7 +266,7 @@ def decode_encoded(data: bytes, *, index: int, expected_hw: tuple[int, int]) -> 
     if decoded.shape[:2] != expected_hw:
         raise InvalidInputError(f"{where} decoded to {decoded.shape[0]}x{decoded.shape[1]} pixels but its header says "
                                 f"{expected_hw[0]}x{expected_hw[1]}; the file is corrupt")
-    return to_rgb8(decoded, channel_order="bgr", where=where)
+    return decoded if jpeg else to_rgb8(decoded, channel_order="bgr", where=where)
 
 
 def probe_request(values: np.ndarray, *, max_image_pixels: int, max_request_pixels: int,

@@ -7,6 +7,7 @@ from unittest import mock
 import cv2
 import numpy as np
 import pytest
+from PIL import Image
 
 from fastpath.errors import InvalidInputError
 from fastpath.models.text_detection import image as image_module
@@ -153,6 +154,27 @@ def test_jpeg_round_trip_is_close(coffee):
     assert np.abs(decoded.astype(int) - coffee.astype(int)).mean() < 3.0
 
 
+@pytest.mark.parametrize("mode", ["RGB", "L", "CMYK", "RGB rotated by EXIF"])
+def test_a_jpeg_decodes_to_the_pixels_of_opencvs_unchanged_decode_as_rgb_with_exif_orientation_ignored(coffee, mode):
+    """JPEGs decode straight to RGB (image.JPEG_FLAGS). Invariant: the pixels equal IMREAD_UNCHANGED's (BGR, or gray
+    replicated) converted to RGB exactly, for colour, gray and CMYK files, and an EXIF orientation tag (6: rotate 90)
+    leaves the stored pixels and their size as they are, as IMREAD_UNCHANGED does."""
+    buffer = io.BytesIO()
+    picture = Image.fromarray(coffee[:120, :200])
+    if mode == "RGB rotated by EXIF":
+        exif = picture.getexif()
+        exif[0x0112] = 6
+        picture.save(buffer, "JPEG", exif=exif)
+    else:
+        picture.convert(mode).save(buffer, "JPEG")
+    data = buffer.getvalue()
+    (decoded,) = images_from_bytes(np.array([data], dtype=object), **LIMITS)
+    unchanged = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    expected = cv2.cvtColor(unchanged, cv2.COLOR_GRAY2RGB if unchanged.ndim == 2 else cv2.COLOR_BGR2RGB)
+    assert decoded.shape == (120, 200, 3) and decoded.dtype == np.uint8 and decoded.flags.c_contiguous
+    np.testing.assert_array_equal(decoded, expected)
+
+
 @pytest.mark.parametrize(
     ("data", "match"),
     [
@@ -235,8 +257,6 @@ def test_a_png_with_a_colour_profile_decodes_silently_to_the_same_pixels():
     decoder runs in a subprocess so its C-level stderr is seen), and to the same pixels as without it."""
     import subprocess
     import sys
-
-    from PIL import Image
 
     from fastpath.models.text_detection.image import without_unused_png_chunks
 
