@@ -13,7 +13,6 @@ the best round's milliseconds per photo and the ratio.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -24,9 +23,11 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "backend"))
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
+from host_report import write_result  # noqa: E402
 
 from fastpath.models.text_detection.image import JPEG_FLAGS  # noqa: E402
 
@@ -83,18 +84,14 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---|---|---|---|---|"]
     lines += [f"| {r['workload']} | {r['photos']} | {r['mean_megapixels']} | {r['unchanged_then_rgb_ms']} | "
               f"{r['straight_to_rgb_ms']} | {r['straight_over_unchanged']} |" for r in rows]
-    print("\n".join(lines))
-    args.out.with_suffix(".json").write_text(json.dumps({"command": " ".join(sys.argv), "machine": machine, "rounds": args.rounds,
-                                                         "opencv_threads": 1, "rows": rows}, indent=1) + "\n")
-    page = ["# JPEG decode per photo: IMREAD_UNCHANGED and a channel pass, against straight to RGB", "",
-            "`text_detection` decodes each JPEG of `IMAGE_BYTES` straight to RGB (`IMREAD_COLOR_RGB | "
-            "IMREAD_IGNORE_ORIENTATION`); PNG keeps `IMREAD_UNCHANGED` for alpha and 16-bit samples. Every photo "
-            "decoded to the same pixels both ways (also gray, CMYK and EXIF-rotated files: "
-            "tests/unit/models/text_detection/test_image.py). One OpenCV thread (the GPU configuration's "
-            "`opencv_threads 1`), the best of the rounds.", "",
-            f"Command: `.venv/bin/python benchmarks/detection_decode_cpu.py --rounds {args.rounds}`. "
-            f"Machine: {machine}. Data: [detection_decode_cpu.json](detection_decode_cpu.json).", "", *lines, ""]
-    args.out.with_suffix(".md").write_text("\n".join(page))
+    write_result(args.out, title="JPEG decode per photo: IMREAD_UNCHANGED and a channel pass, against straight to RGB",
+                 intro="`text_detection` decodes each JPEG of `IMAGE_BYTES` straight to RGB (`IMREAD_COLOR_RGB | "
+                       "IMREAD_IGNORE_ORIENTATION`); PNG keeps `IMREAD_UNCHANGED` for alpha and 16-bit samples. Every photo "
+                       "decoded to the same pixels both ways (also gray, CMYK and EXIF-rotated files: "
+                       "tests/unit/models/text_detection/test_image.py). One OpenCV thread (the GPU configuration's "
+                       "`opencv_threads 1`), the best of the rounds.",
+                 command=f".venv/bin/python benchmarks/detection_decode_cpu.py --rounds {args.rounds}",
+                 machine=machine, settings={"rounds": args.rounds, "opencv_threads": 1}, rows=rows, table=lines)
     return 0
 
 

@@ -14,7 +14,6 @@ text and the ratio.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -24,7 +23,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "backend"))
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
+from host_report import write_result  # noqa: E402
 from tokenizers import __version__  # noqa: E402
 
 from fastpath.text import TextTokenizer  # noqa: E402
@@ -70,16 +71,12 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---|---|---|---|---|"]
     lines += [f"| {r['workload']} | {r['texts']} | {r['batch']} | {r['encode_batch_us_per_text']} | "
               f"{r['encode_batch_fast_us_per_text']} | {r['fast_over_default']} |" for r in rows]
-    print("\n".join(lines))
-    args.out.with_suffix(".json").write_text(json.dumps({"command": " ".join(sys.argv), "machine": machine, "rounds": args.rounds,
-                                                         "rows": rows}, indent=1) + "\n")
-    page = ["# Tokenizer time per text: encode_batch against encode_batch_fast", "",
-            "`TextTokenizer.encode` calls tokenizers' `encode_batch_fast`, which skips the character offsets nothing in "
-            "FastPath reads (ids, masks, type ids and overflow are the same: tests/unit/test_text.py). One thread, "
-            "truncation at 256 tokens, the best of the rounds.", "",
-            f"Command: `.venv/bin/python benchmarks/tokenizer_cpu.py --batch {args.batch} --rounds {args.rounds}`. "
-            f"Machine: {machine}. Data: [tokenizer_cpu.json](tokenizer_cpu.json).", "", *lines, ""]
-    args.out.with_suffix(".md").write_text("\n".join(page))
+    write_result(args.out, title="Tokenizer time per text: encode_batch against encode_batch_fast",
+                 intro="`TextTokenizer.encode` calls tokenizers' `encode_batch_fast`, which skips the character offsets nothing "
+                       "in FastPath reads (ids, masks, type ids and overflow are the same: tests/unit/test_text.py). One "
+                       "thread, truncation at 256 tokens, the best of the rounds.",
+                 command=f".venv/bin/python benchmarks/tokenizer_cpu.py --batch {args.batch} --rounds {args.rounds}",
+                 machine=machine, settings={"rounds": args.rounds}, rows=rows, table=lines)
     return 0
 
 
