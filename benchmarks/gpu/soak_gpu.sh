@@ -2,10 +2,10 @@
 # Device machine: the 10-minute soak of `fastpath serve --device cuda` (benchmarks/gpu/soak.py), run in the background
 # across device calls (one call runs at most 600 s; /tmp and the soak last while the machine stays warm, 30 s after a
 # call ends). Here first: `bash scripts/gpu_bundle.sh`; then, each call within 30 s of the previous one:
-#   calls 1..8, carry .device/parts/part-0N:  mkdir -p /tmp/parts && cp .device/parts/part-0N /tmp/parts/
-#   call 9, carry .device/parts/part-08:      bash benchmarks/gpu/soak_gpu.sh start
-#   call 9:                                    bash benchmarks/gpu/soak_gpu.sh wait 570
-#   call 10 (again while it says "still running"): bash benchmarks/gpu/soak_gpu.sh wait 570
+#   a call per part but the last, carrying it:  mkdir -p /tmp/parts && cp .device/parts/part-0N /tmp/parts/
+#   the call carrying the last part:            bash benchmarks/gpu/soak_gpu.sh start
+#   the next call:                              bash benchmarks/gpu/soak_gpu.sh wait 570
+#   again while it says "still running":        bash benchmarks/gpu/soak_gpu.sh wait 570
 # start: set up (scripts/gpu_setup.sh), start the soak detached (setsid nohup) in /tmp/soak/ (soak.log, serve.log,
 #        probe.csv, soak_gpu.json and .md), return once it runs; arguments after `start` go to soak.py.
 # wait SECONDS: print its progress lines for at most SECONDS while it runs; once it has ended, copy /tmp/soak/* to
