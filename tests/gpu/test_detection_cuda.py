@@ -16,6 +16,7 @@ import pytest
 from fastpath.memory import PoolConfig, create_host_pool
 from fastpath.models.text_detection.config import UINT8_ARTIFACT, TextDetectionConfig
 from fastpath.models.text_detection.device_batches import DeviceBatchHandler
+from fastpath.models.text_detection.image import ProbedRequest
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector
 from tests.gpu.torch_support import REPO_ROOT
 from tests.unit.models.text_detection.reference import skimage_rgb
@@ -121,7 +122,7 @@ def test_nvjpeg_batches_staged_on_the_device_give_the_maps_of_the_same_pixels_st
 
     data = jpeg(skimage_rgb(name))
     image = decode_encoded(data, index=0, expected_hw=skimage_rgb(name).shape[:2])
-    (decoded,) = nvjpeg.images([data], [image.shape[:2]])
+    (decoded,) = nvjpeg.images(ProbedRequest([data], [image.shape[:2]]))
     assert decoded.is_cuda and tuple(decoded.shape) == (3, *image.shape[:2])
     assert float(np.abs(decoded.permute(1, 2, 0).cpu().numpy().astype(int) - image).mean()) < 2.0
     prepared = prepare_on_device(decoded, CONFIG)
@@ -151,7 +152,7 @@ def test_nvjpeg_leaves_png_to_the_cpu_decoder_and_a_cut_jpeg_gets_the_cpu_paths_
 
     image = skimage_rgb("page.png")
     ok, png = cv2.imencode(".png", image)
-    (host,) = nvjpeg.images([png.tobytes()], [image.shape[:2]])
+    (host,) = nvjpeg.images(ProbedRequest([png.tobytes()], [image.shape[:2]]))
     assert isinstance(host, np.ndarray) and host.shape == (*image.shape[:2], 3)
     photo = skimage_rgb("chelsea.png")
     cut = jpeg(photo)[: len(jpeg(photo)) * 6 // 10]
@@ -159,7 +160,7 @@ def test_nvjpeg_leaves_png_to_the_cpu_decoder_and_a_cut_jpeg_gets_the_cpu_paths_
     with pytest.raises(InvalidInputError) as on_cpu:
         images_from_bytes(np.array([cut], dtype=object), **limits)
     with pytest.raises(InvalidInputError) as on_gpu:
-        nvjpeg.images([cut], [photo.shape[:2]])
+        nvjpeg.images(ProbedRequest([cut], [photo.shape[:2]]))
     assert str(on_gpu.value) == str(on_cpu.value) and "input IMAGE_BYTES element 0" in str(on_gpu.value)
 
 

@@ -19,14 +19,13 @@ docs/benchmarks/detection_gpu_h200.md. Design: docs/design/text_detection.md#on-
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from fastpath.errors import ConfigError, InvalidInputError
 from fastpath.models.text_detection.config import TextDetectionConfig
-from fastpath.models.text_detection.image import BYTES_INPUT, SIGNATURES, decode_encoded
+from fastpath.models.text_detection.image import BYTES_INPUT, SIGNATURES, ProbedRequest, decode_encoded
 from fastpath.models.text_detection.pipeline import PreparedImage
 from fastpath.models.text_detection.preprocess import resized_shape
 
@@ -110,24 +109,26 @@ class DeviceJpegDecoder:
         encoded = self._torch.frombuffer(bytearray(data), dtype=self._torch.uint8)
         return self._decode_jpeg(encoded, mode=self._mode, device=self.device)
 
-    def images(self, elements: Sequence[bytes], sizes_hw: Sequence[tuple[int, int]]) -> list[Any]:
+    def images(self, probed: ProbedRequest) -> list[Any]:
         """The request's images: JPEGs as device tensors uint8 [3, H, W], the rest as numpy uint8 RGB [H, W, 3].
 
-        ``elements`` and ``sizes_hw`` come from :func:`~fastpath.models.text_detection.image.probe_request`.
+        ``probed`` comes from :func:`~fastpath.models.text_detection.image.probe_request`.
 
         Raises:
-            InvalidInputError: a file is corrupt (the CPU decoder's message), or decodes to another size than its header.
+            InvalidInputError: naming every bad element: a header that could not be read, a corrupt file (the CPU
+                decoder's message), or one that decodes to another size than its header.
         """
-        images = []
-        for index, (data, size) in enumerate(zip(elements, sizes_hw)):
-            image = None
-            if data.startswith(JPEG_SIGNATURE) and data.endswith(JPEG_END):
-                try:
-                    image = self.decode(data)
-                except RuntimeError:  # CMYK, lossless or damaged: the CPU decoder decodes it or says what is wrong
-                    image = None
-                if image is not None and tuple(image.shape[1:]) != tuple(size):
-                    raise InvalidInputError(f"input {BYTES_INPUT} element {index} decoded to {image.shape[1]}x{image.shape[2]} "
-                                            f"pixels but its header says {size[0]}x{size[1]}; the file is corrupt")
-            images.append(image if image is not None else decode_encoded(data, index=index, expected_hw=size))
-        return images
+        return probed.decode_each(self._image)
+
+    def _image(self, index: int, data: bytes, size: tuple[int, int]) -> Any:
+        """One element of :meth:`images`: nvJPEG for a JPEG it takes, else the CPU decoder."""
+        image = None
+        if data.startswith(JPEG_SIGNATURE) and data.endswith(JPEG_END):
+            try:
+                image = self.decode(data)
+            except RuntimeError:  # CMYK, lossless or damaged: the CPU decoder decodes it or says what is wrong
+                image = None
+            if image is not None and tuple(image.shape[1:]) != tuple(size):
+                raise InvalidInputError(f"input {BYTES_INPUT} element {index} decoded to {image.shape[1]}x{image.shape[2]} "
+                                        f"pixels but its header says {size[0]}x{size[1]}; the file is corrupt")
+        return image if image is not None else decode_encoded(data, index=index, expected_hw=size)

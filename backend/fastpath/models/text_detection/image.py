@@ -18,11 +18,13 @@ allocated.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 import struct
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import cv2
 import numpy as np
@@ -37,6 +39,8 @@ SIGNATURES = {b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG"}
 # one full-image pass fewer (0.89-0.95x the time per photo: docs/benchmarks/detection_decode_cpu.md). PNG keeps
 # IMREAD_UNCHANGED for its alpha and 16-bit samples.
 JPEG_FLAGS = cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION
+NAMED_ERRORS = 8  # bad elements one error message names (max_images_per_request defaults to 16)
+R = TypeVar("R")
 # Pillow's readers, opened directly to learn why a file failed: Image.open hides their error behind
 # "cannot identify image file <_io.BytesIO object at 0x...>"
 READERS = {"PNG": PngImagePlugin.PngImageFile, "JPEG": JpegImagePlugin.JpegImageFile}
@@ -269,13 +273,51 @@ def decode_encoded(data: bytes, *, index: int, expected_hw: tuple[int, int]) -> 
     return decoded if jpeg else to_rgb8(decoded, channel_order="bgr", where=where)
 
 
-def probe_request(values: np.ndarray, *, max_image_pixels: int, max_request_pixels: int,
-                  max_images: int) -> tuple[list[bytes], list[tuple[int, int]]]:
+@dataclasses.dataclass
+class ProbedRequest:
+    """The files of an ``IMAGE_BYTES`` request after :func:`probe_request`: each one's (height, width) by its header
+    (None where the header could not be read) and the errors found so far, by element index.
+
+    :meth:`decode_each` decodes the rest and raises one error naming every bad element, header and data faults
+    alike, so a user who fixes one does not learn of the next only on the next try.
+    """
+
+    elements: list[bytes]
+    sizes_hw: list[tuple[int, int] | None]
+    errors: dict[int, str] = dataclasses.field(default_factory=dict)
+
+    def decode_each(self, decode: Callable[[int, bytes, tuple[int, int]], R]) -> list[R]:
+        """``decode(index, data, size_hw)`` for every element whose header was read, in order.
+
+        Raises:
+            InvalidInputError: an element failed here or at its header: the one error's message, or "N of M elements
+                of input IMAGE_BYTES are bad: ..." with the first :data:`NAMED_ERRORS` of them by index.
+        """
+        results = []
+        for index, (data, size) in enumerate(zip(self.elements, self.sizes_hw)):
+            if size is None:
+                continue
+            try:
+                results.append(decode(index, data, size))
+            except InvalidInputError as exc:
+                self.errors[index] = str(exc)
+        if len(self.errors) == 1:
+            raise InvalidInputError(next(iter(self.errors.values())))
+        if self.errors:
+            named = [self.errors[index] for index in sorted(self.errors)[:NAMED_ERRORS]]
+            more = f"; and {len(self.errors) - NAMED_ERRORS} more" if len(self.errors) > NAMED_ERRORS else ""
+            raise InvalidInputError(f"{len(self.errors)} of {len(self.elements)} elements of input {BYTES_INPUT} are bad: "
+                                    + "; ".join(named) + more)
+        return results
+
+
+def probe_request(values: np.ndarray, *, max_image_pixels: int, max_request_pixels: int, max_images: int) -> ProbedRequest:
     """The files of an ``IMAGE_BYTES`` tensor (BYTES ``[N]``) and their (height, width) from the headers,
-    every limit checked before anything is decoded.
+    every limit checked before anything is decoded. A header that cannot be read is kept as an error of its
+    element (raised by :meth:`ProbedRequest.decode_each`, with the rest).
 
     Raises:
-        InvalidInputError: no elements, an element that is not a PNG/JPEG file, or a limit exceeded.
+        InvalidInputError: no elements, or a limit exceeded (by the headers that could be read).
     """
     elements = [value if isinstance(value, bytes) else bytes(value) for value in values.reshape(-1)]
     if not elements:
@@ -283,10 +325,15 @@ def probe_request(values: np.ndarray, *, max_image_pixels: int, max_request_pixe
     if len(elements) > max_images:  # before probing any header
         check_pixel_limits([(1, 1)] * len(elements), tensor=BYTES_INPUT, max_image_pixels=max_image_pixels,
                            max_request_pixels=max_request_pixels, max_images=max_images)
-    sizes = [probe_encoded(data, index=i, max_image_pixels=max_image_pixels) for i, data in enumerate(elements)]
-    check_pixel_limits(sizes, tensor=BYTES_INPUT, max_image_pixels=max_image_pixels,
+    probed = ProbedRequest(elements, [None] * len(elements))
+    for index, data in enumerate(elements):
+        try:
+            probed.sizes_hw[index] = probe_encoded(data, index=index, max_image_pixels=max_image_pixels)
+        except InvalidInputError as exc:
+            probed.errors[index] = str(exc)
+    check_pixel_limits([size or (1, 1) for size in probed.sizes_hw], tensor=BYTES_INPUT, max_image_pixels=max_image_pixels,
                        max_request_pixels=max_request_pixels, max_images=max_images)
-    return elements, sizes
+    return probed
 
 
 def images_from_bytes(values: np.ndarray, *, max_image_pixels: int, max_request_pixels: int, max_images: int) -> list[np.ndarray]:
@@ -297,6 +344,5 @@ def images_from_bytes(values: np.ndarray, *, max_image_pixels: int, max_request_
     Raises:
         InvalidInputError: an element is not a PNG/JPEG file, is corrupt, or is above a limit.
     """
-    elements, sizes = probe_request(values, max_image_pixels=max_image_pixels, max_request_pixels=max_request_pixels,
-                                    max_images=max_images)
-    return [decode_encoded(data, index=i, expected_hw=size) for i, (data, size) in enumerate(zip(elements, sizes))]
+    probed = probe_request(values, max_image_pixels=max_image_pixels, max_request_pixels=max_request_pixels, max_images=max_images)
+    return probed.decode_each(lambda index, data, size: decode_encoded(data, index=index, expected_hw=size))

@@ -259,7 +259,7 @@ class TextDetectionModel(ScheduledModel):
         if name == ARRAY_INPUT:
             return images_from_array(values, **limits)
         if self.device_decoder is not None:  # JPEGs to device tensors [3, H, W]; the rest decoded here
-            return self.device_decoder.images(*probe_request(values, **limits))
+            return self.device_decoder.images(probe_request(values, **limits))
         return images_from_bytes(values, **limits)
 
     def _image_count(self, request: Any) -> int:

@@ -189,6 +189,41 @@ def test_not_an_image_is_refused(data, match):
     assert "BytesIO" not in str(info.value)  # no Pillow-internal object repr in a client's error
 
 
+def test_one_error_names_every_bad_element_of_a_request_header_and_decode_faults_alike(coffee):
+    """Invariant: a request with several bad files gets one 400 that names each bad element by index (a header
+    that cannot be read, data cut short), in order, so a user fixing them learns of all at once; with more than
+    image.NAMED_ERRORS bad elements the rest are counted."""
+    jpeg = jpeg_bytes(coffee)
+    files = [jpeg, jpeg, jpeg, jpeg[: len(jpeg) // 2], jpeg, jpeg, b"\xff\xd8\xff" + b"x" * 50]
+    with pytest.raises(InvalidInputError) as info:
+        images_from_bytes(np.array(files, dtype=object), **LIMITS)
+    message = str(info.value)
+    assert message.startswith("2 of 7 elements of input IMAGE_BYTES are bad: ")
+    assert message.index("element 3 (") < message.index("element 6 (")
+    assert "header could not be read" in message and "could not be decoded" in message
+    for bad in ([b""] * 2, [b"GIF89a"] * 10):
+        with pytest.raises(InvalidInputError) as info:
+            images_from_bytes(np.array([jpeg, *bad], dtype=object), **LIMITS)
+        assert str(info.value).startswith(f"{len(bad)} of {len(bad) + 1} elements of input IMAGE_BYTES are bad: ")
+        assert str(info.value).endswith("; and 2 more" if len(bad) == 10 else "send an encoded PNG or JPEG file")
+    (alone,) = [jpeg[: len(jpeg) // 2]]
+    with pytest.raises(InvalidInputError, match=r"^input IMAGE_BYTES element 0 \("):  # one bad element: its own message
+        images_from_bytes(np.array([alone], dtype=object), **LIMITS)
+
+
+def test_damage_libjpeg_recovers_from_decodes_as_recovered_at_the_headers_size(coffee):
+    """The policy for damage inside a JPEG's compressed data (markers intact): libjpeg recovers (it logs "Corrupt
+    JPEG data") and FastPath serves the recovered pixels, as Pillow and browsers show them; OpenCV does not report
+    libjpeg's warnings, so no 400 can come from them. Invariant: the result has the header's size and equals
+    OpenCV's own decode of the damaged file; a file cut short is refused (test above)."""
+    jpeg = bytearray(jpeg_bytes(coffee))
+    start = jpeg.index(b"\xff\xda") + 200  # inside the entropy-coded data of the scan
+    jpeg[start:start + 64] = bytes(range(0, 128, 2))  # no 0xff, so no marker is made or removed
+    (decoded,) = images_from_bytes(np.array([bytes(jpeg)], dtype=object), **LIMITS)
+    assert decoded.shape == coffee.shape
+    np.testing.assert_array_equal(decoded, cv2.imdecode(np.frombuffer(bytes(jpeg), np.uint8), image_module.JPEG_FLAGS))
+
+
 def test_gif_from_skimage_is_refused():
     gif = skimage_path("no_time_for_that_tiny.gif").read_bytes()
     with pytest.raises(InvalidInputError, match="not a PNG or JPEG"):
