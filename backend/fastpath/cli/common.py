@@ -82,6 +82,6 @@ def error_line(error: Exception, protocol: str) -> str:
         return (f"{error.url} did not answer in {PROTOCOL_NAMES[protocol]} (it looks like Triton's "
                 f"{PROTOCOL_NAMES[other]} port); {port_hint(protocol)}")
     text = " ".join(str(error).split())
-    if isinstance(error, ServerConnectionError):
-        text += f"; {port_hint(protocol)}"
+    if isinstance(error, ServerConnectionError):  # most often nothing listens there: the server is down
+        text += f"; is a server running there (make serve)? if it is, {port_hint(protocol)}"
     return text

@@ -155,7 +155,8 @@ def _read_bounded(path: Path) -> bytes | None:
 def _parse(document: Any) -> VersionRecord:
     """A :class:`VersionRecord` from a parsed JSON document (its types are checked by the record itself)."""
     if not isinstance(document, dict):
-        raise VersionRecordError(f"holds a JSON {type(document).__name__}, not an object")
+        kinds = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "string", list: "array"}
+        raise VersionRecordError(f"holds a JSON {kinds.get(type(document), type(document).__name__)}, not an object")
     if "version" not in document:
         raise VersionRecordError(f"has no version field (keys: {_SHOW.repr(sorted(document))})")
     command = document.get("command")

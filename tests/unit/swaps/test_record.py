@@ -71,7 +71,10 @@ def test_a_written_record_reads_back_field_for_field(tmp_path):
     ('{"version": 2, "command": [1]}', "command [1]: expected an object"),
     ('{"version": 2, "command": {"generation": "3", "ok": "yes"}}',
      "command.generation '3': expected an integer >= 0; command.ok 'yes': expected true or false"),
-    ("[2]", "holds a JSON list, not an object"),
+    ("[2]", "holds a JSON array, not an object"),
+    ("null", "holds a JSON null, not an object"),
+    ('"two"', "holds a JSON string, not an object"),
+    ("2.0", "holds a JSON number, not an object"),
 ])
 def test_a_corrupt_record_is_refused_naming_the_file_and_the_problem(tmp_path, text, problem):
     """Invariant: the message is 'record unreadable: <path>: <problem>' naming the field, its value and the expectation."""
