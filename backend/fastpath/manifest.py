@@ -100,6 +100,12 @@ def write_manifest(directory: Path, files: Iterable[str], metadata: Mapping[str,
     return path
 
 
+# How a version directory gets its artifacts and manifest: the shipped versions from `fastpath build`, any other
+# copied in whole by fastpath.swaps.publish.publish_version (docs/design/hot-swap.md), never by hand
+REBUILD = ("build the shipped versions with 'fastpath build'; publish any other with "
+           "fastpath.swaps.publish.publish_version (docs/design/hot-swap.md)")
+
+
 def read_manifest(directory: Path) -> dict[str, Any]:
     """Load a directory's manifest.
 
@@ -110,9 +116,9 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise ArtifactError(f"{path} is missing; build the artifacts with 'fastpath build'") from None
+        raise ArtifactError(f"{path} is missing; {REBUILD}") from None
     except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path} is not valid JSON ({exc}); rebuild with 'fastpath build'") from None
+        raise ArtifactError(f"{path} is not valid JSON ({exc}); {REBUILD}") from None
 
 
 def external_data_artifact(manifest: dict[str, Any], source: str = "model.onnx") -> str | None:

@@ -49,12 +49,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _complete(version_dir: Path, required: tuple[str, ...]) -> bool:
     """True when the version's manifest verifies and lists every required file."""
-    from fastpath.manifest import verify_manifest
+    from fastpath.manifest import MANIFEST_NAME, verify_manifest
 
     try:
         verify_manifest(version_dir, required=required)
     except ArtifactError as exc:
-        if version_dir.exists():
+        if not (version_dir / MANIFEST_NAME).exists():  # a fresh clone: nothing built yet, nothing to warn about
+            LOG.info("building %s: it has no %s yet", version_dir, MANIFEST_NAME)
+        else:
             LOG.warning("rebuilding %s: %s", version_dir, exc)
         return False
     return True
