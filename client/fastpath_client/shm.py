@@ -18,11 +18,15 @@ import itertools
 import os
 import socket
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-import tritonclient.utils.shared_memory as tshm
+
+with warnings.catch_warnings():  # tritonclient 2.51 imports pkg_resources, whose deprecation notice every CLI command printed
+    warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+    import tritonclient.utils.shared_memory as tshm
 
 from fastpath_client.errors import InvalidInputError
 

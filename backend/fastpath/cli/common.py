@@ -74,14 +74,15 @@ def port_hint(protocol: str) -> str:
 
 def error_line(error: Exception, protocol: str) -> str:
     """One line for a failed CLI command: the client error's message (whitespace folded), with
-    :func:`port_hint` when the server could not be reached or answered another protocol."""
+    :func:`port_hint` when the server answered another protocol, or could not be reached on a port that is not
+    the protocol's default."""
     from fastpath_client import ProtocolMismatchError, ServerConnectionError
 
     if isinstance(error, ProtocolMismatchError):
         other = "grpc" if protocol == "http" else "http"
         return (f"{error.url} did not answer in {PROTOCOL_NAMES[protocol]} (it looks like Triton's "
                 f"{PROTOCOL_NAMES[other]} port); {port_hint(protocol)}")
-    text = " ".join(str(error).split())
-    if isinstance(error, ServerConnectionError):  # most often nothing listens there: the server is down
-        text += f"; is a server running there (make serve)? if it is, {port_hint(protocol)}"
+    text = " ".join(str(error).split())  # a ServerConnectionError already asks whether tritonserver runs there
+    if isinstance(error, ServerConnectionError) and error.url.rpartition(":")[2] != str(default_port(protocol)):
+        text += f"; if it does, {port_hint(protocol)}"  # on the protocol's default port that hint says nothing new
     return text

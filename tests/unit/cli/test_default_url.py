@@ -60,14 +60,17 @@ def test_admin_commands_take_the_default_only_without_url(monkeypatch):
     assert _urls(["a:1,b:2", "c:3"]) == ["a:1", "b:2", "c:3"]
 
 
-def test_a_failed_connection_asks_first_whether_a_server_runs_then_names_the_port_to_check():
-    """A command that reached no server (the usual cause: none is running) ends with the question whether one
-    runs, then which port --url should be; a port that answered in the other protocol gets the port hint alone."""
+def test_a_failed_connection_names_the_port_to_check_only_off_the_protocols_default_port():
+    """The client's connection error already asks whether tritonserver runs there; the CLI adds which port --url
+    should be only when --url is not the protocol's default port (on it, the hint would say nothing new); a port
+    that answered in the other protocol always gets the hint."""
     from fastpath.cli.common import error_line
     from fastpath_client import ProtocolMismatchError, ServerConnectionError
 
-    down = error_line(ServerConnectionError("no connection to localhost:8000: Connection refused"), "http")
-    assert down == ("no connection to localhost:8000: Connection refused; is a server running there (make serve)? "
-                    "if it is, is --url the HTTP port (default 8000)? for the gRPC port use --protocol grpc")
+    refused = "connection failed: ConnectionRefusedError; is tritonserver running and listening there?"
+    assert error_line(ServerConnectionError(refused, url="localhost:8000"), "http") == refused
+    assert error_line(ServerConnectionError(refused, url="localhost:8001"), "http") == (
+        f"{refused}; if it does, is --url the HTTP port (default 8000)? for the gRPC port use --protocol grpc")
+    assert error_line(ServerConnectionError(refused, url="localhost:8001"), "grpc") == refused
     other = error_line(ProtocolMismatchError("not HTTP", url="localhost:8001"), "http")
-    assert "make serve" not in other and other.endswith("for the gRPC port use --protocol grpc")
+    assert other.endswith("for the gRPC port use --protocol grpc")
