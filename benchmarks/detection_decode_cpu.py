@@ -13,8 +13,7 @@ the best round's milliseconds per photo and the ratio.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
+import functools
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
-from host_report import write_result  # noqa: E402
+from host_report import best_of_rounds, machine_line, write_result  # noqa: E402
 
 from fastpath.models.text_detection.image import JPEG_FLAGS  # noqa: E402
 
@@ -71,15 +70,13 @@ def main(argv: list[str] | None = None) -> int:
             for path, data in zip(paths, files):
                 if not np.array_equal(unchanged_then_rgb(data), straight_to_rgb(data)):
                     raise SystemExit(f"{path.name}: the two decodes differ")
-            best = {name: float("inf") for name in VARIANTS}
-            for _ in range(args.rounds):
-                for name, decode in VARIANTS.items():
-                    best[name] = min(best[name], per_photo_ms(decode, files))
+            best = best_of_rounds({name: functools.partial(per_photo_ms, decode, files) for name, decode in VARIANTS.items()},
+                                  args.rounds)
             pixels = sum(int(np.prod(straight_to_rgb(data).shape[:2])) for data in files) / len(files)
             rows.append({"workload": workload, "photos": len(files), "mean_megapixels": round(pixels / 1e6, 2),
                          **{f"{name}_ms": round(ms, 3) for name, ms in best.items()},
                          "straight_over_unchanged": round(best["straight_to_rgb"] / best["unchanged_then_rgb"], 3)})
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, OpenCV {cv2.__version__}"
+    machine = machine_line(f"OpenCV {cv2.__version__}")
     lines = ["| workload | photos | mean MP | IMREAD_UNCHANGED + BGR-to-RGB ms | straight to RGB ms | straight / before |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {r['workload']} | {r['photos']} | {r['mean_megapixels']} | {r['unchanged_then_rgb_ms']} | "

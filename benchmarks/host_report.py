@@ -5,8 +5,26 @@ command, the machine, the table) written, one current result each."""
 from __future__ import annotations
 
 import json
+import os
+import platform
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+
+def best_of_rounds(variants: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """Each variant's least time over ``rounds`` rounds, the variants alternating within a round (so drift on a
+    shared machine reaches all of them alike); each callable runs the workload once and returns its time."""
+    best = {name: float("inf") for name in variants}
+    for _ in range(rounds):
+        for name, run in variants.items():
+            best[name] = min(best[name], run())
+    return best
+
+
+def machine_line(library: str) -> str:
+    """The machine a result came from: processor, CPUs, Python and ``library`` (e.g. "OpenCV 4.11.0")."""
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {library}"
 
 
 def write_result(out: Path, *, title: str, intro: str, command: str, machine: str, settings: dict, rows: list[dict],

@@ -14,8 +14,8 @@ text and the ratio.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-import platform
 import random
 import sys
 import time
@@ -25,7 +25,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "backend"))
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
-from host_report import write_result  # noqa: E402
+from host_report import best_of_rounds, machine_line, write_result  # noqa: E402
 from tokenizers import __version__  # noqa: E402
 
 from fastpath.text import TextTokenizer  # noqa: E402
@@ -59,14 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     variants = {"encode_batch": tokenizer.encode_batch, "encode_batch_fast": tokenizer.encode_batch_fast}
     rows = []
     for name, texts in workloads().items():
-        best = {variant: float("inf") for variant in variants}
-        for _ in range(args.rounds):
-            for variant, encode in variants.items():
-                best[variant] = min(best[variant], per_text_us(encode, texts, args.batch))
+        best = best_of_rounds({variant: functools.partial(per_text_us, encode, texts, args.batch)
+                               for variant, encode in variants.items()}, args.rounds)
         rows.append({"workload": name, "texts": len(texts), "batch": args.batch,
                      **{f"{variant}_us_per_text": round(us, 2) for variant, us in best.items()},
                      "fast_over_default": round(best["encode_batch_fast"] / best["encode_batch"], 3)})
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, tokenizers {__version__}"
+    machine = machine_line(f"tokenizers {__version__}")
     lines = ["| workload | texts | texts per call | encode_batch µs/text | encode_batch_fast µs/text | fast / default |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {r['workload']} | {r['texts']} | {r['batch']} | {r['encode_batch_us_per_text']} | "

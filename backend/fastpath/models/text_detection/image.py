@@ -293,20 +293,20 @@ class ProbedRequest:
             InvalidInputError: an element failed here or at its header: the one error's message, or "N of M elements
                 of input IMAGE_BYTES are bad: ..." with the first :data:`NAMED_ERRORS` of them by index.
         """
-        results = []
+        results, errors = [], dict(self.errors)  # the header errors stay as probed: a second call gives the same answer
         for index, (data, size) in enumerate(zip(self.elements, self.sizes_hw)):
             if size is None:
                 continue
             try:
                 results.append(decode(index, data, size))
             except InvalidInputError as exc:
-                self.errors[index] = str(exc)
-        if len(self.errors) == 1:
-            raise InvalidInputError(next(iter(self.errors.values())))
-        if self.errors:
-            named = [self.errors[index] for index in sorted(self.errors)[:NAMED_ERRORS]]
-            more = f"; and {len(self.errors) - NAMED_ERRORS} more" if len(self.errors) > NAMED_ERRORS else ""
-            raise InvalidInputError(f"{len(self.errors)} of {len(self.elements)} elements of input {BYTES_INPUT} are bad: "
+                errors[index] = str(exc)
+        if len(errors) == 1:
+            raise InvalidInputError(next(iter(errors.values())))
+        if errors:
+            named = [errors[index] for index in sorted(errors)[:NAMED_ERRORS]]
+            more = f"; and {len(errors) - NAMED_ERRORS} more" if len(errors) > NAMED_ERRORS else ""
+            raise InvalidInputError(f"{len(errors)} of {len(self.elements)} elements of input {BYTES_INPUT} are bad: "
                                     + "; ".join(named) + more)
         return results
 
