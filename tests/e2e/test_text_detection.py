@@ -243,6 +243,11 @@ BAD = {  # name -> (inputs, substrings of the error message)
     "huge png 12000x12000": ([("IMAGE_BYTES", np.array([blank_png(12000, 12000)], dtype=np.object_), "BYTES")],
                              "12000x12000 = 144000000 pixels, above the limit of 67108864 pixels"),
     "17 images": ([("IMAGE", np.zeros((17, 8, 8, 3), np.uint8), "UINT8")], "carries 17 images; at most 16"),
+    # more images than the whole queue holds (max_queue_images 64) on an idle server: still the per-request 400,
+    # never the retryable 503 of a full queue (a client would retry it forever)
+    "65 images": ([("IMAGE", np.zeros((65, 8, 8, 3), np.uint8), "UINT8")], "input IMAGE carries 65 images; at most 16"),
+    "65 files": ([("IMAGE_BYTES", np.array([blank_png(8, 8)] * 65, dtype=np.object_), "BYTES")],
+                 "input IMAGE_BYTES carries 65 images; at most 16"),
 }
 
 

@@ -49,6 +49,17 @@ BYTES_INPUT = "IMAGE_BYTES"
 CONVERT_CHUNK_PIXELS = 1 << 18  # 16-bit scaling and alpha compositing run over this many pixels at a time
 
 
+def check_image_count(count: int, *, tensor: str, max_images: int) -> None:
+    """Refuse a request of more than ``max_images`` images (``count``: its input's batch dimension).
+
+    Raises:
+        InvalidInputError: naming the tensor, the count and the limit.
+    """
+    if count > max_images:
+        raise InvalidInputError(f"input {tensor} carries {count} images; at most {max_images} are accepted per request "
+                                "(config.pbtxt parameter max_images_per_request); split the request")
+
+
 def check_pixel_limits(sizes_hw: Sequence[tuple[int, int]], *, tensor: str, max_image_pixels: int, max_request_pixels: int,
                        max_images: int) -> None:
     """Refuse a request whose image count or pixel counts exceed the configured limits.
@@ -63,9 +74,7 @@ def check_pixel_limits(sizes_hw: Sequence[tuple[int, int]], *, tensor: str, max_
     Raises:
         InvalidInputError: naming the image, its size and the limit.
     """
-    if len(sizes_hw) > max_images:
-        raise InvalidInputError(f"input {tensor} carries {len(sizes_hw)} images; at most {max_images} are accepted per request "
-                                "(config.pbtxt parameter max_images_per_request); split the request")
+    check_image_count(len(sizes_hw), tensor=tensor, max_images=max_images)
     total = 0
     for index, (height, width) in enumerate(sizes_hw):
         if height <= 0 or width <= 0:
@@ -322,9 +331,7 @@ def probe_request(values: np.ndarray, *, max_image_pixels: int, max_request_pixe
     elements = [value if isinstance(value, bytes) else bytes(value) for value in values.reshape(-1)]
     if not elements:
         raise InvalidInputError(f"input {BYTES_INPUT} has shape {list(values.shape)}: no images")
-    if len(elements) > max_images:  # before probing any header
-        check_pixel_limits([(1, 1)] * len(elements), tensor=BYTES_INPUT, max_image_pixels=max_image_pixels,
-                           max_request_pixels=max_request_pixels, max_images=max_images)
+    check_image_count(len(elements), tensor=BYTES_INPUT, max_images=max_images)  # before probing any header
     probed = ProbedRequest(elements, [None] * len(elements))
     for index, data in enumerate(elements):
         try:

@@ -39,7 +39,14 @@ from fastpath.models.text_detection.batches import DetectionBatchHandler, check_
 from fastpath.models.text_detection.budget import MemoryBudget, peak_budget
 from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, DetectionSchedulerConfig, TextDetectionConfig
 from fastpath.models.text_detection.device_batches import DeviceBatchHandler, warm_up_device
-from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, images_from_array, images_from_bytes, probe_request
+from fastpath.models.text_detection.image import (
+    ARRAY_INPUT,
+    BYTES_INPUT,
+    check_image_count,
+    images_from_array,
+    images_from_bytes,
+    probe_request,
+)
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
 from fastpath.profiling import PROFILE
 from fastpath.scheduling import BatchQueue, ExactShapePolicy, Ticket, WorkItem
@@ -198,8 +205,14 @@ class TextDetectionModel(ScheduledModel):
         arrival_s = self.runner.clock.now()  # the call's requests wait while earlier ones decode: timeouts count from here
         replies = Replies(pb, requests, "sender", self.progress)
         for index, request in enumerate(requests):
+            try:  # a request over the per-request limit is a 400 whatever the queue holds, never a retryable 503
+                count = self._image_count(request)
+            except Exception as exc:
+                self.metrics.invalid_request()
+                replies.answer(index, error_response(pb, exc))
+                continue
             try:  # a full queue answers 503 before the images are decoded, not 5-20 s late after them
-                self.runner.check_room(self._image_count(request))
+                self.runner.check_room(count)
             except Exception as exc:
                 replies.answer(index, error_response(pb, exc))
                 continue
@@ -263,10 +276,17 @@ class TextDetectionModel(ScheduledModel):
         return images_from_bytes(values, **limits)
 
     def _image_count(self, request: Any) -> int:
-        """Images in the request by its input's batch dimension, without decoding (0 if malformed: _input_values says why)."""
-        counts = [rows for rows in (input_rows(self._pb, request, name) for name in (ARRAY_INPUT, BYTES_INPUT))
-                  if rows is not None]
-        return counts[0] if len(counts) == 1 else 0
+        """Images in the request by its input's batch dimension, without decoding (0 if malformed: _input_values says why).
+
+        Raises:
+            InvalidInputError: more than ``max_images_per_request`` images.
+        """
+        counts = [(name, rows) for name in (ARRAY_INPUT, BYTES_INPUT) if (rows := input_rows(self._pb, request, name)) is not None]
+        if len(counts) != 1:
+            return 0
+        name, rows = counts[0]
+        check_image_count(rows, tensor=name, max_images=self.config.max_images_per_request)
+        return rows
 
     def _answer(self, replies: Replies, index: int, wanted: frozenset[str], ticket: Ticket, detections: list[Any] | None,
                 error: BaseException | None) -> None:
