@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fastpath_client import detection
+from fastpath_client.checks import host_port, positive_timeout
 from fastpath_client.errors import (
     FastPathClientError,
     InvalidInputError,
@@ -194,7 +195,7 @@ class ClientCore:
             variable ``FASTPATH_ADMIN_KEY``.
 
     Raises:
-        InvalidInputError: bad protocol, url with a scheme, or a non-positive timeout.
+        InvalidInputError: bad protocol, url not ``host:port``, or a timeout (a call's own too) not > 0 s (``checks``).
     """
 
     def __init__(self, url: str, protocol: str = "http", *, timeout_s: float = 60.0,
@@ -203,13 +204,10 @@ class ClientCore:
                  on_retry: OnRetry | None = None, admin_key: str | None = None) -> None:
         if protocol not in PROTOCOLS:
             raise InvalidInputError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
-        if "://" in url:
-            raise InvalidInputError(f"url must be host:port without a scheme, got {url!r}")
-        if timeout_s <= 0:
-            raise InvalidInputError(f"timeout_s must be > 0, got {timeout_s}")
+        host_port(url)  # raises on a malformed url
         self.url = url
         self.protocol = protocol
-        self.timeout_s = float(timeout_s)
+        self.timeout_s = positive_timeout(timeout_s)
         self.retry = retry or RetryPolicy()
         self.shm_policy = SharedMemoryPolicy(mode=shared_memory, threshold_bytes=shm_threshold_bytes)
         self._local = is_local_url(url)
@@ -233,7 +231,8 @@ class ClientCore:
         return httpclient if self.protocol == "http" else grpcclient
 
     def _timeout(self, timeout_s: float | None) -> float:
-        return self.timeout_s if timeout_s is None else float(timeout_s)
+        """A call's timeout: its own (checked like the client's), else the client's."""
+        return self.timeout_s if timeout_s is None else positive_timeout(timeout_s)
 
     def _backoff(self, timeout_s: float | None = None) -> Backoff:
         """The retry state of one call; with ``timeout_s``, no retry starts after it has passed."""
@@ -392,6 +391,7 @@ class ClientCore:
         """The detection tensors and one request per image (every image checked before any is sent).
         Request ``i`` carries image ``i``: the server calls it image/element 0, :func:`items_from`
         renumbers that with offset ``i``."""
+        detection.check_image_list(images)
         io = detection.detection_io(spec)
         return io, [detection.image_request(io, spec, image, index) for index, image in enumerate(images)]
 

@@ -309,8 +309,9 @@ class Client(ClientCore):
             coordinates of that image, scores float32 [K].
 
         Raises:
-            InvalidInputError: an image the model cannot take (checked for all images before any is
-                sent), or one the server refused; the message names its index in ``images``.
+            InvalidInputError: one image not in a sequence (``detect_text([image])`` is right), an image the
+                model cannot take (checked for all images before any is sent), or one the server refused;
+                the message names its index in ``images``.
         """
         io, requests = self._detection_plan(self.model_config(model), images)
         found = []

@@ -83,6 +83,24 @@ def _shape_for(spec: ModelSpec, tensor: TensorSpec, item_shape: tuple[int, ...])
     return (1,) * (rank - len(item_shape)) + item_shape
 
 
+def check_image_list(images: Any) -> None:
+    """Refuse one image passed where a sequence of images is expected (``detect_text(image)``).
+
+    Iterating an HxWx3 array yields its H rows, each a Wx3 "grayscale image", and iterating bytes yields
+    ints: either would send the wrong requests, so both are refused. An NxHxWx3 array is N images.
+
+    Raises:
+        InvalidInputError: ``images`` is a single encoded file (bytes) or a 2-D/3-D array.
+    """
+    if isinstance(images, (bytes, bytearray, memoryview, str, os.PathLike)):
+        raise InvalidInputError(f"images: expected a sequence of images, got a single {type(images).__name__}; "
+                                "wrap it in a list: detect_text([image])")
+    if isinstance(images, np.ndarray) and images.ndim in (2, 3):
+        raise InvalidInputError(f"images: expected a sequence of images, got one array of shape {list(images.shape)} "
+                                "(one HxWx3 or HxW image); wrap it in a list: detect_text([image]) "
+                                "(an NxHxWx3 array is taken as N images)")
+
+
 def image_request(io: DetectionIO, spec: ModelSpec, image: Any, index: int) -> dict[str, np.ndarray]:
     """The inputs of one request for ``image`` (an HxWx3 uint8 array, or encoded PNG/JPEG bytes).
 

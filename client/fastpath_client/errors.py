@@ -150,6 +150,7 @@ def _mismatch(url: str, model: str | None, got: str, reply: str, status: str | N
 
 
 QUEUE_FULL = "Exceeds maximum queue size"
+CONNECTION_QUESTION = "is tritonserver running and listening there?"  # ends every ServerConnectionError's message
 STUB_UNHEALTHY = re.compile(r"Stub process '[^']*' is not healthy")
 
 
@@ -190,6 +191,8 @@ def _from_server(exc, url: str, model: str | None) -> FastPathClientError:
         label = f"HTTP {status}" if status and status.isdigit() else (status or "error")
         text = f"{label} from {where}: {message}"
     cls = _class_for(status or "", message)
+    if cls is ServerConnectionError:  # gRPC's "failed to connect": the same question the HTTP transport's failure asks
+        text += f"; {CONNECTION_QUESTION}"
     return cls(text, server_message=message or str(details), status=status, url=url, model=model)
 
 
@@ -222,8 +225,8 @@ def from_exception(exc: BaseException, *, url: str, model: str | None = None,
     if names & {"HTTPParseError", "ClientResponseError"} and any(marker in text for marker in _NOT_HTTP):
         return _mismatch(url, model, "gRPC", f"{type(exc).__name__}: {text}")
     if isinstance(exc, OSError) or names & {"HTTPConnectionClosed", "HTTPParseError", "ClientConnectionError"}:
-        return ServerConnectionError(f"{where}: connection failed: {type(exc).__name__}: {exc}; is tritonserver "
-                                     "running and listening there?", server_message=str(exc), url=url, model=model)
+        return ServerConnectionError(f"{where}: connection failed: {type(exc).__name__}: {exc}; {CONNECTION_QUESTION}",
+                                     server_message=str(exc), url=url, model=model)
     return FastPathClientError(f"{where}: {type(exc).__name__}: {exc}", url=url, model=model)
 
 

@@ -28,6 +28,7 @@ with warnings.catch_warnings():  # tritonclient 2.51 imports pkg_resources, whos
     warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
     import tritonclient.utils.shared_memory as tshm
 
+from fastpath_client.checks import host_port
 from fastpath_client.errors import InvalidInputError
 
 REGION_PREFIX = "fastpath_client_"
@@ -42,11 +43,12 @@ _CREATE_ONLY = {"create_only": True} if "create_only" in inspect.signature(tshm.
 
 
 def is_local_url(url: str) -> bool:
-    """True when ``url`` (``host:port``) names this machine: loopback addresses, ``localhost`` or this host's name."""
-    if url.startswith("["):
-        host = url[1 : url.find("]")]
-    else:
-        host = url.rsplit(":", 1)[0] if url.count(":") == 1 else url
+    """True when ``url`` (``host:port``) names this machine: loopback addresses, ``localhost`` or this host's name.
+
+    Raises:
+        InvalidInputError: ``url`` is not ``host:port`` (:func:`~fastpath_client.checks.host_port`).
+    """
+    host = host_port(url)[0]
     if host in ("localhost", socket.gethostname()):
         return True
     try:

@@ -134,8 +134,8 @@ def text_array(texts: Sequence[str | bytes], *, name: str = "TEXT") -> np.ndarra
 
     Raises:
         InvalidInputError: ``texts`` is a single str/bytes, a numpy ``S``/``U`` array (its trailing NULs
-            are already gone: refused as :func:`wire_array` refuses it for ``infer``), or holds
-            something else than str/bytes.
+            are already gone: refused as :func:`wire_array` refuses it for ``infer``), holds
+            something else than str/bytes, or a str with a lone surrogate (not encodable as UTF-8).
     """
     if isinstance(texts, np.ndarray) and texts.dtype.kind in "SU":
         raise InvalidInputError(f"{name}: numpy {texts.dtype} arrays drop trailing NUL bytes and are refused; "
@@ -146,7 +146,11 @@ def text_array(texts: Sequence[str | bytes], *, name: str = "TEXT") -> np.ndarra
     array = np.empty((len(texts), 1), dtype=np.object_)
     for index, text in enumerate(texts):
         if isinstance(text, str):
-            array[index, 0] = text.encode("utf-8")
+            try:
+                array[index, 0] = text.encode("utf-8")
+            except UnicodeEncodeError as exc:  # a lone surrogate, e.g. from a bad "\ud800" escape or surrogateescape
+                raise InvalidInputError(f"{name}[{index}]: character {exc.object[exc.start]!r} at position {exc.start} "
+                                        f"cannot be encoded as UTF-8 ({exc.reason}); pass valid text, or bytes") from None
         elif isinstance(text, (bytes, bytearray, memoryview)):
             array[index, 0] = bytes(text)
         else:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fastpath_client import InvalidInputError, ServerError
-from fastpath_client.detection import detection_io, image_request, parse_detection
+from fastpath_client.detection import check_image_list, detection_io, image_request, parse_detection
 from fastpath_client.tensors import model_spec
 
 
@@ -51,6 +51,25 @@ def test_bad_images_are_refused_before_sending(image, message):
     spec = _spec(8, [-1, -1, 3])
     with pytest.raises(InvalidInputError, match=message):
         image_request(detection_io(spec), spec, image, 2)
+
+
+@pytest.mark.parametrize(("images", "message"), [
+    (np.zeros((720, 1280, 3), np.uint8), r"one array of shape \[720, 1280, 3\] .*detect_text\(\[image\]\)"),
+    (np.zeros((720, 1280), np.uint8), r"one array of shape \[720, 1280\]"),
+    (b"\xff\xd8\xff", r"got a single bytes; wrap it in a list"),
+    ("page.png", r"got a single str; wrap it in a list"),
+])
+def test_one_image_outside_a_sequence_is_refused(images, message):
+    """Iterating one HxWx3 array yields H rows (H grayscale "images") and bytes yield ints: detect_text(image)
+    must fail before sending anything, not send H requests."""
+    with pytest.raises(InvalidInputError, match=message):
+        check_image_list(images)
+
+
+def test_sequences_of_images_pass_the_list_check():
+    """A list of arrays or files, and an NxHxWx3 array (N images), are sequences of images."""
+    for images in ([np.zeros((4, 4, 3), np.uint8)], [b"\x89PNG"], np.zeros((2, 4, 4, 3), np.uint8), ()):
+        check_image_list(images)
 
 
 def test_a_model_without_boxes_is_not_a_detector():

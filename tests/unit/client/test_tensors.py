@@ -48,6 +48,13 @@ def test_text_array_refuses_a_bare_string_and_non_text():
         text_array(["ok", 3])
 
 
+def test_text_array_refuses_a_lone_surrogate_naming_the_text_and_position():
+    """A str Python holds but UTF-8 cannot encode (a lone surrogate) is the caller's bad input, named by
+    index and position, not a raw UnicodeEncodeError."""
+    with pytest.raises(InvalidInputError, match=r"TEXT\[1\]: character '\\ud800' at position 2 cannot be encoded as UTF-8"):
+        text_array(["ok", "ab\ud800"])
+
+
 @pytest.mark.parametrize("array", [np.array([[b"abc\x00"]]), np.array([["abc"]])])
 def test_numpy_s_and_u_arrays_are_refused(array):
     with pytest.raises(InvalidInputError, match="drop trailing NUL"):
