@@ -17,7 +17,7 @@ import pytest
 
 from fastpath_client import Client
 from fastpath_client.fleet import rolling_swap
-from tests.conftest import start_server
+from tests.conftest import free_ports, start_server
 from tests.e2e.swap_support import MODELS, LoadStreams, make_swap_repository
 
 pytestmark = pytest.mark.e2e
@@ -85,6 +85,36 @@ def test_rolling_swap_under_load_moves_every_replica(fleet, sentences):
     records = [r for load in loads for r in load.snapshot()]
     assert [r[5] for r in records if r[5]] == [] and {r[4][0] for r in records} == {1, 2}
     rolling_swap([s.http_url for s in healthy], "text_embedding", 1, client_factory=_factory)
+
+
+def test_a_replica_that_is_down_stops_the_roll_before_any_replica_moves(fleet):
+    """Every replica is checked before the first swap: with the second one down, the first stays on its
+    version (before, it was swapped, then waited for the down one, then swapped back)."""
+    down = f"127.0.0.1:{free_ports(1)[0]}"
+    lines: list[str] = []
+    result = rolling_swap([fleet[0].http_url, down], "text_embedding", 2, client_factory=_factory, ready_timeout_s=2,
+                          on_progress=lines.append)
+    assert not result.ok and result.swapped == [] and result.rolled_back == [] and result.failed[0] == down
+    assert _versions([fleet[0]]) == [1]
+    assert not any("swapping" in line for line in lines) and lines[-1].startswith(f"{down}: not ready, nothing swapped")
+
+
+def test_an_interrupt_during_the_roll_swaps_back_what_moved_and_is_raised_again(fleet):
+    """Ctrl-C (KeyboardInterrupt; the CLI turns SIGTERM into one) after the first replica moved: the roll swaps
+    it back before the interrupt propagates, so the fleet is not left split between versions."""
+    healthy = [fleet[0], fleet[2]]
+    lines: list[str] = []
+
+    def progress(line):
+        lines.append(line)
+        if line == f"{healthy[0].http_url}: serving version 2":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        rolling_swap([s.http_url for s in healthy], "text_embedding", 2, client_factory=_factory, on_progress=progress)
+    assert _versions(healthy) == [1, 1]
+    assert f"{healthy[0].http_url}: rolling back to version 1" in lines
+    assert f"{healthy[1].http_url}: swapping to version 2" not in lines
 
 
 def test_cli_swap_status_rollback(fleet):

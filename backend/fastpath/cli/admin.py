@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from typing import Any
 
@@ -63,16 +64,17 @@ def _status(client: Any, model: str) -> dict[str, Any]:
 
 def _run(args: argparse.Namespace) -> int:
     from fastpath.cli.common import error_line
-    from fastpath_client import Client, FastPathClientError
-    from fastpath_client.fleet import rolling_swap
+    from fastpath_client import Client, FastPathClientError, InvalidInputError
+    from fastpath_client.checks import host_port
 
     urls = _urls(args.url, args.protocol)
     try:
+        if not urls:
+            raise InvalidInputError(f"--url {','.join(args.url or [])!r} names no replica; expected HOST:PORT, comma-separated for a fleet")
+        for url in urls:  # every address checked before any replica is touched
+            host_port(url)
         if args.command == "swap" and len(urls) > 1:
-            result = rolling_swap(urls, args.model, args.version, protocol=args.protocol,
-                                  client_factory=lambda url: Client(url, protocol=args.protocol, admin_key=_key(url)))
-            print(json.dumps(result.__dict__, indent=2))
-            return 0 if result.ok else 1
+            return _rolling_swap(args, urls)
         replies: dict[str, Any] = {}
         for url in urls:
             with Client(url, protocol=args.protocol, admin_key=_key(url)) as client:
@@ -88,8 +90,31 @@ def _run(args: argparse.Namespace) -> int:
         print(f"fastpath {args.command}: {exc}", file=sys.stderr)
         return 1
     except FastPathClientError as exc:
-        print(f"fastpath {args.command}: {error_line(exc, args.protocol)}", file=sys.stderr)
+        print(f"fastpath {args.command}: {error_line(exc, args.protocol, url_given=bool(args.url))}", file=sys.stderr)
         return 1
+
+
+def _rolling_swap(args: argparse.Namespace, urls: list[str]) -> int:
+    """``fastpath swap`` over several replicas: progress on stderr, the result as JSON on stdout. SIGTERM is
+    turned into KeyboardInterrupt for the roll, so Ctrl-C and SIGTERM alike swap back what moved (exit 130)."""
+    from fastpath_client import Client
+    from fastpath_client.fleet import rolling_swap
+
+    def interrupted(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    try:
+        result = rolling_swap(urls, args.model, args.version, protocol=args.protocol,
+                              client_factory=lambda url: Client(url, protocol=args.protocol, admin_key=_key(url)),
+                              on_progress=lambda line: print(f"fastpath swap: {line}", file=sys.stderr, flush=True))
+    except KeyboardInterrupt:
+        print("fastpath swap: interrupted; the replicas already swapped were swapped back", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(json.dumps(result.__dict__, indent=2))
+    return 0 if result.ok else 1
 
 
 def register(subparsers: Any) -> None:

@@ -337,7 +337,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except FastPathClientError as exc:
         hint = (f"; the server does not serve it: check the name, or load it (`fastpath serve --model {args.model}`)"
                 if isinstance(exc, ModelNotFoundError) else "")
-        print(f"fastpath bench: {error_line(exc, args.protocol)}{hint}", file=sys.stderr)
+        print(f"fastpath bench: {error_line(exc, args.protocol, url_given=bool(args.url))}{hint}", file=sys.stderr)
         return 1
     stem = args.out / f"bench_{args.model}_{args.protocol}"
     json_path = write_json(report, stem.with_suffix(".json"))

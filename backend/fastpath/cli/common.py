@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -10,12 +11,43 @@ DEFAULT_REPOSITORY = REPO_ROOT / "model_repository"
 
 
 def env_int(name: str, default: int) -> int:
-    """The integer in environment variable ``name``, else ``default``; exits naming the variable when it is not one."""
+    """The port number in environment variable ``name``, else ``default``; exits naming the variable when it is not
+    one (an integer in 1-65535)."""
     value = os.environ.get(name, "")
     try:
-        return int(value) if value else default
+        return port_number(value) if value else default
+    except argparse.ArgumentTypeError:
+        raise SystemExit(f"environment variable {name}={value!r} is not a port number (1-65535)") from None
+
+
+def port_number(text: str) -> int:
+    """argparse type of a TCP port: an integer in 1-65535.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (argparse prints it with the option's name and exits 2).
+    """
+    try:
+        port = int(text)
     except ValueError:
-        raise SystemExit(f"environment variable {name}={value!r} is not a port number") from None
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (an integer in 1-65535)")
+    return port
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type of a duration: a number of seconds > 0.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else.
+    """
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return seconds
 
 
 ADMIN_KEY_FILE = Path.home() / ".cache" / "fastpath" / "admin_key"
@@ -72,10 +104,12 @@ def port_hint(protocol: str) -> str:
             f"for the {PROTOCOL_NAMES[other]} port use --protocol {other}")
 
 
-def error_line(error: Exception, protocol: str) -> str:
+def error_line(error: Exception, protocol: str, *, url_given: bool = True) -> str:
     """One line for a failed CLI command: the client error's message (whitespace folded), with
-    :func:`port_hint` when the server answered another protocol, or could not be reached on a port that is not
-    the protocol's default."""
+    :func:`port_hint` when the server answered another protocol, or could not be reached on a ``--url``
+    (``url_given``) port that is not the protocol's default. Without ``--url`` the address is
+    :func:`default_url`'s, the port `make serve` opened for that protocol, so only the server's absence is
+    left to ask about, and the client's message asks it."""
     from fastpath_client import ProtocolMismatchError, ServerConnectionError
 
     if isinstance(error, ProtocolMismatchError):
@@ -83,6 +117,6 @@ def error_line(error: Exception, protocol: str) -> str:
         return (f"{error.url} did not answer in {PROTOCOL_NAMES[protocol]} (it looks like Triton's "
                 f"{PROTOCOL_NAMES[other]} port); {port_hint(protocol)}")
     text = " ".join(str(error).split())  # a ServerConnectionError already asks whether tritonserver runs there
-    if isinstance(error, ServerConnectionError) and error.url.rpartition(":")[2] != str(default_port(protocol)):
+    if isinstance(error, ServerConnectionError) and url_given and error.url.rpartition(":")[2] != str(default_port(protocol)):
         text += f"; if it does, {port_hint(protocol)}"  # on the protocol's default port that hint says nothing new
     return text

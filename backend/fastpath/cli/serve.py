@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fastpath.cli.common import DEFAULT_REPOSITORY, admin_key_file, env_int
+from fastpath.cli.common import DEFAULT_REPOSITORY, admin_key_file, env_int, port_number, positive_seconds
 
 if TYPE_CHECKING:
     from fastpath.server.devices import CudaReport
@@ -82,13 +82,23 @@ def serve_options(args: argparse.Namespace, admin_key: str, probe: Callable[[], 
     and the configuration file each model loads.
 
     Raises:
-        ServerError: ``--device cuda`` where torch sees no CUDA device (the message names what is
-            missing), or none of the models has a GPU configuration.
+        ServerError: a ``--model`` the model repository lacks; two of the three ports equal; ``--device
+            cuda`` where torch sees no CUDA device (the message names what is missing), or none of the
+            models has a GPU configuration.
     """
+    from fastpath.errors import ServerError
     from fastpath.server.devices import describe_configs, probe_torch_cuda, select_configuration
     from fastpath.server.process import ServerOptions
 
-    models = tuple(args.model or repository_models(args.model_repository))
+    available = repository_models(args.model_repository)
+    unknown = [name for name in args.model or () if name not in available]
+    if unknown:
+        raise ServerError(f"--model {', '.join(unknown)}: not in the model repository {args.model_repository}, "
+                          f"which holds {', '.join(available)}")
+    ports = {"--http-port": args.http_port, "--grpc-port": args.grpc_port, "--metrics-port": args.metrics_port}
+    if len(set(ports.values())) < len(ports):
+        raise ServerError("HTTP, gRPC and metrics need a port each; got " + ", ".join(f"{k} {v}" for k, v in ports.items()))
+    models = tuple(args.model or available)
     device, config_name, why = select_configuration(args.device, args.model_repository, models, probe or probe_torch_cuda)
     LOG.info("device %s (--device %s: %s)", device, args.device, why)
     for line in describe_configs(args.model_repository, models, config_name):
@@ -189,11 +199,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
     serve.add_argument("--model", action="append", default=None,
                        help="model to load (repeatable; default: every model of the model repository)")
-    serve.add_argument("--http-port", type=int, default=env_int("HTTP_PORT", 8000),
+    serve.add_argument("--http-port", type=port_number, default=env_int("HTTP_PORT", 8000),
                        help="Triton's HTTP/REST port (default: $HTTP_PORT or 8000)")
-    serve.add_argument("--grpc-port", type=int, default=env_int("GRPC_PORT", 8001),
+    serve.add_argument("--grpc-port", type=port_number, default=env_int("GRPC_PORT", 8001),
                        help="Triton's gRPC port (default: $GRPC_PORT or 8001)")
-    serve.add_argument("--metrics-port", type=int, default=env_int("METRICS_PORT", 8002),
+    serve.add_argument("--metrics-port", type=port_number, default=env_int("METRICS_PORT", 8002),
                        help="Prometheus metrics port, /metrics (default: $METRICS_PORT or 8002)")
     serve.add_argument("--host", default="0.0.0.0",
                        help="address HTTP, gRPC and metrics bind to (default 0.0.0.0, Triton's: every interface; "
@@ -204,7 +214,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "Runtime's CUDA EP; CUDA graphs, KIND_GPU instances), the others from config.pbtxt; auto: "
                             "cuda when torch sees a CUDA device")
     serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
-    serve.add_argument("--ready-timeout-s", type=float, default=300.0)
+    serve.add_argument("--ready-timeout-s", type=positive_seconds, default=300.0,
+                       help="seconds to wait for every model to be ready before giving up (default 300)")
     serve.add_argument("--triton-arg", action="append", default=None, metavar="FLAG",
                        help="one more tritonserver flag, passed as given after FastPath's (repeatable), "
                             "e.g. --triton-arg=--metrics-config=summary_latencies=true")

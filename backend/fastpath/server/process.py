@@ -100,7 +100,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def check_ports_free(host: str, ports: dict[str, int]) -> None:
-    """Raise ServerError naming the first of ``ports`` ({"HTTP": 8000, ...}) something already listens on at ``host``."""
+    """Raise ServerError naming the first of ``ports`` ({"HTTP": 8000, ...}) something already listens on at ``host``,
+    or naming ``host`` when it is no address of this machine."""
+    import errno
     import socket
 
     for name, port in ports.items():
@@ -109,6 +111,9 @@ def check_ports_free(host: str, ports: dict[str, int]) -> None:
             try:
                 probe.bind((host, port))
             except OSError as exc:
+                if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:  # the address, not the port
+                    raise ServerError(f"--host {host} is not an address of this machine ({exc.strerror}); give one of "
+                                      "its IPv4 addresses, 0.0.0.0 (every interface) or 127.0.0.1 (this machine only)") from exc
                 raise ServerError(f"{name} port {port} on {host} is already in use ({exc.strerror}): another server is "
                                   f"running there; stop it or choose other ports (HTTP_PORT, GRPC_PORT, METRICS_PORT)") from exc
 

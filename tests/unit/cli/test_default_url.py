@@ -74,3 +74,28 @@ def test_a_failed_connection_names_the_port_to_check_only_off_the_protocols_defa
     assert error_line(ServerConnectionError(refused, url="localhost:8001"), "grpc") == refused
     other = error_line(ProtocolMismatchError("not HTTP", url="localhost:8001"), "http")
     assert other.endswith("for the gRPC port use --protocol grpc")
+
+
+def test_without_url_a_failed_connection_gets_no_port_hint():
+    """Without --url the CLI used the port `make serve` opened for the protocol itself (default_url), so asking
+    whether --url is the right port names an option the user never gave; the client's question stays."""
+    from fastpath.cli.common import error_line
+    from fastpath_client import ServerConnectionError
+
+    refused = "connection failed: ConnectionRefusedError; is tritonserver running and listening there?"
+    assert error_line(ServerConnectionError(refused, url="localhost:18510"), "http", url_given=False) == refused
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    (",", "--url ',' names no replica; expected HOST:PORT"),
+    ("127.0.0.1:notaport", "port 'notaport' is not a number in 1-65535"),
+    ("127.0.0.1", "url '127.0.0.1' names no port"),
+    ("127.0.0.1:8000,127.0.0.1:8o01", "port '8o01' is not a number"),
+])
+def test_admin_commands_refuse_a_malformed_url_list_in_one_line_before_any_call(capsys, url, message):
+    """Every --url is checked before any replica is contacted (a fleet swap must not move the first replica and
+    then trip over the second address); exit 1 with one line on stderr, no traceback, nothing on stdout."""
+    for argv in (["status", "text_embedding", "--url", url], ["swap", "text_embedding", "2", "--url", url]):
+        assert cli.main(argv) == 1
+        out, err = capsys.readouterr()
+        assert out == "" and message in err and err.count("\n") == 1 and "Traceback" not in err

@@ -1,0 +1,48 @@
+"""`fastpath serve` refuses arguments tritonserver would trip over, before starting it, each with one line that
+names the argument, the value and what is expected (never a traceback, never Triton's usage dump)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastpath.cli import main as cli
+from fastpath.cli import serve
+from fastpath.errors import ServerError
+from fastpath.server.devices import CudaReport
+from fastpath.server.process import check_ports_free
+
+
+def parse(*argv: str):
+    return cli.build_parser().parse_args(["serve", *argv])
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--http-port", "70000"], "argument --http-port: '70000' is not a port number (an integer in 1-65535)"),
+    (["--grpc-port", "0"], "argument --grpc-port: '0' is not a port number"),
+    (["--metrics-port", "80o2"], "argument --metrics-port: '80o2' is not a port number"),
+    (["--ready-timeout-s", "-1"], "argument --ready-timeout-s: '-1' is not a number of seconds > 0"),
+    (["--ready-timeout-s", "nan"], "argument --ready-timeout-s: 'nan' is not a number of seconds > 0"),
+])
+def test_out_of_range_ports_and_timeouts_are_argument_errors(capsys, argv, message):
+    with pytest.raises(SystemExit) as info:
+        parse(*argv)
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_model_the_repository_lacks_is_refused_naming_the_ones_it_holds():
+    with pytest.raises(ServerError, match=r"--model nope: not in the model repository .* which holds .*text_embedding"):
+        serve.serve_options(parse("--model", "text_embedding", "--model", "nope"), "key", probe=lambda: CudaReport(()))
+
+
+def test_one_port_for_two_protocols_is_refused():
+    with pytest.raises(ServerError, match="HTTP, gRPC and metrics need a port each; got --http-port 18100, --grpc-port 18100"):
+        serve.serve_options(parse("--http-port", "18100", "--grpc-port", "18100", "--metrics-port", "18102"), "key",
+                            probe=lambda: CudaReport(()))
+
+
+@pytest.mark.parametrize("host", ["256.1.1.1", "no-such-host.invalid"])
+def test_a_host_that_is_no_address_of_this_machine_is_named_as_such(host):
+    """Before, an unresolvable --host was reported as the HTTP port being in use."""
+    with pytest.raises(ServerError, match=rf"--host {host} is not an address of this machine") as info:
+        check_ports_free(host, {"HTTP": 18999})
+    assert "in use" not in str(info.value)
