@@ -28,7 +28,9 @@ def test_levels_follow_triton(value, levels, expected):
 
 
 @pytest.mark.parametrize(("value", "kind"), [(-1, "a negative integer"), (1.5, "a floating-point number"), ("x", "a string"),
-                                           ("0", "a string"), (True, "a boolean"), ([1], "a list")])
+                                           ("0", "a string"), (True, "a boolean"), ([1], "a list"),
+                                           (2.0**63, "a floating-point number (an integer of 2^63 or more does not fit "
+                                                     "Triton's int64 parameter and arrives as one)")])
 @pytest.mark.parametrize("levels", [0, 3])
 def test_a_bad_priority_is_refused_even_when_priorities_are_off(value, kind, levels):
     sched = SchedulerConfig(priority_levels=levels, default_priority_level=1 if levels else 0)

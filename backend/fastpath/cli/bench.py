@@ -23,6 +23,7 @@ import datetime
 import functools
 import logging
 import math
+import os
 import platform
 import sys
 from pathlib import Path
@@ -319,6 +320,17 @@ def _table(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _unwritable(directory: Path) -> str | None:
+    """Why the results could not be written into ``directory`` (created here if missing), or None."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create it ({exc.strerror})"
+    if not directory.is_dir() or not os.access(directory, os.W_OK | os.X_OK):
+        return "not a directory" if not directory.is_dir() else "not writable"
+    return None
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the sweep, write DIR/bench_<model>_<protocol>.json and .png, print a table.
 
@@ -329,6 +341,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fastpath_client.report import write_json, write_png
 
     url = args.url or default_url(args.protocol)
+    problem = _unwritable(args.out)
+    if problem:  # before the sweep, not after minutes of load whose results would be lost
+        print(f"fastpath bench: --out {args.out}: {problem}; choose a directory you can write", file=sys.stderr)
+        return 1
     try:
         report = asyncio.run(_run_all(args, url))
     except BenchError as exc:

@@ -50,3 +50,15 @@ def test_load_settings_refuse_zero_concurrency_and_rate(fields, message):
     with pytest.raises(ValueError) as info:
         LoadSettings(model="m", **fields)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("out", ["/proc/fastpath-bench", "{file}"])
+def test_an_output_directory_that_cannot_be_written_is_refused_before_the_sweep(tmp_path, capsys, out):
+    """The results of a sweep that ran for minutes were lost to a traceback when --out could not be written;
+    the directory is now made and checked first (exit 1, one line, and no server was needed to find out)."""
+    existing_file = tmp_path / "results.json"
+    existing_file.write_text("{}")
+    out = out.format(file=existing_file)
+    assert cli.main(["bench", "--model", "text_embedding", "--url", "127.0.0.1:9", "--out", out]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"fastpath bench: --out {out}: cannot create it (") and err.count("\n") == 1
