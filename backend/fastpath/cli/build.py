@@ -63,11 +63,17 @@ def _complete(version_dir: Path, required: tuple[str, ...]) -> bool:
 
 
 def verify_repository(repository: Path) -> int:
-    """Verify the manifest of every numbered version directory; return the number of failures."""
+    """Verify the manifest of every numbered version directory; return the number of failures (a model
+    repository that is missing or holds no version directory counts as one: there was nothing to verify)."""
     from fastpath.manifest import verify_manifest
 
     failures = 0
-    for version_dir in sorted(p for p in repository.glob("*/*") if p.is_dir() and p.name.isdigit()):
+    version_dirs = sorted(p for p in repository.glob("*/*") if p.is_dir() and p.name.isdigit())
+    if not version_dirs:
+        LOG.error("--model-repository %s: %s", repository, "holds no version directory (<model>/<number>/): nothing to verify"
+                  if repository.is_dir() else "is not a directory")
+        return 1
+    for version_dir in version_dirs:
         if not (version_dir / "manifest.json").exists():
             LOG.info("%s: no manifest (not built)", version_dir)
             continue

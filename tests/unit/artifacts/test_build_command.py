@@ -36,6 +36,15 @@ def test_verify_reports_each_version(tmp_path, caplog):
     assert "text_embedding/3/golden.npz is listed in manifest.json but missing" in caplog.text
 
 
+def test_verify_of_nothing_fails_naming_the_repository(tmp_path, caplog):
+    """A mistyped --model-repository verified nothing and exited 0, which read as "all verified"."""
+    caplog.set_level(logging.INFO, logger="fastpath")
+    assert main(["build", "--verify", "--model-repository", str(tmp_path / "missing")]) == 1
+    assert f"--model-repository {tmp_path / 'missing'}: is not a directory" in caplog.text
+    assert main(["build", "--verify", "--model-repository", str(tmp_path)]) == 1
+    assert "holds no version directory (<model>/<number>/): nothing to verify" in caplog.text
+
+
 def test_if_missing_skips_a_verified_version(tmp_path, caplog):
     link_version(MODEL_REPOSITORY / "text_embedding" / "1", tmp_path / "text_embedding" / "1")
     link_version(MODEL_REPOSITORY / "text_detection" / "1", tmp_path / "text_detection" / "1")
