@@ -175,7 +175,14 @@ def _chosen_inputs(spec: Any, shapes: dict) -> list[Any]:
 
 def input_pool(spec: Any, batch: int, shapes: dict[str, tuple[int, ...]]) -> list[dict[str, np.ndarray]]:
     """``POOL_REQUESTS`` distinct requests for ``spec``: real sentences for BYTES inputs, photos or
-    seeded random values for numeric ones."""
+    seeded random values for numeric ones.
+
+    Raises:
+        BenchError: ``batch`` above the model's ``max_batch_size``.
+    """
+    if 0 < spec.max_batch_size < batch:  # Triton would refuse every request of the sweep
+        raise BenchError(f"--batch-size {batch}: model {spec.name} takes at most {spec.max_batch_size} items per request "
+                         "(max_batch_size in its config.pbtxt)")
     rng = np.random.default_rng(0)
     pool = []
     for index in range(POOL_REQUESTS):

@@ -62,3 +62,17 @@ def test_an_output_directory_that_cannot_be_written_is_refused_before_the_sweep(
     assert cli.main(["bench", "--model", "text_embedding", "--url", "127.0.0.1:9", "--out", out]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"fastpath bench: --out {out}: cannot create it (") and err.count("\n") == 1
+
+
+def test_a_batch_size_above_the_models_max_batch_size_is_refused_before_any_request():
+    """Triton refuses a request of more items than max_batch_size, so such a sweep failed every request."""
+    from fastpath.cli.bench import input_pool
+    from fastpath.errors import BenchError
+    from fastpath_client.tensors import model_spec
+
+    spec = model_spec({"name": "text_embedding", "max_batch_size": 64,
+                       "input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": [1]}],
+                       "output": [{"name": "EMBEDDING", "data_type": "TYPE_FP32", "dims": [384]}]})
+    with pytest.raises(BenchError, match=r"--batch-size 65: model text_embedding takes at most 64 items per request"):
+        input_pool(spec, 65, {})
+    assert len(input_pool(spec, 64, {})[0]["TEXT"]) == 64
