@@ -51,7 +51,7 @@ def server(tmp_path_factory):
         server.stop()
 
 
-def _infer(server, protocol, inputs):
+def _infer(server, protocol, inputs, request_id=""):
     """inputs: list of (name, array, datatype) -> (boxes [K,4,2], scores [K], counts [N])."""
     module = httpclient if protocol == "http" else grpcclient
     client = (httpclient.InferenceServerClient(server.http_url, network_timeout=120) if protocol == "http"
@@ -62,7 +62,7 @@ def _infer(server, protocol, inputs):
         tensor.set_data_from_numpy(array)
         tensors.append(tensor)
     try:  # closed after each call: an open HTTP keep-alive connection holds up Triton's shutdown for 30 s
-        result = client.infer(MODEL, tensors, outputs=[module.InferRequestedOutput(n) for n in OUTPUTS])
+        result = client.infer(MODEL, tensors, outputs=[module.InferRequestedOutput(n) for n in OUTPUTS], request_id=request_id)
         arrays = collect(result, MODEL, OUTPUTS)  # the SDK's reading: empty outputs in the response's datatype
         return tuple(arrays[n] for n in OUTPUTS)
     finally:
@@ -260,6 +260,18 @@ def test_bad_input_gets_400_naming_the_problem(server, case, protocol):
     assert info.value.status() in BAD_STATUS, info.value
     assert all(part in info.value.message() for part in expected), info.value.message()
     assert "BytesIO" not in info.value.message()  # no Python object of the server's in a client's error
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("case", ["17 images", "png with a broken IDAT checksum, third of three"])
+def test_an_error_starts_with_the_request_id_as_tritons_own_do(server, case, protocol):
+    """A refusal found before queueing (the image count) and one found on a decode thread both name the
+    client's request id first, in Triton's own form, so a client can match the error to its request."""
+    inputs, *expected = BAD[case]
+    with pytest.raises(InferenceServerException) as info:
+        _infer(server, protocol, inputs, request_id="req-42")
+    assert info.value.message().startswith("[request id: req-42] "), info.value.message()
+    assert all(part in info.value.message() for part in expected)
 
 
 def test_bad_requests_among_good_ones_fail_alone_and_server_stays_ready(server):

@@ -24,13 +24,13 @@ def _client(server, protocol):
     return grpcclient, grpcclient.InferenceServerClient(server.grpc_url)
 
 
-def _embed(server, protocol, texts):
+def _embed(server, protocol, texts, request_id=""):
     module, client = _client(server, protocol)
     data = np.array([[t.encode("utf-8") if isinstance(t, str) else t] for t in texts], dtype=np.object_)
     tensor = module.InferInput("TEXT", list(data.shape), "BYTES")
     tensor.set_data_from_numpy(data)
     outputs = [module.InferRequestedOutput(n) for n in ("EMBEDDING", "TOKEN_COUNT", "TRUNCATED")]
-    result = client.infer(MODEL, [tensor], outputs=outputs)
+    result = client.infer(MODEL, [tensor], outputs=outputs, request_id=request_id)
     return result.as_numpy("EMBEDDING"), result.as_numpy("TOKEN_COUNT"), result.as_numpy("TRUNCATED")
 
 
@@ -132,6 +132,18 @@ def test_invalid_utf8_gets_400_and_others_unaffected(triton_server, protocol):
     assert "TEXT[1] is not valid UTF-8: byte 0xff" in message
     assert info.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
     assert _embed(triton_server, protocol, [b"abc\x00"])[1].reshape(-1).tolist() == [3]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_an_error_starts_with_the_request_id_as_tritons_own_do(triton_server, protocol):
+    """FastPath's refusal names the client's request id first, in the form Triton gives its own errors
+    ("[request id: <id>] ..."); without an id the message is unchanged."""
+    with pytest.raises(InferenceServerException) as info:
+        _embed(triton_server, protocol, [b"fine", b"\xff"], request_id="req-42")
+    assert info.value.message().startswith("[request id: req-42] TEXT[1] is not valid UTF-8"), info.value.message()
+    with pytest.raises(InferenceServerException) as info:
+        _embed(triton_server, protocol, [b"\xff"])
+    assert info.value.message().startswith("TEXT[0] is not valid UTF-8"), info.value.message()
 
 
 def test_zero_sized_binary_request_gets_400(triton_server):

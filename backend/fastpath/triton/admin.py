@@ -55,5 +55,5 @@ class AdminModel:
             try:
                 responses.append(self._handle(request))
             except Exception as exc:  # each command fails alone, with its reason
-                responses.append(error_response(self._pb, exc))
+                responses.append(error_response(self._pb, exc, request.request_id()))
         return responses

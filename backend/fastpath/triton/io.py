@@ -91,13 +91,16 @@ def input_rows(pb_utils: Any, request: Any, name: str) -> int | None:
     return int(shape[0]) if len(shape) else 0
 
 
-def error_response(pb_utils: Any, error: BaseException) -> Any:
+def error_response(pb_utils: Any, error: BaseException, request_id: str = "") -> Any:
     """An ``InferenceResponse`` carrying only ``error``, with the Triton code its type maps to.
 
     FastPath errors map to their ``triton_code`` (INVALID_ARG -> HTTP 400 / gRPC INVALID_ARGUMENT,
-    UNAVAILABLE -> 503 / UNAVAILABLE); anything else is INTERNAL (500).
+    UNAVAILABLE -> 503 / UNAVAILABLE); anything else is INTERNAL (500). A request's ``request_id`` (the
+    client's ``id``) starts the message as Triton starts its own errors: ``[request id: <id>] ...``.
     """
     code_name = error.triton_code if isinstance(error, FastPathError) else "INTERNAL"
     code = getattr(pb_utils.TritonError, code_name, pb_utils.TritonError.INTERNAL)
     message = str(error) if isinstance(error, FastPathError) else f"{type(error).__name__}: {error}"
+    if request_id:
+        message = f"[request id: {request_id}] {message}"
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))

@@ -19,6 +19,7 @@ from typing import Any
 from fastpath.errors import InvalidInputError
 from fastpath.scheduling.config import SchedulerConfig
 from fastpath.triton.heartbeat import Progress
+from fastpath.triton.io import error_response
 
 LOG = logging.getLogger(__name__)
 PRIORITY_PARAMETER = "fastpath_priority"
@@ -102,9 +103,14 @@ class Replies:
         if progress is not None:
             progress.accept(len(requests))
         self._senders = [r.get_response_sender() for r in requests] if mode == "sender" else []
+        self._ids = [r.request_id() for r in requests]  # read now: a sender-mode request may be gone when it fails
         self._responses: list[Any] = [None] * len(requests)
         self._missing = len(requests)
         self._done = threading.Condition()
+
+    def fail(self, index: int, error: BaseException) -> None:
+        """Answer request ``index`` with ``error`` (:func:`~fastpath.triton.io.error_response`, its request id first)."""
+        self.answer(index, error_response(self._pb, error, self._ids[index]))
 
     def answer(self, index: int, response: Any) -> None:
         """Request ``index``'s only response (``sender``: sent now; a send failure is logged). A second

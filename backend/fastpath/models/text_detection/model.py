@@ -50,7 +50,7 @@ from fastpath.models.text_detection.image import (
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
 from fastpath.profiling import PROFILE
 from fastpath.scheduling import BatchQueue, ExactShapePolicy, Ticket, WorkItem
-from fastpath.triton.io import TensorSpec, error_response, input_rows, read_input
+from fastpath.triton.io import TensorSpec, input_rows, read_input
 from fastpath.triton.requests import (
     Replies,
     priority_level,
@@ -209,12 +209,12 @@ class TextDetectionModel(ScheduledModel):
                 count = self._image_count(request)
             except Exception as exc:
                 self.metrics.invalid_request()
-                replies.answer(index, error_response(pb, exc))
+                replies.fail(index, exc)
                 continue
             try:  # a full queue answers 503 before the images are decoded, not 5-20 s late after them
                 self.runner.check_room(count)
             except Exception as exc:
-                replies.answer(index, error_response(pb, exc))
+                replies.fail(index, exc)
                 continue
             try:
                 values, name = self._input_values(request)
@@ -222,7 +222,7 @@ class TextDetectionModel(ScheduledModel):
                            requested_outputs(request), request.is_cancelled, request.request_id() or "request")
             except Exception as exc:  # a bad request fails alone
                 self.metrics.invalid_request()
-                replies.answer(index, error_response(pb, exc))
+                replies.fail(index, exc)
                 continue
             if self.decoders is None:
                 self._accept(replies, index, values, name, options, arrival_s)
@@ -243,14 +243,13 @@ class TextDetectionModel(ScheduledModel):
 
     def _accept(self, replies: Replies, index: int, values: np.ndarray, name: str, options: tuple, arrival_s: float) -> None:
         """Decode, check and resize request ``index``'s images and queue them; a failure is the request's answer."""
-        pb = self._pb
         level, timeout_s, wanted, is_cancelled, label = options
         mark = PROFILE.start()
         try:
             prepared = [self._prepare(image) for image in self._decode(values, name)]
         except Exception as exc:  # a bad request fails alone
             self.metrics.invalid_request()
-            replies.answer(index, error_response(pb, exc))
+            replies.fail(index, exc)
             return
         PROFILE.lap("execute.decode", mark, len(prepared))
         ticket = Ticket(len(prepared), functools.partial(self._answer, replies, index, wanted), is_cancelled=is_cancelled,
@@ -293,7 +292,7 @@ class TextDetectionModel(ScheduledModel):
         """The ticket's single answer: the request's detections as one ragged result (requested outputs only), or its error."""
         pb = self._pb
         if error is not None:
-            replies.answer(index, error_response(pb, error))
+            replies.fail(index, error)
             return
         boxes, scores, counts = concatenate(detections)
         replies.answer(index, select_outputs(pb, [

@@ -195,7 +195,7 @@ class TextEmbeddingModel(ScheduledModel):
             except Exception as exc:
                 LOG.error("a call of %d texts failed: %s", len(texts), exc)
                 for index, *_ in spans:
-                    responses[index] = error_response(pb, exc)
+                    responses[index] = error_response(pb, exc, requests[index].request_id())
             else:
                 mark = PROFILE.lap("execute.run", mark, len(plan))
                 outputs = {"EMBEDDING": embeddings, "TOKEN_COUNT": np.array(lengths, dtype=np.int32).reshape(-1, 1),
@@ -225,10 +225,10 @@ class TextEmbeddingModel(ScheduledModel):
                 timeout_s = request_timeout_s(request, self.scheduler_config)
             except Exception as exc:  # a bad request fails alone
                 self.metrics.invalid_request()
-                responses[index] = error_response(self._pb, exc)
+                responses[index] = error_response(self._pb, exc, request.request_id())
                 continue
             if timeout_s is not None and time.perf_counter() - arrival_s > timeout_s:
-                self._expire(responses, index, len(decoded), time.perf_counter() - arrival_s, timeout_s)
+                self._expire(responses, index, request, len(decoded), time.perf_counter() - arrival_s, timeout_s)
                 continue
             spans.append((index, len(texts), len(texts) + len(decoded), requested_outputs(request)))
             texts.extend(decoded)
@@ -247,12 +247,12 @@ class TextEmbeddingModel(ScheduledModel):
         self.metrics.dispatched(planned, (waited_s,) * planned.texts, inline=True)
         self.metrics.batch_done(planned, seconds, None, inline=True)
 
-    def _expire(self, responses: list[Any], index: int, texts: int, waited_s: float, timeout_s: float) -> None:
+    def _expire(self, responses: list[Any], index: int, request: Any, texts: int, waited_s: float, timeout_s: float) -> None:
         """Answer request ``index`` UNAVAILABLE: its timeout passed before its texts could run."""
         self.metrics.rejected("timeout", texts)
         responses[index] = error_response(self._pb, QueueTimeoutError(
             f"Request timeout expired: the request waited {waited_s * 1e6:.0f} us before its batch ran and its timeout "
-            f"is {timeout_s * 1e6:.0f} us; retry with a longer timeout or when the server is less loaded"))
+            f"is {timeout_s * 1e6:.0f} us; retry with a longer timeout or when the server is less loaded"), request.request_id())
 
     def _execute(self, requests: list[Any]) -> None:
         """Sender mode: validate and tokenize each request and queue its texts; the scheduler answers them."""
@@ -268,14 +268,14 @@ class TextEmbeddingModel(ScheduledModel):
                                          request_timeout_s(request, self.scheduler_config)))
             except Exception as exc:  # a bad request fails alone
                 self.metrics.invalid_request()
-                replies.answer(index, error_response(pb, exc))
+                replies.fail(index, exc)
         mark = PROFILE.lap("execute.decode", mark, len(requests))
         try:
             texts = [text for entry in accepted for text in entry.texts]
             encodings = self.embedder.tokenizer.encode(texts, parallel=self._parallel(len(texts))) if texts else []
         except Exception as exc:
             for entry in accepted:
-                replies.answer(entry.index, error_response(pb, exc))
+                replies.fail(entry.index, exc)
             accepted = []
         mark = PROFILE.lap("execute.tokenize", mark, len(encodings))
         start = 0
@@ -307,7 +307,7 @@ class TextEmbeddingModel(ScheduledModel):
         """
         pb = self._pb
         if error is not None:
-            replies.answer(index, error_response(pb, error))
+            replies.fail(index, error)
             return
         if len({row.version for row in rows}) > 1 and rerun.reruns < MAX_VERSION_RERUNS and self._rerun(replies, index, wanted, rerun, rows):
             return
