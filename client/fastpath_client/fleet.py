@@ -73,16 +73,8 @@ def rolling_swap(urls: Sequence[str], model: str, version: int, *, protocol: str
     clients = {url: factory(url) for url in urls}
     result = FleetSwapResult(ok=False, version=int(version), swapped=[], previous={})
     try:
-        for url in urls:  # every replica up before any moves: a replica that is down stops the roll here
-            say(f"{url}: checking that {model} is ready (up to {ready_timeout_s:g} s)")
-            try:
-                clients[url].wait_ready(timeout_s=ready_timeout_s, models=[model])
-                result.previous[url] = _active_version(clients[url].status(model), url)
-            except FastPathClientError as exc:
-                result.failed = (url, str(exc))
-                say(f"{url}: not ready, nothing swapped: {exc}")
-                return result
-            say(f"{url}: ready, serving version {result.previous[url]}")
+        if not _all_ready(clients, model, ready_timeout_s, result, say):
+            return result
         in_flight = None
         try:
             for url in urls:
@@ -108,6 +100,23 @@ def rolling_swap(urls: Sequence[str], model: str, version: int, *, protocol: str
     finally:
         for client in clients.values():
             client.close()
+
+
+def _all_ready(clients: dict[str, Client], model: str, ready_timeout_s: float, result: FleetSwapResult,
+               say: Callable[[str], None]) -> bool:
+    """Every replica ready, its active version in ``result.previous``; else False with ``result.failed`` set,
+    before any replica moved."""
+    for url, client in clients.items():
+        say(f"{url}: checking that {model} is ready (up to {ready_timeout_s:g} s)")
+        try:
+            client.wait_ready(timeout_s=ready_timeout_s, models=[model])
+            result.previous[url] = _active_version(client.status(model), url)
+        except FastPathClientError as exc:
+            result.failed = (url, str(exc))
+            say(f"{url}: not ready, nothing swapped: {exc}")
+            return False
+        say(f"{url}: ready, serving version {result.previous[url]}")
+    return True
 
 
 def _swap_one(client: Client, url: str, model: str, version: int, ready_timeout_s: float) -> None:

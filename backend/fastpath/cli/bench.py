@@ -330,12 +330,10 @@ def _table(report: dict[str, Any]) -> str:
 def _unwritable(directory: Path) -> str | None:
     """Why the results could not be written into ``directory`` (created here if missing), or None."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)  # raises for a file of that name too
     except OSError as exc:
         return f"cannot create it ({exc.strerror})"
-    if not directory.is_dir() or not os.access(directory, os.W_OK | os.X_OK):
-        return "not a directory" if not directory.is_dir() else "not writable"
-    return None
+    return None if os.access(directory, os.W_OK | os.X_OK) else "not writable"
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -108,6 +108,10 @@ class Replies:
         self._missing = len(requests)
         self._done = threading.Condition()
 
+    def request_id(self, index: int) -> str:
+        """Request ``index``'s id as the client sent it ("" without one), read when the call arrived."""
+        return self._ids[index]
+
     def fail(self, index: int, error: BaseException) -> None:
         """Answer request ``index`` with ``error`` (:func:`~fastpath.triton.io.error_response`, its request id first)."""
         self.answer(index, error_response(self._pb, error, self._ids[index]))

@@ -219,7 +219,7 @@ class TextDetectionModel(ScheduledModel):
             try:
                 values, name = self._input_values(request)
                 options = (priority_level(request, self.scheduler_config), request_timeout_s(request, self.scheduler_config),
-                           requested_outputs(request), request.is_cancelled, request.request_id() or "request")
+                           requested_outputs(request), request.is_cancelled, replies.request_id(index) or "request")
             except Exception as exc:  # a bad request fails alone
                 self.metrics.invalid_request()
                 replies.fail(index, exc)

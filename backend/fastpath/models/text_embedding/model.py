@@ -283,7 +283,7 @@ class TextEmbeddingModel(ScheduledModel):
             request, count = entry.request, len(entry.texts)
             answer = functools.partial(self._answer, replies, entry.index, requested_outputs(request),
                                        Rerun(encodings[start:start + count], entry.level))
-            ticket = Ticket(count, answer, is_cancelled=request.is_cancelled, label=request.request_id() or "request")
+            ticket = Ticket(count, answer, is_cancelled=request.is_cancelled, label=replies.request_id(entry.index) or "request")
             items = [WorkItem(ticket, row, len(encodings[start + row].ids), encodings[start + row], entry.level)
                      for row in range(count)]
             start += count
