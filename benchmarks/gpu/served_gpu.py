@@ -19,7 +19,7 @@ Runs on the device machine (docs/benchmarks/served_gpu_h200.md has the exact com
   3. load from perf_analyzer (gRPC, real texts from ``--input-data`` JSON, one text or ``-b 32``
      texts per request) for each workload, model and concurrency; perf_analyzer's columns, plus the
      CPU each process group used (tritonserver, each model's stubs, perf_analyzer);
-  4. optionally py-spy on one FastPath stub at the highest concurrency, and the raw in-process
+  4. optionally py-spy on one stub of each of --py-spy-models at the highest concurrency, and the raw in-process
      engine (tokenize + pad + graph) on the 32-text batches of the passages workload.
 
 Workloads: ``short`` (pydoc sentences, ~12-72 tokens, one per request), ``passages`` (pydoc
@@ -193,7 +193,8 @@ def main() -> int:
     parser.add_argument("--skip", default="naive_embedding@short:256,512;naive_embedding@passages32",
                         help="cells not to run: model@workload[:concurrencies];...")
     parser.add_argument("--measurement-ms", type=int, default=3000)
-    parser.add_argument("--py-spy", type=float, default=0.0, dest="py_spy", help="seconds of py-spy on one FastPath stub")
+    parser.add_argument("--py-spy", type=float, default=0.0, dest="py_spy", help="seconds of py-spy on one stub of each --py-spy-models")
+    parser.add_argument("--py-spy-models", default="", help="MODEL,...: whose stub py-spy samples, one cell each (default: the first of --models)")
     parser.add_argument("--timeline-cells", default="", help="MODEL:WORKLOAD:C;...: FastPath's timeline of these cells "
                         "(per phase: busy time, threads, overlap with the engine; benchmarks/timeline.py)")
     parser.add_argument("--raw", action="store_true", help="the raw in-process engine on the passages32 batches")
@@ -263,8 +264,9 @@ def main() -> int:
                     args.out.write_text(json.dumps(report, indent=2) + "\n")  # what ran so far survives a time limit
         report["load"] = rows
         if args.py_spy:
-            report["py_spy"] = spy_cell(analyzer, server, models[0], data["short"], max(int(c) for c in args.cells.split(";")[0].split(":")[1].split(",")),
-                                        args.py_spy, root)
+            top = max(int(c) for c in args.cells.split(";")[0].split(":")[1].split(","))
+            report["py_spy"] = {model: spy_cell(analyzer, server, model, data["short"], top, args.py_spy, root)
+                                for model in (args.py_spy_models.split(",") if args.py_spy_models else models[:1])}
         report["triton_statistics"] = statistics(server.grpc_url, models)
         report["fastpath_metrics"] = fastpath_metrics(metrics_port, models)
     finally:
@@ -359,11 +361,11 @@ def summary(report: dict) -> None:
         print(_line(row) + (f"  vs raw {row['vs_raw_engine']}" if "vs_raw_engine" in row else ""))
     if "raw_engine" in report:
         print("raw engine (tokenize + graph), passages32 batches:", report["raw_engine"])
-    spied = report.get("py_spy") or {}
-    if spied:
-        print(f"py-spy: {spied['samples']} samples")
-        print("  self %:", "; ".join(f"{n} {p}" for n, p in spied["self_pct"][:22]))
-        print("  inclusive %:", "; ".join(f"{n} {p}" for n, p in spied["inclusive_pct"][:22]))
+    for model, spied in (report.get("py_spy") or {}).items():
+        if spied:
+            print(f"py-spy {model}: {spied['samples']} samples")
+            print("  self %:", "; ".join(f"{n} {p}" for n, p in spied["self_pct"][:22]))
+            print("  inclusive %:", "; ".join(f"{n} {p}" for n, p in spied["inclusive_pct"][:22]))
     for model, stats in report.get("triton_statistics", {}).items():
         print(f"  {model:<22} requests per execute {stats['requests'] / max(1, stats['executions']):.2f}",
               report.get("fastpath_metrics", {}).get(model, ""))

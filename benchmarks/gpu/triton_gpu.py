@@ -24,6 +24,9 @@ CPU machine as a smoke test (``--device cpu``). Steps:
                           every request, also a lone one (A/B of the inline execute);
        text_embedding_gpu the product as shipped: model_repository/text_embedding/configs/gpu.pbtxt itself, only
                           its name and instance count changed (KIND_GPU, fp16: not for --device cpu);
+       text_embedding_gpu_nometrics / _blocking
+                          the same with FastPath's metrics off (``metrics false``: no histogram round trips
+                          from the stub) / with ``cuda_sync blocking``, for A/Bs of the shipped config;
        text_embedding_rt_blocking / _tokpar / _tp<N> / _d<N> / _old
                           text_embedding_rt with ``cuda_sync=blocking`` / ``tokenizer_parallelism=true``
                           / the same on a pool of N threads / Triton's batcher waiting up to N us / the latter, for A/B runs;
@@ -84,6 +87,20 @@ def _pin_backend(code: str) -> str:
     return f"import sys\nsys.path.insert(0, {str(ROOT / 'backend')!r})\n" + code
 
 
+# the shipped GPU configuration with one FastPath parameter changed (see the module docstring)
+GPU_CONFIG_VARIANTS = {
+    "text_embedding_gpu_nometrics": {"metrics": "false"},
+    "text_embedding_gpu_blocking": {"cuda_sync": "blocking"},
+}
+
+
+def with_parameter(config: str, key: str, value: str) -> str:
+    """``config`` (config.pbtxt text) with parameter ``key`` set to ``value``: its line replaced, or appended."""
+    line = f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
+    config, found = re.subn(rf'parameters \{{ key: "{key}" value: \{{ string_value: "[^"]*" \}} \}}', line, config)
+    return config if found else config.rstrip("\n") + "\n" + line + "\n"
+
+
 def add_variants(repository: Path, version_dir: Path, names: list[str], *, device: str, precision: str, instances: int) -> None:
     """Add the side-by-side models ``names`` (see the module docstring) to ``repository``."""
     base = repository / "text_embedding"
@@ -91,10 +108,12 @@ def add_variants(repository: Path, version_dir: Path, names: list[str], *, devic
               "max_seq_length": "256", "length_buckets_tokens": "16,32,64,128,256"}
     for name in names:
         target = repository / name
-        if name == "text_embedding_gpu":  # the shipped GPU configuration, every parameter as it ships
+        if name == "text_embedding_gpu" or name in GPU_CONFIG_VARIANTS:  # the shipped GPU configuration as it ships
             shutil.copytree(base, target, symlinks=True)
             config = (ROOT / "model_repository" / "text_embedding" / "configs" / "gpu.pbtxt").read_text()
             config = re.sub(r"count: \d+", f"count: {instances}", config.replace('name: "text_embedding"', f'name: "{name}"'))
+            for key, value in GPU_CONFIG_VARIANTS.get(name, {}).items():
+                config = with_parameter(config, key, value)
             (target / "config.pbtxt").write_text(config)
             continue
         if name in ("text_embedding_tb", "text_embedding_rt", "text_embedding_noinline") or name.startswith("text_embedding_rt_"):

@@ -25,3 +25,29 @@ def test_text_embedding_gpu_is_configs_gpu_pbtxt_with_only_its_name_and_instance
     assert len(shipped) == len(served)
     assert differing == [('name: "text_embedding"', 'name: "text_embedding_gpu"'), ("    count: 6", "    count: 12")]
     assert (repository / "text_embedding_gpu" / "1" / "model.py").is_file()
+
+
+def test_gpu_config_variants_change_one_parameter_of_the_shipped_config(tmp_path):
+    """Invariant: each A/B variant of the shipped GPU configuration (text_embedding_gpu_nometrics, _blocking) is
+    configs/gpu.pbtxt with its name, instance count and exactly its one parameter changed: an existing
+    parameter line is replaced, a new one appended, and the parameter appears once."""
+    version_dir = ROOT / "model_repository" / "text_embedding" / "1"
+    repository = triton_gpu.make_repository(tmp_path, version_dir, device="cuda", precision="fp16", instances=6, delay_us=0)
+    triton_gpu.add_variants(repository, version_dir, list(triton_gpu.GPU_CONFIG_VARIANTS), device="cuda", precision="fp16", instances=6)
+    shipped = (ROOT / "model_repository" / "text_embedding" / "configs" / "gpu.pbtxt").read_text().splitlines()
+    for name, parameters in triton_gpu.GPU_CONFIG_VARIANTS.items():
+        served = (repository / name / "config.pbtxt").read_text().splitlines()
+        ((key, value),) = parameters.items()
+        line = f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
+        assert served.count(line) == 1 and sum(f'key: "{key}"' in row for row in served) == 1
+        assert [row for row in served if row not in shipped] == [f'name: "{name}"', line]
+        assert [row for row in shipped if row not in served] == ['name: "text_embedding"']  # count: 6 as shipped
+
+
+def test_with_parameter_replaces_an_existing_line_and_appends_a_new_one():
+    """Invariant: with_parameter sets a parameter in config.pbtxt text without duplicating its key."""
+    config = 'name: "m"\nparameters { key: "cuda_sync" value: { string_value: "spin" } }\n'
+    assert triton_gpu.with_parameter(config, "cuda_sync", "blocking") == \
+        'name: "m"\nparameters { key: "cuda_sync" value: { string_value: "blocking" } }\n'
+    assert triton_gpu.with_parameter(config, "metrics", "false").splitlines()[-1] == \
+        'parameters { key: "metrics" value: { string_value: "false" } }'
