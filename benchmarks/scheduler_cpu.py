@@ -75,6 +75,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
 import perf_analyzer as pa  # noqa: E402
+from config_text import with_parameter  # noqa: E402
 from cpu_meter import CpuMeter  # noqa: E402
 from scheduler_report import goals, markdown, summarize  # noqa: E402
 
@@ -120,9 +121,7 @@ def config_variant(config: str, name: str, parameters: dict[str, str], instances
     config = re.sub(r"count: \d+", f"count: {instances}", config)
     config = re.sub(r"^dynamic_batching \{[^}]*\}\n", "", config, flags=re.M)
     for key, value in parameters.items():
-        line = f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
-        config, found = re.subn(rf'^parameters \{{ key: "{key}" value: \{{ string_value: "[^"]*" \}} \}}$', line, config, flags=re.M)
-        config += "" if found else line + "\n"
+        config = with_parameter(config, key, value)
     return config + (f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}\n" if delay_us is not None else "")
 
 

@@ -9,6 +9,7 @@ import re
 import shutil
 from pathlib import Path
 
+from config_text import with_parameter  # benchmarks/config_text.py (the importer puts benchmarks/ on sys.path)
 from detection_numerics import GPU_CONFIG, ROOT, VERSION_DIR
 
 from fastpath.artifacts.detection_fp16 import CANDIDATE_GLOB, DEFAULT_CANDIDATES, candidate_path
@@ -83,9 +84,7 @@ def build_repository(root: Path, variants: list[str], fp16_models: Path | None =
                 config, found = re.subn(r"(kind: KIND_GPU\s+count: )\d+", rf"\g<1>{value}", config)
                 assert found == 1, "configs/gpu.pbtxt: no KIND_GPU instance group with a count"
                 continue
-            config = re.sub(rf'(parameters {{ key: "{key}" value: {{ string_value: )"[^"]*"', rf'\1"{value}"', config)
-            if f'key: "{key}"' not in config:
-                config += f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+            config = with_parameter(config, key, value)
         (repository / variant / "config.pbtxt").write_text(config.replace('name: "text_detection"', f'name: "{variant}"'))
     return repository
 

@@ -58,6 +58,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "backend"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from config_text import with_parameter  # noqa: E402  (benchmarks/config_text.py)
 
 
 def make_repository(root: Path, version_dir: Path, *, device: str, precision: str, instances: int, delay_us: int) -> Path:
@@ -92,13 +95,6 @@ GPU_CONFIG_VARIANTS = {
     "text_embedding_gpu_nometrics": {"metrics": "false"},
     "text_embedding_gpu_blocking": {"cuda_sync": "blocking"},
 }
-
-
-def with_parameter(config: str, key: str, value: str) -> str:
-    """``config`` (config.pbtxt text) with parameter ``key`` set to ``value``: its line replaced, or appended."""
-    line = f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
-    config, found = re.subn(rf'parameters \{{ key: "{key}" value: \{{ string_value: "[^"]*" \}} \}}', line, config)
-    return config if found else config.rstrip("\n") + "\n" + line + "\n"
 
 
 def add_variants(repository: Path, version_dir: Path, names: list[str], *, device: str, precision: str, instances: int) -> None:
