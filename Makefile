@@ -4,6 +4,8 @@
 #   make test    the same set-up, then ruff and the test suite
 #   make perf-analyzer   perf_analyzer (Triton's C++ load generator, the served benchmarks' load) with its two
 #                libraries in .venv (scripts/install_perf_analyzer.sh); part of make setup
+#   make tcmalloc   tcmalloc for tritonserver in .venv/lib/tcmalloc (scripts/install_tcmalloc.sh; fastpath serve preloads
+#                it: tritonserver's memory stays flat over model reloads); part of make setup
 #   make test-container   build the CPU image (docker/Dockerfile.cpu) and test it running (root; installs docker.io)
 PYTHON ?= python3.11
 VENV := .venv
@@ -22,7 +24,7 @@ ARTIFACT := model_repository/text_embedding/1/model.onnx model_repository/text_e
 INT8_ARTIFACT := model_repository/text_embedding/2/model.onnx model_repository/text_embedding/2/model.bf16.safetensors
 PYTEST_ARGS ?=
 
-.PHONY: setup perf-analyzer artifacts artifacts-int8 lint serve test test-container clean
+.PHONY: setup perf-analyzer tcmalloc artifacts artifacts-int8 lint serve test test-container clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +41,14 @@ $(PERF_ANALYZER): $(BIN)/.installed scripts/install_perf_analyzer.sh
 
 perf-analyzer: $(PERF_ANALYZER)
 
-setup: $(BIN)/.installed $(PERF_ANALYZER)
+TCMALLOC := $(VENV)/lib/tcmalloc/libtcmalloc_minimal.so.4
+
+$(TCMALLOC): $(BIN)/.installed scripts/install_tcmalloc.sh
+	bash scripts/install_tcmalloc.sh $(VENV)
+
+tcmalloc: $(TCMALLOC)
+
+setup: $(BIN)/.installed $(PERF_ANALYZER) $(TCMALLOC)
 
 # grouped target (GNU make >= 4.3): one build for all three files, not one per out-of-date file
 $(ARTIFACT) &: $(BIN)/.installed

@@ -18,8 +18,9 @@ NAME="${1:?usage: $0 IMAGE_NAME}"
 SUITE=bookworm
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 # The Python the python-backend stub embeds (python3.11 + libpython3.11), venv support (python3.11-venv
-# needs python3-distutils, which debootstrap does not resolve by itself), tini as PID 1, CA certificates.
-PACKAGES=python3.11,python3.11-venv,python3-distutils,libpython3.11,tini,ca-certificates
+# needs python3-distutils, which debootstrap does not resolve by itself), tini as PID 1, CA certificates, tcmalloc
+# (fastpath serve preloads it into tritonserver).
+PACKAGES=python3.11,python3.11-venv,python3-distutils,libpython3.11,tini,ca-certificates,libtcmalloc-minimal4
 CACHE="${FASTPATH_CACHE:-$HOME/.cache/fastpath}"
 
 EXTRA_CA=/usr/local/share/ca-certificates

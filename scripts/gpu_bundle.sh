@@ -6,7 +6,8 @@
 #                onnxruntime-gpu (CUDA 13 build: the CUDA EP for text_detection), OpenCV 4.11 (the last
 #                numpy-1 build) and pyclipper (text_detection's DB post-processing), tritonclient 2.51
 #                (perf_analyzer inside), python-rapidjson, py-spy
-#   pa/          perf_analyzer's two libraries: libcudart.so.12 (nvidia-cuda-runtime-cu12), libb64.so.0d (Debian)
+#   pa/          perf_analyzer's two libraries: libcudart.so.12 (nvidia-cuda-runtime-cu12), libb64.so.0d (Debian);
+#                Debian's libtcmalloc-minimal4 (fastpath serve preloads tcmalloc into tritonserver)
 #   artifacts/   text_embedding/1 (fp16 weights, tokenizer, manifest, golden), text_embedding/2's torch-runtime
 #                files (bf16 weights, tokenizer, manifest, golden: `fastpath build --int8`) in text_embedding_2/,
 #                and text_detection/1 (model.onnx, model.uint8.onnx, manifest)
@@ -29,7 +30,7 @@ PIP="python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3
 $PIP -d "$B/wheels" numpy==1.26.4 onnxruntime-gpu==1.31.1 opencv-python-headless==4.11.0.86 pyclipper==1.3.0.post6 \
      tritonclient==2.51.0 python-rapidjson==1.20 py-spy==0.4.0
 $PIP -d "$B/pa" nvidia-cuda-runtime-cu12==12.9.79
-(cd "$B/pa" && apt-get download -q libb64-0d >/dev/null)
+(cd "$B/pa" && apt-get download -q libb64-0d libtcmalloc-minimal4 >/dev/null 2>&1)
 for name in model.fp16.safetensors tokenizer.json manifest.json golden.npz; do
     cp model_repository/text_embedding/1/$name "$B/artifacts/text_embedding/"
 done

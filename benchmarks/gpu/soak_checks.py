@@ -145,23 +145,32 @@ def memory_drift(samples: Iterable[tuple[float, dict[str, float]]], *, warmup_s:
         process_of: the process a series belongs to (one pid: a restarted stub is a new process), e.g. a stub's
             series per serving version; by default each series is a process of its own.
 
+    A process that exits before the last sample is not judged on its own last sample: that one may catch it
+    being torn down (a stub of the generation a reload replaced, freeing its memory while its successor serves).
+
     Returns:
         Per process: ``first_seen_s``, ``baseline_s``/``baseline``, ``last_s``/``last``, ``drift_pct`` (last
         against baseline, signed), ``max_drift_pct`` (largest absolute change of any later sample) and ``within``
-        (True/False; None with ``why`` when fewer than two samples came after its warm-up).
+        (True/False; None with ``why`` when fewer than two samples came after its warm-up); ``ended_s`` for a
+        process that exited (its last sample, left out).
     """
     series: dict[str, list[tuple[float, float]]] = {}
     born: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    final_s = None
     for t_s, values in samples:
+        final_s = t_s
         for key, value in values.items():
             series.setdefault(key, []).append((t_s, float(value)))
             born.setdefault(process_of(key), t_s)
+            seen[process_of(key)] = t_s
     found = {}
     for key, points in series.items():
-        first_seen_s = born[process_of(key)]
-        after = [(t, v) for t, v in points if t >= first_seen_s + warmup_s]
+        first_seen_s, ended_s = born[process_of(key)], seen[process_of(key)]
+        ended = ended_s < final_s
+        after = [(t, v) for t, v in points if t >= first_seen_s + warmup_s and not (ended and t == ended_s)]
         entry: dict = {"first_seen_s": round(first_seen_s, 1), "samples": len(points), "last_s": round(points[-1][0], 1),
-                       "last": points[-1][1]}
+                       "last": points[-1][1], **({"ended_s": round(ended_s, 1)} if ended else {})}
         if len(after) < 2 or after[0][1] <= 0:
             found[key] = {**entry, "within": None, "why": f"{len(after)} sample(s) at least {warmup_s:g} s after it was first seen"}
             continue

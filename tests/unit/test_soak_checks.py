@@ -126,6 +126,20 @@ def test_memory_drift_per_process_after_its_own_warm_up():
     assert memory_verdict(memory_drift(samples[:2], warmup_s=60.0)) is None
 
 
+def test_a_process_that_exits_is_not_judged_on_its_last_sample():
+    """Invariant: the last sample of a process gone before the soak's last sample (a stub of the generation a reload
+    replaced, sampled while it frees its memory) is left out of its drift; a process alive at the end keeps every sample."""
+    samples = [(0.0, {"stub text_embedding_0_2 pid 18 @ v1": 1028.0}),
+               (60.0, {"stub text_embedding_0_2 pid 18 @ v1": 1240.0}),
+               (90.0, {"stub text_embedding_0_2 pid 18 @ v1": 1240.0}),
+               (120.0, {"stub text_embedding_0_2 pid 18 @ v1": 1060.0, "stub text_embedding_0_2 pid 22 @ v1": 1028.0}),
+               (150.0, {"stub text_embedding_0_2 pid 22 @ v1": 1028.0})]
+    drift = memory_drift(samples, warmup_s=60.0, process_of=process_of)
+    old = drift["stub text_embedding_0_2 pid 18 @ v1"]
+    assert (old["ended_s"], old["baseline"], old["max_drift_pct"], old["within"]) == (120.0, 1240.0, 0.0, True)
+    assert "ended_s" not in drift["stub text_embedding_0_2 pid 22 @ v1"]
+
+
 def test_load_failures_split_into_kill_segments_and_the_rest():
     """Invariant: a perf_analyzer run overlapping the kill window counts with the kill segments, with its failed
     requests and run errors; the others' totals are the goal's."""

@@ -115,6 +115,7 @@ def serve_options(args: argparse.Namespace, admin_key: str, probe: Callable[[], 
         model_config_name=config_name,
         extra_args=tuple(args.triton_arg or ()),
         state_dir=args.state_dir,
+        malloc=args.malloc,
     )
 
 
@@ -219,6 +220,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--triton-arg", action="append", default=None, metavar="FLAG",
                        help="one more tritonserver flag, passed as given after FastPath's (repeatable), "
                             "e.g. --triton-arg=--metrics-config=summary_latencies=true")
+    from fastpath.server.malloc import CHOICES, default_choice
+
+    serve.add_argument("--malloc", choices=CHOICES, default=default_choice(),
+                       help="tritonserver's malloc (default: $FASTPATH_MALLOC, else auto): tcmalloc, preloaded, keeps its "
+                            "memory flat over model reloads (glibc's grows with each); auto: tcmalloc where installed "
+                            "(make setup installs it), else glibc with a warning. Its python-backend stubs keep glibc's")
     state_dir = os.environ.get("FASTPATH_STATE_DIR")
     serve.add_argument("--state-dir", type=Path, default=Path(state_dir) if state_dir else None,
                        help="control-plane directory of live swaps (default: $FASTPATH_STATE_DIR, else a fresh "

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from fastpath.errors import ServerError
 from fastpath.server.cleanup import SHM_GLOB, group_members, reap_process_group, remove_stale_shm  # noqa: F401 (re-exported)
+from fastpath.server.malloc import malloc_environment
 from fastpath.server.triton_api import ADMIN_HEADER, RepositoryApi
 
 LOG = logging.getLogger("fastpath.server.process")
@@ -145,6 +146,8 @@ class ServerOptions:
             open HTTP connections (docs/known-issues.md#shutdown).
         model_config_name: Triton's ``--model-config-name``: ``<model>/configs/<name>.pbtxt`` where a model has
             one, else ``config.pbtxt``; "" loads ``config.pbtxt`` everywhere (:mod:`fastpath.server.devices`).
+        malloc: tritonserver's malloc, one of :data:`fastpath.server.malloc.CHOICES` (``auto``: tcmalloc where
+            installed; its stubs keep glibc's either way).
     """
 
     model_repository: Path
@@ -160,6 +163,7 @@ class ServerOptions:
     version_state_dir: Path | None = None
     exit_timeout_s: int = 30
     model_config_name: str = ""
+    malloc: str = "auto"
 
 
 def server_command(options: ServerOptions, backends: Path, dist: Path) -> list[str]:
@@ -241,7 +245,8 @@ class TritonServer:
         Raises:
             ServerError: one of its ports is already taken. Checked first because otherwise a second
                 server on the same ports would load its models while the first one answered the
-                readiness probe, and look ready until it failed to bind.
+                readiness probe, and look ready until it failed to bind. Or ``options.malloc`` cannot be
+                had (:func:`fastpath.server.malloc.malloc_environment`).
         """
         check_ports_free(self.options.host, {"HTTP": self.options.http_port, "gRPC": self.options.grpc_port,
                                              "metrics": self.options.metrics_port})
@@ -252,6 +257,9 @@ class TritonServer:
             self.state_dir, self._own_state_dir = Path(tempfile.mkdtemp(prefix="fastpath-state-")), True
         else:
             self.state_dir.mkdir(parents=True, exist_ok=True)
+        env = malloc_environment(server_environment(dist, admin_key=self.options.admin_key, state_dir=self.state_dir,
+                                                    version_state_dir=self.options.version_state_dir),
+                                 self.options.malloc, self.state_dir)
         if self.log_path is not None:
             self._log_file = open(self.log_path, "ab")
         stale = remove_stale_shm()
@@ -261,8 +269,7 @@ class TritonServer:
         self._shm_before = {str(p) for p in Path("/dev/shm").glob(SHM_GLOB)} if Path("/dev/shm").is_dir() else set()
         self._process = subprocess.Popen(
             command,
-            env=server_environment(dist, admin_key=self.options.admin_key, state_dir=self.state_dir,
-                                   version_state_dir=self.options.version_state_dir),
+            env=env,
             stdout=self._log_file,
             stderr=subprocess.STDOUT if self._log_file else None,
             preexec_fn=_die_with_parent,

@@ -46,3 +46,20 @@ def test_a_host_that_is_no_address_of_this_machine_is_named_as_such(host):
     with pytest.raises(ServerError, match=rf"--host {host} is not an address of this machine") as info:
         check_ports_free(host, {"HTTP": 18999})
     assert "in use" not in str(info.value)
+
+
+def test_malloc_comes_from_the_flag_else_fastpath_malloc_else_auto(monkeypatch):
+    """Invariant: --malloc wins, FASTPATH_MALLOC is the default, auto when neither; the choice reaches ServerOptions."""
+    monkeypatch.delenv("FASTPATH_MALLOC", raising=False)
+    options = serve.serve_options(parse("--model", "text_embedding"), "key", probe=lambda: CudaReport(()))
+    assert options.malloc == "auto"
+    monkeypatch.setenv("FASTPATH_MALLOC", "glibc")
+    assert parse().malloc == "glibc"
+    assert serve.serve_options(parse("--malloc", "tcmalloc", "--model", "text_embedding"), "key",
+                               probe=lambda: CudaReport(())).malloc == "tcmalloc"
+
+
+def test_an_unknown_malloc_is_an_argument_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        parse("--malloc", "jemalloc")
+    assert info.value.code == 2 and "argument --malloc: invalid choice: 'jemalloc'" in capsys.readouterr().err
