@@ -24,7 +24,7 @@ fi
 dpkg -x "$WORK"/"$PACKAGE"_*.deb "$WORK/deb"
 mkdir -p "$LIB"
 cp -L "$WORK"/deb/usr/lib/*-linux-gnu/libtcmalloc_minimal.so.4 "$LIB/libtcmalloc_minimal.so.4"
-LD_PRELOAD="$PWD/$LIB/libtcmalloc_minimal.so.4" python3 -c "
+LD_PRELOAD="$(cd "$LIB" && pwd)/libtcmalloc_minimal.so.4" python3 -c "
 import sys
 maps = open('/proc/self/maps').read()
 sys.exit(0 if 'libtcmalloc_minimal' in maps else 'install_tcmalloc: $LIB/libtcmalloc_minimal.so.4 was not loaded')"

@@ -84,6 +84,31 @@ def test_container_runs_read_only_as_uid_10001_with_every_model_ready(container,
         assert http_status(f"http://127.0.0.1:{ports[0]}/v2/models/{model}/ready") == 200, model
 
 
+# Inside the container: which processes map a tcmalloc library ("tritonserver", "stub"), from /proc.
+MAPS_PROBE = """
+import pathlib
+found = {}
+for proc in pathlib.Path("/proc").iterdir():
+    try:
+        argv = (proc / "cmdline").read_bytes().split(b"\\0")[0].decode()
+        maps = (proc / "maps").read_text()
+    except (OSError, ValueError):
+        continue
+    kind = "tritonserver" if argv.endswith("/tritonserver") else "stub" if argv.endswith("triton_python_backend_stub") else None
+    if kind:
+        found.setdefault(kind, set()).add("tcmalloc" in maps)
+print({kind: sorted(values) for kind, values in found.items()})
+"""
+
+
+def test_tritonserver_in_the_image_runs_on_tcmalloc_and_its_stubs_on_glibc(container):
+    """Invariant: the image's tritonserver maps tcmalloc (the package the image installs, found by fastpath serve),
+    and none of its python-backend stubs does."""
+    done = container.exec("python", "-c", MAPS_PROBE)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "{'tritonserver': [True], 'stub': [False]}", done.stdout
+
+
 def test_readme_curl_example_answers_two_embeddings(container, ports, reference):
     readme = (REPO_ROOT / "README.md").read_text()
     command = re.search(r"^curl -s localhost:8000/v2/models/text_embedding/infer .*?}'$", readme, flags=re.M | re.S).group(0)

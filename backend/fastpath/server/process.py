@@ -138,16 +138,14 @@ class ServerOptions:
         admin_key: FastPath's admin key, passed to the stubs as ``FASTPATH_ADMIN_KEY`` (swap/rollback need it);
             when set, Triton's :data:`RESTRICTED_APIS` answer only clients sending ``fastpath-admin-key: <key>``
             (docs/design/hot-swap.md).
-        state_dir: control-plane directory for live swaps (``FASTPATH_STATE_DIR``); None: a fresh temporary
-            one per start, removed at stop.
+        state_dir: control-plane directory for live swaps (``FASTPATH_STATE_DIR``); None: a fresh one per start.
         version_state_dir: where the serving-version records live (``FASTPATH_VERSION_STATE_DIR``,
             :mod:`fastpath.swaps.record`); None keeps the environment's value, or each model's own directory.
         exit_timeout_s: Triton's ``--exit-timeout-secs``: how long shutdown waits for in-flight requests and
             open HTTP connections (docs/known-issues.md#shutdown).
         model_config_name: Triton's ``--model-config-name``: ``<model>/configs/<name>.pbtxt`` where a model has
             one, else ``config.pbtxt``; "" loads ``config.pbtxt`` everywhere (:mod:`fastpath.server.devices`).
-        malloc: tritonserver's malloc, one of :data:`fastpath.server.malloc.CHOICES` (``auto``: tcmalloc where
-            installed; its stubs keep glibc's either way).
+        malloc: tritonserver's malloc, one of :data:`fastpath.server.malloc.CHOICES` (:mod:`fastpath.server.malloc`).
     """
 
     model_repository: Path
