@@ -194,6 +194,8 @@ def main() -> int:
                         help="cells not to run: model@workload[:concurrencies];...")
     parser.add_argument("--measurement-ms", type=int, default=3000)
     parser.add_argument("--py-spy", type=float, default=0.0, dest="py_spy", help="seconds of py-spy on one stub of each --py-spy-models")
+    parser.add_argument("--py-spy-native", action="store_true",
+                        help="py-spy with --native: the C/C++ frames under each Python frame (it pauses the stub per sample)")
     parser.add_argument("--py-spy-models", default="", help="MODEL,...: whose stub py-spy samples, one cell each (default: the first of --models)")
     parser.add_argument("--timeline-cells", default="", help="MODEL:WORKLOAD:C;...: FastPath's timeline of these cells "
                         "(per phase: busy time, threads, overlap with the engine; benchmarks/timeline.py)")
@@ -265,7 +267,7 @@ def main() -> int:
         report["load"] = rows
         if args.py_spy:
             top = max(int(c) for c in args.cells.split(";")[0].split(":")[1].split(","))
-            report["py_spy"] = {model: spy_cell(analyzer, server, model, data["short"], top, args.py_spy, root)
+            report["py_spy"] = {model: spy_cell(analyzer, server, model, data["short"], top, args.py_spy, root, args.py_spy_native)
                                 for model in (args.py_spy_models.split(",") if args.py_spy_models else models[:1])}
         report["triton_statistics"] = statistics(server.grpc_url, models)
         report["fastpath_metrics"] = fastpath_metrics(metrics_port, models)
@@ -332,9 +334,10 @@ def statistics(url: str, models: list[str]) -> dict:
     return result
 
 
-def spy_cell(analyzer: pa.PerfAnalyzer, server, model: str, data: Path, concurrency: int, seconds: float, root: Path) -> dict:
+def spy_cell(analyzer: pa.PerfAnalyzer, server, model: str, data: Path, concurrency: int, seconds: float, root: Path,
+             native: bool = False) -> dict:
     """py-spy on one stub of ``model`` while perf_analyzer loads it (a cell of its own, not measured)."""
-    spying = triton_gpu.start_py_spy(model, seconds, root / "py_spy.txt")
+    spying = triton_gpu.start_py_spy(model, seconds, root / "py_spy.txt", native=native)
     if spying is None:
         return {}
     try:

@@ -328,8 +328,16 @@ def _py_spy() -> str | None:
     return next((c for c in candidates if c and Path(c).exists()), None)
 
 
-def start_py_spy(model: str, seconds: float, out: Path):
-    """``py-spy record`` of one stub of ``model`` (raw collapsed stacks, active samples only), or None."""
+def py_spy_argv(binary: str, pid: int, seconds: float, out: Path, *, native: bool = False) -> list[str]:
+    """``py-spy record`` of ``pid`` for ``seconds``: raw collapsed stacks at 250 Hz into ``out``, active samples only;
+    ``native`` adds the C/C++ frames under each Python frame (py-spy then pauses the process for each sample)."""
+    argv = [binary, "record", "--rate", "250", "--format", "raw", "--duration", str(int(seconds)), "--output", str(out),
+            "--pid", str(pid)]
+    return argv + ["--native"] if native else argv + ["--nonblocking"]
+
+
+def start_py_spy(model: str, seconds: float, out: Path, *, native: bool = False):
+    """``py-spy record`` of one stub of ``model`` (:func:`py_spy_argv`), or None."""
     import subprocess
 
     binary = _py_spy()
@@ -337,8 +345,7 @@ def start_py_spy(model: str, seconds: float, out: Path):
     if binary is None or pid is None:
         print(f"py-spy: not started (binary {binary}, stub pid {pid})", flush=True)
         return None
-    return subprocess.Popen([binary, "record", "--nonblocking", "--rate", "250", "--format", "raw", "--duration",
-                             str(int(seconds)), "--output", str(out), "--pid", str(pid)],
+    return subprocess.Popen(py_spy_argv(binary, pid, seconds, out, native=native),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

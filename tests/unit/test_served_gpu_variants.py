@@ -51,3 +51,15 @@ def test_with_parameter_replaces_an_existing_line_and_appends_a_new_one():
         'name: "m"\nparameters { key: "cuda_sync" value: { string_value: "blocking" } }\n'
     assert triton_gpu.with_parameter(config, "metrics", "false").splitlines()[-1] == \
         'parameters { key: "metrics" value: { string_value: "false" } }'
+
+
+def test_py_spy_native_samples_pause_the_stub_and_plain_samples_do_not(tmp_path):
+    """Invariant: the served benchmark's py-spy records raw stacks at 250 Hz of the one pid for the whole seconds;
+    --native (C/C++ frames) goes without --nonblocking, which py-spy refuses to combine with it, and the plain
+    record stays non-blocking so it does not slow the stub it samples."""
+    out = tmp_path / "spy.txt"
+    plain = triton_gpu.py_spy_argv("py-spy", 4242, 8.0, out)
+    native = triton_gpu.py_spy_argv("py-spy", 4242, 8.0, out, native=True)
+    common = ["py-spy", "record", "--rate", "250", "--format", "raw", "--duration", "8", "--output", str(out), "--pid", "4242"]
+    assert plain == common + ["--nonblocking"]
+    assert native == common + ["--native"]
