@@ -26,6 +26,7 @@ Environment (all optional except the key):
     FASTPATH_TRITON_DIR        the Triton installation (above)
     FASTPATH_TRITON_ARGS       more tritonserver flags (shell syntax), appended last
     FASTPATH_LOG_VERBOSE       tritonserver --log-verbose level, default 0
+    FASTPATH_MALLOC            tritonserver's malloc (``fastpath serve --malloc``), default auto: the image's tcmalloc
     HTTP_PORT, GRPC_PORT, METRICS_PORT   default 8000, 8001, 8002
 """
 
