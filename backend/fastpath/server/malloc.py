@@ -3,7 +3,7 @@
 Triton's model management guide notes that memory can grow over model load/unload cycles because glibc's malloc
 keeps freed memory, and suggests tcmalloc or jemalloc through ``LD_PRELOAD``. Measured on an H100 under
 perf_analyzer load (docs/benchmarks/reload_memory_h100.md): tritonserver's RSS grew 27 MiB per reload of
-text_embedding with glibc, and under 1 MiB with tcmalloc or jemalloc. FastPath reloads a model after a stub
+text_embedding with glibc, and about 1 MiB with tcmalloc or jemalloc. FastPath reloads a model after a stub
 dies, so a long-lived server would otherwise grow with every recovery. tcmalloc is the one Triton's own
 container ships.
 
