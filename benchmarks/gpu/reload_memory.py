@@ -4,8 +4,8 @@ The GPU soak (benchmarks/gpu/soak.py) found tritonserver's RSS flat while servin
 step up at every reload of the model (two reloads by config override, one after a killed stub). Triton's model
 management guide says growth over load/unload cycles may be glibc malloc keeping freed memory rather than a leak,
 and suggests tcmalloc or jemalloc through ``LD_PRELOAD``. This benchmark tells the two apart: for each malloc it
-starts ``fastpath serve`` (the soak's :class:`soak_parts.ServedProduct`), reloads text_embedding ``--reloads`` times through Triton's repository API with a config override
-(the soak's reload), with perf_analyzer at ``--concurrency`` sending short sentences throughout (0: no load), and
+starts ``fastpath serve`` (the soak's :class:`soak_parts.ServedProduct`), reloads text_embedding ``--reloads``
+times through Triton's repository API with a config override (the soak's reload), with perf_analyzer at ``--concurrency`` sending short sentences throughout (0: no load), and
 reads tritonserver's RSS (``/proc/PID/status``), its GPU memory (nvidia-smi, with
 ``--device cuda``) and the stubs' RSS after each reload has settled.
 
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import time
@@ -76,13 +75,7 @@ def run_one(name: str, library: str | None, args: argparse.Namespace) -> dict:
     workdir = Path(args.workdir) / name
     workdir.mkdir(parents=True, exist_ok=True)
     variables = variant_environment(name, library)
-    saved = {key: os.environ.get(key) for key in variables}
-    os.environ.update(variables)
-    try:
-        product = soak_parts.ServedProduct(args.device, workdir, args.ready_timeout_s).start()
-    finally:
-        for key, value in saved.items():
-            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+    product = soak_parts.ServedProduct(args.device, workdir, args.ready_timeout_s, env=variables).start()
     gpu = args.device == "cuda"
     samples, reload_s, load = [], [], None
     try:

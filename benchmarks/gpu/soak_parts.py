@@ -76,13 +76,13 @@ class ServedProduct:
     """``python -m fastpath serve --device DEVICE --model text_embedding --model fastpath_admin`` on free ports
     (``HTTP_PORT``/``GRPC_PORT``/``METRICS_PORT``, as ``make serve`` passes them), its own session, a fresh
     serving-version record directory (``FASTPATH_VERSION_STATE_DIR``: a soak leaves the repository's record
-    alone), output to ``log_path``. The admin key is the one ``fastpath serve`` generated and wrote
-    (``fastpath.cli.common.admin_key_file``), or ``FASTPATH_ADMIN_KEY`` when the environment sets one."""
+    alone), output to ``log_path``, plus ``env``'s variables. The admin key is the one ``fastpath serve`` generated
+    and wrote (``fastpath.cli.common.admin_key_file``), or ``FASTPATH_ADMIN_KEY`` when the environment sets one."""
 
-    def __init__(self, device: str, workdir: Path, ready_timeout_s: float) -> None:
+    def __init__(self, device: str, workdir: Path, ready_timeout_s: float, env: dict[str, str] | None = None) -> None:
         from tests.conftest import free_ports
 
-        self.device, self.workdir, self.ready_timeout_s = device, workdir, ready_timeout_s
+        self.device, self.workdir, self.ready_timeout_s, self.extra_env = device, workdir, ready_timeout_s, env or {}
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.http_url, self.grpc_url = f"127.0.0.1:{self.http_port}", f"127.0.0.1:{self.grpc_port}"
         self.log_path = workdir / "serve.log"
@@ -106,7 +106,7 @@ class ServedProduct:
             SoakError: it exited or was not ready within ``ready_timeout_s`` (the message ends with its log's last lines).
         """
         env = dict(os.environ, HTTP_PORT=str(self.http_port), GRPC_PORT=str(self.grpc_port), METRICS_PORT=str(self.metrics_port),
-                   FASTPATH_VERSION_STATE_DIR=str(self.workdir / "version_state"), PYTHONUNBUFFERED="1")
+                   FASTPATH_VERSION_STATE_DIR=str(self.workdir / "version_state"), PYTHONUNBUFFERED="1", **self.extra_env)
         started = time.time()
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.command(), env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,

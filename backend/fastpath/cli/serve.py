@@ -220,9 +220,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--triton-arg", action="append", default=None, metavar="FLAG",
                        help="one more tritonserver flag, passed as given after FastPath's (repeatable), "
                             "e.g. --triton-arg=--metrics-config=summary_latencies=true")
-    from fastpath.server.malloc import CHOICES, default_choice
+    from fastpath.server.malloc import CHOICES
 
-    serve.add_argument("--malloc", choices=CHOICES, default=default_choice(),
+    serve.add_argument("--malloc", choices=CHOICES, default=os.environ.get("FASTPATH_MALLOC", "auto"),
                        help="tritonserver's malloc (default: $FASTPATH_MALLOC, else auto): tcmalloc, preloaded, keeps its "
                             "memory flat over model reloads (glibc's grows with each); auto: tcmalloc where installed "
                             "(make setup installs it), else glibc with a warning. Its python-backend stubs keep glibc's")

@@ -17,7 +17,6 @@ stub the operator's own ``LD_PRELOAD`` and ``BASH_ENV`` back.
 from __future__ import annotations
 
 import logging
-import os
 import platform
 import sys
 from collections.abc import Mapping
@@ -108,8 +107,3 @@ def write_stub_env(state_dir: Path) -> Path:
     path = state_dir / STUB_ENV_FILE
     path.write_text(STUB_ENV_SCRIPT)
     return path
-
-
-def default_choice(env: Mapping[str, str] | None = None) -> str:
-    """``FASTPATH_MALLOC`` of ``env`` (default: this process's environment), else ``auto``."""
-    return (os.environ if env is None else env).get("FASTPATH_MALLOC", "auto")
