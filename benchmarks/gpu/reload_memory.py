@@ -16,7 +16,8 @@ reads tritonserver's RSS (``/proc/PID/status``), its GPU memory (nvidia-smi, wit
 A ``--malloc`` is one of: ``glibc`` (``FASTPATH_MALLOC=glibc``: no preload anywhere); ``NAME=LIBRARY``
 (``FASTPATH_MALLOC=glibc`` and ``LD_PRELOAD=LIBRARY`` for every process: ``fastpath serve``, tritonserver and the
 stubs); ``served`` (``FASTPATH_MALLOC=tcmalloc``: what ``fastpath serve`` ships, tcmalloc in tritonserver alone,
-:mod:`fastpath.server.malloc`).
+:mod:`fastpath.server.malloc`); ``served,VAR=VALUE,...`` (``served`` with more variables, such as tcmalloc's
+``TCMALLOC_AGGRESSIVE_DECOMMIT=true``).
 
 Prints a table (MiB after each reload and the slope over the reloads after the first, MiB per reload: a least-squares
 fit) and writes the JSON to ``--out``.
@@ -51,20 +52,28 @@ def slope_mib_per_reload(values: list[float]) -> float | None:
 
 
 def sample(product: soak_parts.ServedProduct, gpu: bool) -> dict:
-    """MiB: tritonserver's RSS, the text_embedding stubs' summed RSS, and tritonserver's GPU memory (None on CPU)."""
-    rss = soak_parts.process_rss_bytes(product.triton_pid) or 0
+    """MiB: tritonserver's RSS and its anonymous, file and shared parts (``RssAnon``, ``RssFile``, ``RssShmem``:
+    the heap, mapped libraries, the python backend's shared-memory regions), the text_embedding stubs' summed RSS,
+    and tritonserver's GPU memory (None on CPU)."""
+    from fastpath.memory.reclaim import process_memory
+
+    triton = process_memory(product.triton_pid)
     stubs = sum(soak_parts.process_rss_bytes(stub.pid) or 0 for stub in product.stubs())
     gpu_mib = None
     if gpu:
         used, unread = triton_gpu.gpu_memory_mib()
         gpu_mib = None if unread else used.get(product.triton_pid)
-    return {"triton_rss_mib": round(rss / 2**20, 1), "stubs_rss_mib": round(stubs / 2**20, 1), "triton_gpu_mib": gpu_mib}
+    return {"triton_rss_mib": round(triton.rss_bytes / 2**20, 1), "triton_anon_mib": round(triton.anon_bytes / 2**20, 1),
+            "triton_file_mib": round(triton.file_bytes / 2**20, 1), "triton_shmem_mib": round(triton.shmem_bytes / 2**20, 1),
+            "stubs_rss_mib": round(stubs / 2**20, 1), "triton_gpu_mib": gpu_mib}
 
 
 def variant_environment(name: str, library: str | None) -> dict[str, str]:
-    """The variables ``fastpath serve`` is started with for ``--malloc name[=library]`` (module docstring)."""
-    if name == "served":
-        return {"FASTPATH_MALLOC": "tcmalloc"}
+    """The variables ``fastpath serve`` is started with for ``--malloc name[=library]`` (module docstring);
+    ``served,VAR=VALUE,...`` adds those variables to ``served``'s (tcmalloc's own settings, for example)."""
+    if name.startswith("served"):
+        extra = dict(pair.split("=", 1) for pair in name.split(",")[1:])
+        return {"FASTPATH_MALLOC": "tcmalloc", **extra}
     return {"FASTPATH_MALLOC": "glibc", **({"LD_PRELOAD": library} if library else {})}
 
 
@@ -132,7 +141,7 @@ def main() -> int:
     args = parser.parse_args()
     results = []
     for spec in args.malloc or ["glibc"]:
-        name, _, library = spec.partition("=")
+        name, _, library = (spec, "", "") if spec.startswith("served") else spec.partition("=")
         if library and not Path(library).is_file():
             raise SystemExit(f"--malloc {spec}: no file {library}")
         results.append(run_one(name, library or None, args))

@@ -25,12 +25,15 @@ def _environment(pid: int) -> dict[str, str]:
 
 
 def test_tritonserver_maps_tcmalloc_and_its_stubs_do_not(triton_server):
-    """Invariant: the library fastpath.server.malloc finds is mapped into tritonserver; no stub maps any tcmalloc,
-    and each stub's LD_PRELOAD is this test process's own (the operator's)."""
+    """Invariant: the library fastpath.server.malloc finds is mapped into tritonserver, which runs with
+    TCMALLOC_AGGRESSIVE_DECOMMIT true (or the operator's value); no stub maps any tcmalloc, and each stub's
+    LD_PRELOAD is this test process's own (the operator's)."""
     library = find_tcmalloc(os.environ)
     if library is None:
         pytest.skip("no tcmalloc installed: make setup puts it in .venv/lib/tcmalloc (scripts/install_tcmalloc.sh)")
     assert str(library.resolve()) in _mapped(triton_server.pid) or str(library) in _mapped(triton_server.pid)
+    expected = os.environ.get("TCMALLOC_AGGRESSIVE_DECOMMIT", "true")
+    assert _environment(triton_server.pid).get("TCMALLOC_AGGRESSIVE_DECOMMIT") == expected
     stubs = list_stubs(group_members(triton_server.pid))
     assert {stub.model for stub in stubs} >= {"text_embedding", "fastpath_admin"}
     for stub in stubs:

@@ -5,7 +5,9 @@ keeps freed memory, and suggests tcmalloc or jemalloc through ``LD_PRELOAD``. Me
 perf_analyzer load (docs/benchmarks/reload_memory_h100.md): tritonserver's RSS grew 27 MiB per reload of
 text_embedding with glibc, and about 1 MiB with tcmalloc or jemalloc. FastPath reloads a model after a stub
 dies, so a long-lived server would otherwise grow with every recovery. tcmalloc is the one Triton's own
-container ships.
+container ships. tcmalloc runs with ``TCMALLOC_AGGRESSIVE_DECOMMIT=true`` (:data:`TCMALLOC_SETTINGS`; the
+operator's own value wins): by default it kept the first reload's ~25 MiB of freed pages, a step that broke the
+GPU soak's 5% bound on RSS; decommitting free spans at once left RSS 8 MiB over its start after six reloads.
 
 Only tritonserver gets it. Its python-backend stubs keep glibc: text_detection's stub returns memory with
 glibc's ``malloc_trim`` and its huge-page tunable (docs/design/text_detection.md, "Memory"). The python backend
@@ -30,6 +32,9 @@ CHOICES = ("auto", "tcmalloc", "glibc")  # auto: tcmalloc where one is found, el
 LIBRARY_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")  # Debian's libtcmalloc-minimal4; Triton's image
 VENV_DIR = Path("lib") / "tcmalloc"  # under sys.prefix: where scripts/install_tcmalloc.sh (make setup) puts it
 STUB_ENV_FILE = "stub_env.sh"
+# gperftools' own variables for tritonserver's tcmalloc, unless the environment sets them: return free spans to
+# the system at once (off by default since gperftools 2.6), so RSS follows what is live after a reload.
+TCMALLOC_SETTINGS = {"TCMALLOC_AGGRESSIVE_DECOMMIT": "true"}
 # The stub's environment as the operator gave it: set by :func:`malloc_environment`, read by the BASH_ENV file.
 STUB_LD_PRELOAD, STUB_BASH_ENV = "FASTPATH_STUB_LD_PRELOAD", "FASTPATH_STUB_BASH_ENV"
 STUB_ENV_SCRIPT = f"""\
@@ -73,8 +78,9 @@ def malloc_environment(env: dict[str, str], choice: str, state_dir: Path) -> dic
     """``env`` for tritonserver with ``choice``'s malloc; logs what was chosen (a warning when ``auto`` found
     no tcmalloc).
 
-    For tcmalloc: ``LD_PRELOAD`` gets the library first (the operator's own preloads follow), and ``BASH_ENV``
-    names the file :func:`write_stub_env` writes into ``state_dir``, which gives each stub the operator's values.
+    For tcmalloc: ``LD_PRELOAD`` gets the library first (the operator's own preloads follow), ``BASH_ENV``
+    names the file :func:`write_stub_env` writes into ``state_dir``, which gives each stub the operator's values,
+    and :data:`TCMALLOC_SETTINGS` fill in what ``env`` leaves unset.
 
     Raises:
         ServerError: ``choice`` is not one of :data:`CHOICES`; ``tcmalloc`` was asked for and none is installed;
@@ -98,6 +104,8 @@ def malloc_environment(env: dict[str, str], choice: str, state_dir: Path) -> dic
     env[STUB_LD_PRELOAD], env[STUB_BASH_ENV] = env.get("LD_PRELOAD", ""), env.get("BASH_ENV", "")
     env["LD_PRELOAD"] = ":".join(p for p in (str(library), env[STUB_LD_PRELOAD]) if p)
     env["BASH_ENV"] = str(write_stub_env(state_dir))
+    for name, value in TCMALLOC_SETTINGS.items():
+        env.setdefault(name, value)
     LOG.info("malloc: tcmalloc for tritonserver (%s); its python-backend stubs keep glibc's", library)
     return env
 

@@ -35,7 +35,18 @@ def test_tcmalloc_goes_first_in_ld_preload_and_the_stub_keeps_the_operators_valu
     assert (tmp_path / malloc.STUB_ENV_FILE).read_text() == malloc.STUB_ENV_SCRIPT
     assert env[malloc.STUB_LD_PRELOAD] == "/opt/x/libprofiler.so" and env[malloc.STUB_BASH_ENV] == "/etc/site-bash-env"
     assert env["PATH"] == "/usr/bin"
+    assert env["TCMALLOC_AGGRESSIVE_DECOMMIT"] == "true"
     assert operator["LD_PRELOAD"] == "/opt/x/libprofiler.so", "the caller's dict is not changed"
+
+
+def test_tcmalloc_decommits_free_spans_unless_the_operator_says_otherwise(tmp_path, fake_library, monkeypatch):
+    """Invariant: with tcmalloc, TCMALLOC_AGGRESSIVE_DECOMMIT is true unless the environment already sets it, in
+    which case the operator's value is kept; glibc adds no tcmalloc variable."""
+    monkeypatch.setattr(malloc, "search_paths", lambda: [fake_library.parent])
+    assert malloc.malloc_environment({}, "tcmalloc", tmp_path)["TCMALLOC_AGGRESSIVE_DECOMMIT"] == "true"
+    kept = malloc.malloc_environment({"TCMALLOC_AGGRESSIVE_DECOMMIT": "false"}, "tcmalloc", tmp_path)
+    assert kept["TCMALLOC_AGGRESSIVE_DECOMMIT"] == "false"
+    assert "TCMALLOC_AGGRESSIVE_DECOMMIT" not in malloc.malloc_environment({}, "glibc", tmp_path)
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
