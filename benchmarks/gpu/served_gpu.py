@@ -196,6 +196,7 @@ def main() -> int:
     parser.add_argument("--py-spy", type=float, default=0.0, dest="py_spy", help="seconds of py-spy on one stub of each --py-spy-models")
     parser.add_argument("--py-spy-native", action="store_true",
                         help="py-spy with --native: the C/C++ frames under each Python frame (it pauses the stub per sample)")
+    parser.add_argument("--py-spy-gil", action="store_true", help="py-spy with --gil: only the thread holding the GIL")
     parser.add_argument("--py-spy-models", default="", help="MODEL,...: whose stub py-spy samples, one cell each (default: the first of --models)")
     parser.add_argument("--timeline-cells", default="", help="MODEL:WORKLOAD:C;...: FastPath's timeline of these cells "
                         "(per phase: busy time, threads, overlap with the engine; benchmarks/timeline.py)")
@@ -267,7 +268,8 @@ def main() -> int:
         report["load"] = rows
         if args.py_spy:
             top = max(int(c) for c in args.cells.split(";")[0].split(":")[1].split(","))
-            report["py_spy"] = {model: spy_cell(analyzer, server, model, data["short"], top, args.py_spy, root, args.py_spy_native)
+            report["py_spy"] = {model: spy_cell(analyzer, server, model, data["short"], top, args.py_spy, root / model,
+                                                  native=args.py_spy_native, gil=args.py_spy_gil, keep=out_dir)
                                 for model in (args.py_spy_models.split(",") if args.py_spy_models else models[:1])}
         report["triton_statistics"] = statistics(server.grpc_url, models)
         report["fastpath_metrics"] = fastpath_metrics(metrics_port, models)
@@ -335,9 +337,12 @@ def statistics(url: str, models: list[str]) -> dict:
 
 
 def spy_cell(analyzer: pa.PerfAnalyzer, server, model: str, data: Path, concurrency: int, seconds: float, root: Path,
-             native: bool = False) -> dict:
-    """py-spy on one stub of ``model`` while perf_analyzer loads it (a cell of its own, not measured)."""
-    spying = triton_gpu.start_py_spy(model, seconds, root / "py_spy.txt", native=native)
+             *, native: bool = False, gil: bool = False, keep: Path | None = None) -> dict:
+    """py-spy on one stub of ``model`` while perf_analyzer loads it (a cell of its own, not measured); py-spy's own
+    last lines of stderr (``stderr``) come with the summary when it recorded no sample. Its collapsed stacks are
+    copied to ``keep``/py_spy_MODEL.txt."""
+    root.mkdir(parents=True, exist_ok=True)
+    spying = triton_gpu.start_py_spy(model, seconds, root / "py_spy.txt", native=native, gil=gil)
     if spying is None:
         return {}
     try:
@@ -345,7 +350,13 @@ def spy_cell(analyzer: pa.PerfAnalyzer, server, model: str, data: Path, concurre
                        measurement_ms=int(seconds * 1000 / 3), csv_path=root / "spy.csv")
     finally:
         spying.wait(timeout=120)
-    return triton_gpu.summarize_py_spy(root / "py_spy.txt", top=30)
+    summary = triton_gpu.summarize_py_spy(root / "py_spy.txt", top=30)
+    if keep is not None and (root / "py_spy.txt").exists():
+        shutil.copy(root / "py_spy.txt", keep / f"py_spy_{model}.txt")
+    if not summary.get("samples"):
+        errors = (root / "py_spy.stderr.txt").read_text(errors="replace") if (root / "py_spy.stderr.txt").exists() else ""
+        summary["stderr"] = errors.splitlines()[-12:]
+    return summary
 
 
 def _line(r: dict) -> str:
@@ -366,7 +377,7 @@ def summary(report: dict) -> None:
         print("raw engine (tokenize + graph), passages32 batches:", report["raw_engine"])
     for model, spied in (report.get("py_spy") or {}).items():
         if spied:
-            print(f"py-spy {model}: {spied['samples']} samples")
+            print(f"py-spy {model}: {spied['samples']} samples" + "".join(f"\n  py-spy: {line}" for line in spied.get("stderr", [])))
             print("  self %:", "; ".join(f"{n} {p}" for n, p in spied["self_pct"][:22]))
             print("  inclusive %:", "; ".join(f"{n} {p}" for n, p in spied["inclusive_pct"][:22]))
     for model, stats in report.get("triton_statistics", {}).items():

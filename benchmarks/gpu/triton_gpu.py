@@ -328,16 +328,18 @@ def _py_spy() -> str | None:
     return next((c for c in candidates if c and Path(c).exists()), None)
 
 
-def py_spy_argv(binary: str, pid: int, seconds: float, out: Path, *, native: bool = False) -> list[str]:
+def py_spy_argv(binary: str, pid: int, seconds: float, out: Path, *, native: bool = False, gil: bool = False) -> list[str]:
     """``py-spy record`` of ``pid`` for ``seconds``: raw collapsed stacks at 250 Hz into ``out``, active samples only;
-    ``native`` adds the C/C++ frames under each Python frame (py-spy then pauses the process for each sample)."""
+    ``native`` adds the C/C++ frames under each Python frame (py-spy then pauses the process for each sample);
+    ``gil`` samples only the thread holding the GIL (with ``native``: no other thread is unwound, so a thread
+    whose native stack cannot be unwound does not drop every sample)."""
     argv = [binary, "record", "--rate", "250", "--format", "raw", "--duration", str(int(seconds)), "--output", str(out),
-            "--pid", str(pid)]
+            "--pid", str(pid), *(["--gil"] if gil else [])]
     return argv + ["--native"] if native else argv + ["--nonblocking"]
 
 
-def start_py_spy(model: str, seconds: float, out: Path, *, native: bool = False):
-    """``py-spy record`` of one stub of ``model`` (:func:`py_spy_argv`), or None."""
+def start_py_spy(model: str, seconds: float, out: Path, *, native: bool = False, gil: bool = False):
+    """``py-spy record`` of one stub of ``model`` (:func:`py_spy_argv`), or None; its stderr goes beside ``out``."""
     import subprocess
 
     binary = _py_spy()
@@ -345,8 +347,8 @@ def start_py_spy(model: str, seconds: float, out: Path, *, native: bool = False)
     if binary is None or pid is None:
         print(f"py-spy: not started (binary {binary}, stub pid {pid})", flush=True)
         return None
-    return subprocess.Popen(py_spy_argv(binary, pid, seconds, out, native=native),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(out.with_suffix(".stderr.txt"), "wb") as errors:  # why a recording came back empty
+        return subprocess.Popen(py_spy_argv(binary, pid, seconds, out, native=native, gil=gil), stdout=subprocess.DEVNULL, stderr=errors)
 
 
 def gpu_memory_mib() -> tuple[dict[int, int], str | None]:

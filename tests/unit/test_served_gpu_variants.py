@@ -63,3 +63,25 @@ def test_py_spy_native_samples_pause_the_stub_and_plain_samples_do_not(tmp_path)
     common = ["py-spy", "record", "--rate", "250", "--format", "raw", "--duration", "8", "--output", str(out), "--pid", "4242"]
     assert plain == common + ["--nonblocking"]
     assert native == common + ["--native"]
+
+
+def test_py_spy_gil_samples_only_the_gil_holder_in_either_mode(tmp_path):
+    """Invariant: --py-spy-gil adds py-spy's --gil (one thread unwound per sample, so a thread whose native stack
+    cannot be merged no longer drops every sample) and keeps the native/plain choice as it was."""
+    out = tmp_path / "spy.txt"
+    common = ["py-spy", "record", "--rate", "250", "--format", "raw", "--duration", "8", "--output", str(out), "--pid", "4242"]
+    assert triton_gpu.py_spy_argv("py-spy", 4242, 8.0, out, native=True, gil=True) == common + ["--gil", "--native"]
+    assert triton_gpu.py_spy_argv("py-spy", 4242, 8.0, out, gil=True) == common + ["--gil", "--nonblocking"]
+
+
+def test_reload_memory_variants_name_the_environment_fastpath_serve_starts_with():
+    """Invariant: `served` is FASTPATH_MALLOC=tcmalloc, `served,VAR=VALUE,...` adds those variables (tcmalloc's own
+    settings), `glibc` is FASTPATH_MALLOC=glibc, and NAME=LIBRARY preloads LIBRARY everywhere under glibc's choice."""
+    import reload_memory
+
+    assert reload_memory.variant_environment("served", None) == {"FASTPATH_MALLOC": "tcmalloc"}
+    assert reload_memory.variant_environment("served,TCMALLOC_AGGRESSIVE_DECOMMIT=false,TCMALLOC_RELEASE_RATE=10", None) == {
+        "FASTPATH_MALLOC": "tcmalloc", "TCMALLOC_AGGRESSIVE_DECOMMIT": "false", "TCMALLOC_RELEASE_RATE": "10"}
+    assert reload_memory.variant_environment("glibc", None) == {"FASTPATH_MALLOC": "glibc"}
+    assert reload_memory.variant_environment("jemalloc", "/lib/libjemalloc.so.2") == {
+        "FASTPATH_MALLOC": "glibc", "LD_PRELOAD": "/lib/libjemalloc.so.2"}
