@@ -25,6 +25,7 @@ from fastpath_client._core import (
     items_from,
     unrestricted_state,
 )
+from fastpath_client.checks import model_version
 from fastpath_client.errors import (
     FastPathClientError,
     InvalidInputError,
@@ -322,7 +323,7 @@ class AsyncClient(ClientCore):
 
     async def swap(self, model: str, version: int, *, timeout_s: float = 180.0) -> dict[str, Any]:
         """Make ``version`` of ``model`` active, live; see :meth:`fastpath_client.Client.swap`."""
-        return await self._admin("swap", model, timeout_s, version=int(version))
+        return await self._admin("swap", model, timeout_s, version=model_version(version))
 
     async def rollback(self, model: str, *, timeout_s: float = 180.0) -> dict[str, Any]:
         """Go back to the version active before the last swap; see :meth:`fastpath_client.Client.rollback`."""

@@ -1,7 +1,9 @@
 """Checks of the client's arguments: replica addresses (``HOST:PORT`` as tritonclient takes them: no scheme,
-IPv6 hosts in brackets) and timeouts."""
+IPv6 hosts in brackets), timeouts and model versions."""
 
 from __future__ import annotations
+
+import numbers
 
 from fastpath_client.errors import InvalidInputError
 
@@ -45,3 +47,18 @@ def positive_timeout(timeout_s: float) -> float:
     if not value > 0:  # NaN too
         raise InvalidInputError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
     return value
+
+
+def model_version(version: object) -> int:
+    """``version`` as an int, as ``fastpath_admin`` takes it (a Python or numpy integer >= 1).
+
+    Raises:
+        InvalidInputError: not an integer (a float such as 2.5, a bool, a string such as "2": each would
+            otherwise be coerced to some version and swap to it), or < 1; the message quotes the value.
+    """
+    if isinstance(version, bool) or not isinstance(version, numbers.Integral):
+        raise InvalidInputError(f"version must be an integer model version (1, 2, ...), got {version!r} "
+                                f"of type {type(version).__name__}")
+    if version < 1:
+        raise InvalidInputError(f"version must be >= 1 (Triton's model versions start at 1), got {version!r}")
+    return int(version)

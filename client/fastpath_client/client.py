@@ -24,6 +24,7 @@ from fastpath_client._core import (
     items_from,
     unrestricted_state,
 )
+from fastpath_client.checks import model_version
 from fastpath_client.errors import (
     FastPathClientError,
     InvalidInputError,
@@ -331,10 +332,11 @@ class Client(ClientCore):
 
         Raises:
             PermissionDeniedError: no or a wrong admin key (``FASTPATH_ADMIN_KEY`` / ``admin_key=``).
-            InvalidInputError: unknown model or version; ServerError: an instance refused the version
-                (the message gives its reason; the old version keeps serving).
+            InvalidInputError: ``version`` is not an integer >= 1 (refused before any request: 2.5, True or "2"
+                are not coerced), or the model or version is unknown; ServerError: an instance refused the
+                version (the message gives its reason; the old version keeps serving).
         """
-        return self._admin("swap", model, timeout_s, version=int(version))
+        return self._admin("swap", model, timeout_s, version=model_version(version))
 
     def rollback(self, model: str, *, timeout_s: float = 180.0) -> dict[str, Any]:
         """Go back to the version active before the last swap (not retried); errors as :meth:`swap`."""

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fastpath_client.checks import model_version
 from fastpath_client.client import Client
 from fastpath_client.errors import FastPathClientError, ServerError
 
@@ -71,7 +72,7 @@ def rolling_swap(urls: Sequence[str], model: str, version: int, *, protocol: str
     say = on_progress or (lambda line: None)
     factory = client_factory or (lambda url: Client(url, protocol=protocol))
     clients = {url: factory(url) for url in urls}
-    result = FleetSwapResult(ok=False, version=int(version), swapped=[], previous={})
+    result = FleetSwapResult(ok=False, version=model_version(version), swapped=[], previous={})
     try:
         if not _all_ready(clients, model, ready_timeout_s, result, say):
             return result

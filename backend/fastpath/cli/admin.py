@@ -2,7 +2,7 @@
 
 Each takes ``--url HOST:PORT`` (repeatable or comma-separated: several replicas make ``swap`` a
 rolling swap, one replica at a time, all rolled back on the first failure; default: the server `make
-serve` started with this environment, :func:`~fastpath.cli.common.default_url`) and ``--protocol
+serve` started with this environment: $HOST and $HTTP_PORT) and ``--protocol
 http|grpc``. The admin key comes from ``FASTPATH_ADMIN_KEY``, else from the file `fastpath serve`
 wrote for that URL's port when it generated one (``~/.cache/fastpath/admin_key.<port>``), else the
 latest it wrote (``admin_key``). Output is the server's JSON reply; the exit code is 0 on success, 1
@@ -18,7 +18,7 @@ import signal
 import sys
 from typing import Any
 
-from fastpath.cli.common import URL_DEFAULT
+from fastpath.cli.common import URL_DEFAULT, plain_help
 from fastpath.errors import NotLoadedError
 
 
@@ -125,7 +125,7 @@ def register(subparsers: Any) -> None:
         "status": "active version, standby, state, last error and liveness of MODEL's instances, and its reloads",
     }
     for command, text in helps.items():
-        parser = subparsers.add_parser(command, help=text, description=text + ". " + (__doc__ or "").split("\n\n")[1])
+        parser = subparsers.add_parser(command, help=text, description=text + ". " + plain_help(__doc__).split("\n\n")[1])
         parser.add_argument("model", help="model name, e.g. text_embedding")
         if command == "swap":
             parser.add_argument("version", type=int, help="version directory number in the model repository")

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from fastpath.cli.common import URL_DEFAULT, default_url, error_line, port_hint
+from fastpath.cli.common import URL_DEFAULT, default_url, error_line, plain_help, port_hint
 from fastpath.errors import BenchError
 
 LOG = logging.getLogger("fastpath")
@@ -87,7 +87,7 @@ def register(subparsers: Any) -> None:
     """Add the client-side commands to the ``fastpath`` parser's subparsers."""
     bench = subparsers.add_parser(
         "bench", help="load-test a served model (concurrency sweep or request rate); writes JSON + PNG",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_argument("--model", default="text_embedding", help="model to load (default text_embedding)")
     mode = bench.add_mutually_exclusive_group()
     mode.add_argument("--concurrency", type=_int_list, default=None, help="closed-loop sweep, e.g. 1,8,32 (default 1,8,32)")

@@ -33,11 +33,12 @@ INT8_REQUIRED = ("model.onnx", "tokenizer.json", "golden.npz", "model.py")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``build`` command to the ``fastpath`` parser."""
-    from fastpath.cli.common import DEFAULT_REPOSITORY
+    from fastpath.cli.common import DEFAULT_REPOSITORY, plain_help
 
     build = subparsers.add_parser("build", help="build versioned model artifacts into the model repository",
-                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    build.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
+                                  description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    build.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY,
+                       help=f"the Triton model repository to build into (default: {DEFAULT_REPOSITORY})")
     build.add_argument("--if-missing", action="store_true", help="skip versions whose manifest verifies")
     build.add_argument("--int8", action="store_true", help="also build text_embedding version 2 (INT8 QDQ, and bf16 weights for the torch runtime)")
     build.add_argument("--calibration-texts", type=int, default=256, help="calibration-split sentences for INT8 calibration")

@@ -19,11 +19,12 @@ import os
 import sys
 
 from fastpath.cli import admin, bench, build, serve
+from fastpath.cli.common import plain_help
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``fastpath`` parser with every command registered."""
-    parser = argparse.ArgumentParser(prog="fastpath", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="fastpath", description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for command in (build, serve, bench, admin):
         command.register(sub)

@@ -197,7 +197,8 @@ def stub_supervisor(server: TritonServer) -> StubSupervisor:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``serve`` command to the ``fastpath`` parser."""
     serve = subparsers.add_parser("serve", help="run tritonserver with FastPath models (Ctrl-C stops it)")
-    serve.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY)
+    serve.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY,
+                       help=f"the Triton model repository to serve (default: {DEFAULT_REPOSITORY})")
     serve.add_argument("--model", action="append", default=None,
                        help="model to load (repeatable; default: every model of the model repository)")
     serve.add_argument("--http-port", type=port_number, default=env_int("HTTP_PORT", 8000),
@@ -222,10 +223,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "e.g. --triton-arg=--metrics-config=summary_latencies=true")
     from fastpath.server.malloc import CHOICES
 
-    serve.add_argument("--malloc", choices=CHOICES, default=os.environ.get("FASTPATH_MALLOC", "auto"),
-                       help="tritonserver's malloc (default: $FASTPATH_MALLOC, else auto): tcmalloc, preloaded, keeps its "
-                            "memory flat over model reloads (glibc's grows with each); auto: tcmalloc where installed "
-                            "(make setup installs it), else glibc with a warning. Its python-backend stubs keep glibc's")
+    serve.add_argument("--malloc", choices=CHOICES, default=os.environ.get("FASTPATH_MALLOC") or "auto",
+                       help="tritonserver's malloc (default: $FASTPATH_MALLOC when set and not empty, else auto): "
+                            "tcmalloc, preloaded, keeps its memory flat over model reloads (glibc's grows with each); "
+                            "auto: tcmalloc where installed (make setup installs it), else glibc with a warning. Its "
+                            "python-backend stubs keep glibc's")
     state_dir = os.environ.get("FASTPATH_STATE_DIR")
     serve.add_argument("--state-dir", type=Path, default=Path(state_dir) if state_dir else None,
                        help="control-plane directory of live swaps (default: $FASTPATH_STATE_DIR, else a fresh "

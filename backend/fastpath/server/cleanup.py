@@ -27,12 +27,28 @@ def _mapped_paths() -> set[str]:
     return paths
 
 
-def reap_process_group(pgid: int, shm_before: set[str]) -> tuple[int, list[str]]:
+def mapped_regions(pids: list[int]) -> set[str]:
+    """The python-backend shared-memory regions (:data:`SHM_GLOB` in /dev/shm) that the processes ``pids`` map."""
+    regions: set[str] = set()
+    for pid in pids:
+        try:
+            text = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        regions.update(line.split(None, 5)[5] for line in text.splitlines()
+                       if line.count(" ") >= 5 and "/dev/shm/triton_python_backend_shm_region_" in line)
+    return {region.removesuffix(" (deleted)") for region in regions}
+
+
+def reap_process_group(pgid: int, shm_before: set[str], owned: set[str] | frozenset[str] = frozenset()) -> tuple[int, list[str]]:
     """After tritonserver (group leader ``pgid``) exited: SIGKILL what is left of its group (stubs
-    orphaned by a crash), then unlink python-backend shared-memory regions that appeared since
-    ``shm_before`` and that no live process maps any more. Returns (processes signalled, files removed)."""
+    orphaned by a crash), then unlink the python-backend shared-memory regions that were this server's (in
+    ``owned``, or mapped by a member of the group now), appeared since ``shm_before``, and that no live process
+    maps any more. Another server's region on the same host is never touched, even one it has created and not
+    mapped yet. Returns (processes signalled, files removed)."""
     members = group_members(pgid)
     signalled = len(members)
+    owned = set(owned) | mapped_regions(members)
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -42,7 +58,7 @@ def reap_process_group(pgid: int, shm_before: set[str]) -> tuple[int, list[str]]
         members = [pid for pid in members if _pgid_of(pid) == pgid]
         time.sleep(0.05)
     leftover = {str(p) for p in Path("/dev/shm").glob(SHM_GLOB)} - shm_before if Path("/dev/shm").is_dir() else set()
-    return signalled, _unlink_unmapped(leftover)
+    return signalled, _unlink_unmapped(leftover & owned)
 
 
 def _unlink_unmapped(paths: set[str] | list[str]) -> list[str]:

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fastpath.errors import ServerError
-from fastpath.server.cleanup import SHM_GLOB, group_members, reap_process_group, remove_stale_shm  # noqa: F401 (re-exported)
+from fastpath.server.cleanup import SHM_GLOB, group_members, mapped_regions, reap_process_group, remove_stale_shm  # noqa: F401 (re-exported)
 from fastpath.server.malloc import malloc_environment
 from fastpath.server.triton_api import ADMIN_HEADER, RepositoryApi
 
@@ -255,9 +255,13 @@ class TritonServer:
             self.state_dir, self._own_state_dir = Path(tempfile.mkdtemp(prefix="fastpath-state-")), True
         else:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-        env = malloc_environment(server_environment(dist, admin_key=self.options.admin_key, state_dir=self.state_dir,
-                                                    version_state_dir=self.options.version_state_dir),
-                                 self.options.malloc, self.state_dir)
+        try:
+            env = malloc_environment(server_environment(dist, admin_key=self.options.admin_key, state_dir=self.state_dir,
+                                                        version_state_dir=self.options.version_state_dir),
+                                     self.options.malloc, self.state_dir)
+        except BaseException:  # a refused start leaves no state directory behind
+            self._drop_state_dir()
+            raise
         if self.log_path is not None:
             self._log_file = open(self.log_path, "ab")
         stale = remove_stale_shm()
@@ -334,7 +338,9 @@ class TritonServer:
         process, self._process = self._process, None
         code = None
         if process is not None:
+            owned: set[str] = set()
             if process.poll() is None:
+                owned = mapped_regions([process.pid, *group_members(process.pid)])  # the regions reap may remove
                 deadline = time.monotonic() + timeout_s
                 unloaded = self._unload_models(timeout_s)
                 process.send_signal(signal.SIGINT)
@@ -350,17 +356,21 @@ class TritonServer:
                                  "for a model it still counts as live): stopped it", IDLE_EXIT_S)
                         process.returncode = 0
             code = process.returncode
-            killed, removed = reap_process_group(process.pid, getattr(self, "_shm_before", set()))
+            killed, removed = reap_process_group(process.pid, getattr(self, "_shm_before", set()), owned)
             if killed or removed:
                 LOG.warning("tritonserver exited with code %s and left %d processes (killed) and %d shared-memory "
                             "regions (removed: %s)", code, killed, len(removed), ", ".join(Path(r).name for r in removed) or "none")
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        self._drop_state_dir()
+        return code
+
+    def _drop_state_dir(self) -> None:
+        """Remove the state directory this server made for itself (one the options named stays)."""
         if self._own_state_dir and self.state_dir is not None:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             self._own_state_dir = False
-        return code
 
     def api(self) -> RepositoryApi:
         """Triton's HTTP API of this server (readiness, repository index, load/unload), with its admin key."""

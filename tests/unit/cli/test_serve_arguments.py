@@ -57,6 +57,37 @@ def test_malloc_comes_from_the_flag_else_fastpath_malloc_else_auto(monkeypatch):
     assert parse().malloc == "glibc"
     assert serve.serve_options(parse("--malloc", "tcmalloc", "--model", "text_embedding"), "key",
                                probe=lambda: CudaReport(())).malloc == "tcmalloc"
+    monkeypatch.setenv("FASTPATH_MALLOC", "")  # set but empty (a compose file's blank value) counts as unset
+    assert parse().malloc == "auto"
+
+
+@pytest.mark.parametrize("command", [[], ["serve"], ["build"], ["bench"], ["swap"], ["rollback"], ["status"]])
+def test_help_is_plain_text_without_docstring_markup(capsys, command):
+    """Invariant: every command's --help shows plain text: no reST role (:func:`...`) and no double backquotes
+    from the docstrings it is built from."""
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args([*command, "--help"])
+    text = capsys.readouterr().out
+    assert "usage: fastpath" in text
+    assert "``" not in text and ":func:" not in text and ":class:" not in text, text
+
+
+def test_a_refused_start_leaves_no_state_directory(tmp_path, monkeypatch):
+    """Invariant: a start refused before tritonserver runs (here: tcmalloc asked for, none installed) removes the
+    temporary state directory it made; nothing named fastpath-state-* is left in the temporary folder."""
+    import tempfile
+
+    from fastpath.server import malloc
+    from fastpath.server.process import ServerOptions, TritonServer
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(malloc, "search_paths", lambda: [tmp_path / "nothing"])
+    monkeypatch.delenv("FASTPATH_TCMALLOC", raising=False)
+    server = TritonServer(ServerOptions(model_repository=tmp_path, http_port=1, grpc_port=2, metrics_port=3,
+                                        host="127.0.0.1", malloc="tcmalloc"))
+    with pytest.raises(ServerError, match="malloc tcmalloc: none of"):
+        server.start()
+    assert not list(tmp_path.glob("fastpath-state-*"))
 
 
 def test_an_unknown_malloc_is_an_argument_error(capsys):

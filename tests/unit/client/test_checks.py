@@ -1,13 +1,15 @@
-"""The client's argument checks: a replica address is HOST:PORT, a timeout a positive number of seconds."""
+"""The client's argument checks: a replica address is HOST:PORT, a timeout a positive number of seconds, a model
+version an integer >= 1."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from fastpath_client import Client, InvalidInputError
-from fastpath_client.checks import host_port, positive_timeout
+from fastpath_client.checks import host_port, model_version, positive_timeout
 
 
 @pytest.mark.parametrize(("url", "expected"), [
@@ -59,3 +61,25 @@ def test_a_call_timeout_is_checked_like_the_clients_own():
                 with pytest.raises(InvalidInputError, match="timeout_s must be > 0"):
                     client.swap("text_embedding", 2, timeout_s=value)
     assert positive_timeout(2) == 2.0
+
+
+@pytest.mark.parametrize("version", [1, 2, np.int64(3), np.uint8(4)])
+def test_a_model_version_is_any_integer_of_one_or_more(version):
+    """Invariant: Python and numpy integers >= 1 pass through as the same int."""
+    assert model_version(version) == int(version) and type(model_version(version)) is int
+
+
+@pytest.mark.parametrize("version", [2.5, 2.0, True, "2", None, np.float32(1.0), 0, -1])
+def test_a_model_version_that_is_no_integer_or_below_one_is_refused_not_coerced(version):
+    """Invariant: a float, bool, string or None is refused naming the value (int() would turn 2.5 into 2 and True
+    into 1 and swap to that version), and so is a version below 1; nothing is sent to the server."""
+    with pytest.raises(InvalidInputError, match="version must be") as raised:
+        model_version(version)
+    assert repr(version) in str(raised.value)
+
+
+def test_swap_refuses_a_bad_version_before_any_request():
+    """Invariant: Client.swap checks the version before it calls the server: a client for a port nothing listens
+    on still raises the version's InvalidInputError, not a connection error."""
+    with pytest.raises(InvalidInputError, match="got 2.5"):
+        Client("127.0.0.1:9", admin_key="k").swap("text_embedding", 2.5)

@@ -1,4 +1,5 @@
-"""remove_stale_shm: python-backend shared-memory regions left by a killed server, on real /dev/shm files."""
+"""Shared-memory cleanup on real /dev/shm files: remove_stale_shm (regions left by a killed server) and
+reap_process_group (a crashed server's own regions only)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fastpath.server.cleanup import SHM_GLOB, remove_stale_shm
+from fastpath.server.cleanup import SHM_GLOB, reap_process_group, remove_stale_shm
 
 pytestmark = pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm on this machine")
 
@@ -33,3 +34,28 @@ def test_only_old_regions_no_process_maps_are_removed():
         finally:
             for path in (stale, fresh, mapped):
                 path.unlink(missing_ok=True)
+
+
+def test_reaping_a_group_removes_its_own_regions_and_never_another_servers():
+    """Invariant: after a crash, reap_process_group kills the group and unlinks the new unmapped regions that a
+    member of the group mapped (its own), while a region another server created on the same host and has not
+    mapped yet (new since the start too, unmapped) stays."""
+    import subprocess
+    import sys
+
+    before = {str(p) for p in Path("/dev/shm").glob(SHM_GLOB)}
+    own, foreign = _region(0), _region(0)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import mmap, sys, time\n"
+        f"handle = open({str(own)!r}, 'r+b'); view = mmap.mmap(handle.fileno(), 4096)\n"
+        "print('mapped', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert holder.stdout.readline().strip() == "mapped"
+        signalled, removed = reap_process_group(holder.pid, before)
+        assert signalled == 1 and holder.wait(timeout=10) == -9
+        assert removed == [str(own)] and not own.exists()
+        assert foreign.exists(), "another server's region is not this group's to remove"
+    finally:
+        holder.kill()
+        for path in (own, foreign):
+            path.unlink(missing_ok=True)
