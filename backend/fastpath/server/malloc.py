@@ -66,6 +66,9 @@ def find_tcmalloc(env: Mapping[str, str]) -> Path | None:
         if not Path(explicit).is_file():
             raise ServerError(f"FASTPATH_TCMALLOC={explicit}: no such file; name the tcmalloc shared library "
                               f"(e.g. {LIBRARY_NAMES[0]}) or unset it")
+        if "tcmalloc" not in Path(explicit).name:  # preloaded as given: a library without malloc leaves glibc's
+            LOG.warning("FASTPATH_TCMALLOC=%s does not look like tcmalloc (e.g. %s); preloading it as given",
+                        explicit, LIBRARY_NAMES[0])
         return Path(explicit)
     for folder in search_paths():
         for name in LIBRARY_NAMES:

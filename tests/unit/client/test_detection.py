@@ -46,6 +46,8 @@ def test_encoded_bytes_go_to_the_bytes_input():
     (np.zeros(5, np.uint8), r"image 2: shape \[5\] has 1 dimensions; expected HxWx3 RGB"),
     (np.zeros((2, 4, 4, 3), np.uint8), r"image 2: shape \[2, 4, 4, 3\] has 4 dimensions; .*one image per list item"),
     ("page.png", r"image 2 is a file name \('page.png'\), not an image: pass its bytes"),
+    (None, r"image 2 is None, not an image: pass an HxWx3 uint8 array or the bytes of a PNG/JPEG file"),
+    (7, r"image 2 is 7, not an image"),
 ])
 def test_bad_images_are_refused_before_sending(image, message):
     spec = _spec(8, [-1, -1, 3])

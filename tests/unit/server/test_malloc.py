@@ -107,6 +107,17 @@ def test_fastpath_tcmalloc_wins_over_the_search(tmp_path, fake_library, monkeypa
     assert env["LD_PRELOAD"] == str(chosen)
 
 
+def test_fastpath_tcmalloc_naming_another_library_is_preloaded_with_a_warning(tmp_path, caplog):
+    """Invariant: a FASTPATH_TCMALLOC whose file name does not say tcmalloc (libm.so.6) is still what gets preloaded,
+    as the operator asked, and the log warns that it does not look like tcmalloc."""
+    other = tmp_path / "libm.so.6"
+    other.write_bytes(b"\x7fELF")
+    with caplog.at_level(logging.WARNING, logger="fastpath.server.malloc"):
+        env = malloc.malloc_environment({"FASTPATH_TCMALLOC": str(other)}, "auto", tmp_path)
+    assert env["LD_PRELOAD"] == str(other)
+    assert "does not look like tcmalloc" in caplog.text
+
+
 def test_an_unknown_choice_is_an_error_naming_the_choices(tmp_path):
     with pytest.raises(ServerError, match=r"malloc 'jemalloc' \(--malloc, FASTPATH_MALLOC\) is not one of auto, tcmalloc, glibc"):
         malloc.malloc_environment({}, "jemalloc", tmp_path)
