@@ -63,9 +63,9 @@ def sample(product: soak_parts.ServedProduct, gpu: bool) -> dict:
     if gpu:
         used, unread = triton_gpu.gpu_memory_mib()
         gpu_mib = None if unread else used.get(product.triton_pid)
-    return {"triton_rss_mib": round(triton.rss_bytes / 2**20, 1), "triton_anon_mib": round(triton.anon_bytes / 2**20, 1),
-            "triton_file_mib": round(triton.file_bytes / 2**20, 1), "triton_shmem_mib": round(triton.shmem_bytes / 2**20, 1),
-            "stubs_rss_mib": round(stubs / 2**20, 1), "triton_gpu_mib": gpu_mib}
+    sizes = {"triton_rss": triton.rss_bytes, "triton_anon": triton.anon_bytes, "triton_file": triton.file_bytes,
+             "triton_shmem": triton.shmem_bytes, "stubs_rss": stubs}
+    return {**{f"{key}_mib": round(value / 2**20, 1) for key, value in sizes.items()}, "triton_gpu_mib": gpu_mib}
 
 
 def variant_environment(name: str, library: str | None) -> dict[str, str]:

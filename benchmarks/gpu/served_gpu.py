@@ -354,8 +354,8 @@ def spy_cell(analyzer: pa.PerfAnalyzer, server, model: str, data: Path, concurre
     if keep is not None and (root / "py_spy.txt").exists():
         shutil.copy(root / "py_spy.txt", keep / f"py_spy_{model}.txt")
     if not summary.get("samples"):
-        errors = (root / "py_spy.stderr.txt").read_text(errors="replace") if (root / "py_spy.stderr.txt").exists() else ""
-        summary["stderr"] = errors.splitlines()[-12:]
+        errors = triton_gpu.py_spy_stderr(root / "py_spy.txt")
+        summary["stderr"] = errors.read_text(errors="replace").splitlines()[-12:] if errors.exists() else []
     return summary
 
 

@@ -338,8 +338,14 @@ def py_spy_argv(binary: str, pid: int, seconds: float, out: Path, *, native: boo
     return argv + ["--native"] if native else argv + ["--nonblocking"]
 
 
+def py_spy_stderr(out: Path) -> Path:
+    """Where :func:`start_py_spy` writes py-spy's stderr for a recording into ``out``."""
+    return out.with_suffix(".stderr.txt")
+
+
 def start_py_spy(model: str, seconds: float, out: Path, *, native: bool = False, gil: bool = False):
-    """``py-spy record`` of one stub of ``model`` (:func:`py_spy_argv`), or None; its stderr goes beside ``out``."""
+    """``py-spy record`` of one stub of ``model`` (:func:`py_spy_argv`), or None; its stderr goes to
+    :func:`py_spy_stderr`."""
     import subprocess
 
     binary = _py_spy()
@@ -347,7 +353,7 @@ def start_py_spy(model: str, seconds: float, out: Path, *, native: bool = False,
     if binary is None or pid is None:
         print(f"py-spy: not started (binary {binary}, stub pid {pid})", flush=True)
         return None
-    with open(out.with_suffix(".stderr.txt"), "wb") as errors:  # why a recording came back empty
+    with open(py_spy_stderr(out), "wb") as errors:  # why a recording came back empty
         return subprocess.Popen(py_spy_argv(binary, pid, seconds, out, native=native, gil=gil), stdout=subprocess.DEVNULL, stderr=errors)
 
 

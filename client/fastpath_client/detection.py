@@ -118,7 +118,7 @@ def image_request(io: DetectionIO, spec: ModelSpec, image: Any, index: int) -> d
     if isinstance(image, (str, os.PathLike)):  # a file name: numpy's "dtype <U8" would tell the caller nothing
         raise InvalidInputError(f"image {index} is a file name ({str(image)!r}), not an image: pass its bytes, "
                                 "e.g. pathlib.Path(name).read_bytes(), or an HxWx3 uint8 array")
-    if image is None or isinstance(image, (int, float, bool)):  # np.asarray would make a 0-d array of it
+    if image is None or isinstance(image, (int, float)):  # np.asarray would make a 0-d array of it
         raise InvalidInputError(f"image {index} is {image!r}, not an image: pass an HxWx3 uint8 array or the "
                                 "bytes of a PNG/JPEG file")
     array = np.asarray(image)

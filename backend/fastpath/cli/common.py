@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_REPOSITORY = REPO_ROOT / "model_repository"
+
 _ROLE = re.compile(r":\w+:`~?([^`]+)`")  # :func:`~fastpath.cli.common.default_url` -> default_url
 
 
@@ -15,8 +17,6 @@ def plain_help(docstring: str | None) -> str:
     """A module docstring as ``--help`` text: reST roles and double backquotes dropped (``x`` -> x)."""
     text = _ROLE.sub(lambda match: match.group(1).rsplit(".", 1)[-1], docstring or "")
     return text.replace("``", "")
-
-DEFAULT_REPOSITORY = REPO_ROOT / "model_repository"
 
 
 def env_int(name: str, default: int) -> int:

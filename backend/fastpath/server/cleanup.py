@@ -15,10 +15,11 @@ from pathlib import Path
 SHM_GLOB = "triton_python_backend_shm_region_*"  # the python backend's shared-memory regions in /dev/shm
 
 
-def _mapped_paths() -> set[str]:
-    """Paths of files mapped by any process we can see (/proc/*/maps)."""
+def _mapped_paths(pids: list[int] | None = None) -> set[str]:
+    """Paths of /dev/shm files mapped by the processes ``pids`` (/proc/PID/maps), or by any process we can see."""
+    files = [Path(f"/proc/{pid}/maps") for pid in pids] if pids is not None else Path("/proc").glob("[0-9]*/maps")
     paths: set[str] = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
+    for maps in files:
         try:
             text = maps.read_text()
         except OSError:
@@ -29,15 +30,7 @@ def _mapped_paths() -> set[str]:
 
 def mapped_regions(pids: list[int]) -> set[str]:
     """The python-backend shared-memory regions (:data:`SHM_GLOB` in /dev/shm) that the processes ``pids`` map."""
-    regions: set[str] = set()
-    for pid in pids:
-        try:
-            text = Path(f"/proc/{pid}/maps").read_text()
-        except OSError:
-            continue
-        regions.update(line.split(None, 5)[5] for line in text.splitlines()
-                       if line.count(" ") >= 5 and "/dev/shm/triton_python_backend_shm_region_" in line)
-    return {region.removesuffix(" (deleted)") for region in regions}
+    return {path.removesuffix(" (deleted)") for path in _mapped_paths(pids) if Path(path).match(SHM_GLOB)}
 
 
 def reap_process_group(pgid: int, shm_before: set[str], owned: set[str] | frozenset[str] = frozenset()) -> tuple[int, list[str]]:

@@ -340,7 +340,7 @@ class TritonServer:
         if process is not None:
             owned: set[str] = set()
             if process.poll() is None:
-                owned = mapped_regions([process.pid, *group_members(process.pid)])  # the regions reap may remove
+                owned = mapped_regions(group_members(process.pid))  # tritonserver and its stubs: what reap may remove
                 deadline = time.monotonic() + timeout_s
                 unloaded = self._unload_models(timeout_s)
                 process.send_signal(signal.SIGINT)
