@@ -44,7 +44,7 @@ from soak_actions import load_with_config, reload_config  # noqa: E402
 
 def slope_mib_per_reload(values: list[float]) -> float | None:
     """Least-squares slope of ``values[1:]`` against their index (the first reload warms caches), MiB per reload;
-    None with fewer than three values."""
+    None with fewer than three values (``--reloads 1``: the table prints "-")."""
     tail = values[1:]
     if len(tail) < 2:
         return None
@@ -122,7 +122,7 @@ def table(results: list[dict]) -> str:
         for key, slope in result["slope_mib_per_reload"].items():
             values = [s[key] for s in result["samples"]]
             lines.append(f"{result['malloc']:<9} {key.removesuffix('_mib'):<15} {values[0]:>7.1f} {values[1]:>8.1f} "
-                         f"{values[-1]:>7.1f}  {slope:+.2f}")
+                         f"{values[-1]:>7.1f}  {'-' if slope is None else f'{slope:+.2f}'}")
     return "\n".join(lines)
 
 
