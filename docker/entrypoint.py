@@ -38,7 +38,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-MIN_ADMIN_KEY_CHARS = 16
+from fastpath.cli.common import MIN_ADMIN_KEY_CHARS
+
 NGC_TRITON_DIR = Path("/opt/tritonserver")
 # summary_latencies: per-model latency quantiles (nv_inference_*_summary_us) for the dashboard.
 # exit-timeout-secs: how long Triton drains in-flight requests when stopped (Triton's default, made explicit

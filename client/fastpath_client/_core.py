@@ -352,19 +352,19 @@ class ClientCore:
             raise ServerError(f"{ADMIN_MODEL} at {self.url} sent an unreadable reply to {command}: {exc}") from exc
 
     def _admin_error(self, error: InvalidInputError) -> FastPathClientError:
-        """The admin model refuses a missing/wrong key with a 400 (Triton 2.51's python backend has no
-        403 code); surface it as PermissionDeniedError. A server without ``fastpath_admin`` loaded gets
-        a ModelNotFoundError that says how to load it."""
+        """A missing/wrong key (a 400: Triton 2.51's python backend has no 403) -> PermissionDeniedError; a model the
+        repository lacks -> ModelNotFoundError, as inference; no ``fastpath_admin`` loaded -> one saying how to load it."""
         from fastpath_client.errors import ModelNotFoundError, PermissionDeniedError
 
+        fields = {"server_message": error.server_message, "status": error.status, "url": error.url, "model": error.model}
         if "admin key" in error.server_message or ADMIN_KEY_ENV in error.server_message:
-            return PermissionDeniedError(str(error), server_message=error.server_message, status=error.status,
-                                         url=error.url, model=error.model)
+            return PermissionDeniedError(str(error), **fields)
+        if not isinstance(error, ModelNotFoundError) and "is not in the model repository" in error.server_message:
+            return ModelNotFoundError(str(error), **fields)  # fastpath_admin's 400 for it; inference's is Triton's 404
         if isinstance(error, ModelNotFoundError) and ADMIN_MODEL in error.server_message:
             return ModelNotFoundError(
                 f"{error} -- the server at {self.url} does not serve {ADMIN_MODEL}, which swap/rollback/status go "
-                f"through: `fastpath serve` loads it by default; with --model, add `--model {ADMIN_MODEL}`",
-                server_message=error.server_message, status=error.status, url=error.url, model=error.model)
+                f"through: `fastpath serve` loads it by default; with --model, add `--model {ADMIN_MODEL}`", **fields)
         return error
 
     def _embed_batches(self, spec: ModelSpec, texts: Sequence[str | bytes]) -> list[tuple[int, np.ndarray]]:

@@ -88,7 +88,7 @@ def register(subparsers: Any) -> None:
     bench = subparsers.add_parser(
         "bench", help="load-test a served model (concurrency sweep or request rate); writes JSON + PNG",
         description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench.add_argument("--model", default="text_embedding", help="model to load (default text_embedding)")
+    bench.add_argument("--model", default="text_embedding", help="the served model to put under load (default text_embedding)")
     mode = bench.add_mutually_exclusive_group()
     mode.add_argument("--concurrency", type=_int_list, default=None, help="closed-loop sweep, e.g. 1,8,32 (default 1,8,32)")
     mode.add_argument("--request-rate", type=_float_list, default=None, help="open-loop sweep in requests/s, e.g. 10,20")
@@ -244,6 +244,9 @@ async def _wait_for_model(client: Any, model: str, protocol: str) -> None:
     """
     from fastpath_client import FastPathClientError, ModelNotFoundError, RequestTimeoutError
 
+    if not await client.ready():  # say why nothing happens for up to a minute
+        print(f"fastpath bench: the server at {client.url} does not answer yet; waiting up to {SERVER_WAIT_S:g} s "
+              "for it to start", file=sys.stderr, flush=True)
     try:
         await client.wait_ready(timeout_s=SERVER_WAIT_S)
     except RequestTimeoutError as exc:

@@ -60,6 +60,9 @@ def positive_seconds(text: str) -> float:
 
 
 ADMIN_KEY_FILE = Path.home() / ".cache" / "fastpath" / "admin_key"
+# the shortest FASTPATH_ADMIN_KEY the container entrypoint accepts and `fastpath serve` takes without a warning
+# (a generated key has 32 characters)
+MIN_ADMIN_KEY_CHARS = 16
 
 
 def admin_key_file(port: int | str | None = None) -> Path:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fastpath.cli.common import DEFAULT_REPOSITORY, admin_key_file, env_int, port_number, positive_seconds
+from fastpath.cli.common import DEFAULT_REPOSITORY, MIN_ADMIN_KEY_CHARS, admin_key_file, env_int, port_number, positive_seconds
 
 if TYPE_CHECKING:
     from fastpath.server.devices import CudaReport
@@ -47,6 +47,10 @@ def _admin_key() -> tuple[str, bool]:
     key = os.environ.get("FASTPATH_ADMIN_KEY", "")
     if key:
         LOG.info("admin key: from FASTPATH_ADMIN_KEY (swap/rollback and Triton's model-repository API need it)")
+        if len(key) < MIN_ADMIN_KEY_CHARS:
+            LOG.warning("FASTPATH_ADMIN_KEY has %d characters, fewer than %d: anyone who guesses it can load and unload "
+                        "models and swap versions (the container entrypoint refuses such a key; `openssl rand -base64 32` "
+                        "makes a good one)", len(key), MIN_ADMIN_KEY_CHARS)
         return key, False
     import secrets
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from fastpath.errors import ServerError
 from fastpath.server.cleanup import SHM_GLOB, group_members, mapped_regions, reap_process_group, remove_stale_shm  # noqa: F401 (re-exported)
 from fastpath.server.malloc import malloc_environment
+from fastpath.server.preflight import check_ports_free, check_state_dir
 from fastpath.server.triton_api import ADMIN_HEADER, RepositoryApi
 
 LOG = logging.getLogger("fastpath.server.process")
@@ -98,25 +99,6 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     # stopping them (a crash), they are orphaned but still in this group, and stop() kills the group.
     # A terminal's Ctrl-C reaches only `fastpath serve`, which stops Triton with one SIGINT.
     os.setpgid(0, 0)
-
-
-def check_ports_free(host: str, ports: dict[str, int]) -> None:
-    """Raise ServerError naming the first of ``ports`` ({"HTTP": 8000, ...}) something already listens on at ``host``,
-    or naming ``host`` when it is no address of this machine."""
-    import errno
-    import socket
-
-    for name, port in ports.items():
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # only a listener blocks, not TIME_WAIT
-            try:
-                probe.bind((host, port))
-            except OSError as exc:
-                if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:  # the address, not the port
-                    raise ServerError(f"--host {host} is not an address of this machine ({exc.strerror}); give one of "
-                                      "its IPv4 addresses, 0.0.0.0 (every interface) or 127.0.0.1 (this machine only)") from exc
-                raise ServerError(f"{name} port {port} on {host} is already in use ({exc.strerror}): another server is "
-                                  f"running there; stop it or choose other ports (HTTP_PORT, GRPC_PORT, METRICS_PORT)") from exc
 
 
 # Triton API groups (``--http-restricted-api`` / ``--grpc-restricted-protocol`` names) that need the admin key
@@ -241,7 +223,7 @@ class TritonServer:
         """Start tritonserver.
 
         Raises:
-            ServerError: one of its ports is already taken. Checked first because otherwise a second
+            ServerError: ``options.state_dir`` cannot be made or written. One of its ports is already taken. Checked first because otherwise a second
                 server on the same ports would load its models while the first one answered the
                 readiness probe, and look ready until it failed to bind. Or ``options.malloc`` cannot be
                 had (:func:`fastpath.server.malloc.malloc_environment`).
@@ -254,7 +236,7 @@ class TritonServer:
         if self.state_dir is None:
             self.state_dir, self._own_state_dir = Path(tempfile.mkdtemp(prefix="fastpath-state-")), True
         else:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
+            check_state_dir(self.state_dir)
         try:
             env = malloc_environment(server_environment(dist, admin_key=self.options.admin_key, state_dir=self.state_dir,
                                                         version_state_dir=self.options.version_state_dir),

@@ -99,3 +99,26 @@ def test_admin_commands_refuse_a_malformed_url_list_in_one_line_before_any_call(
         assert cli.main(argv) == 1
         out, err = capsys.readouterr()
         assert out == "" and message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_bench_says_it_waits_for_a_server_that_does_not_answer(monkeypatch, capsys):
+    """Invariant: before waiting up to SERVER_WAIT_S for a server that does not answer, bench says so on stderr
+    (was a silent minute), then fails with the client's not-ready error."""
+    import asyncio
+    import socket
+
+    from fastpath.cli import bench
+    from fastpath_client import AsyncClient
+
+    with socket.socket() as probe:  # a free port: nothing listens on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(bench, "SERVER_WAIT_S", 0.5)
+
+    async def wait() -> None:
+        async with AsyncClient(f"127.0.0.1:{port}", protocol="http") as client:
+            await bench._wait_for_model(client, "text_embedding", "http")
+
+    with pytest.raises(bench.BenchError, match=f"server 127.0.0.1:{port} not ready after 0.5 s"):
+        asyncio.run(wait())
+    assert f"fastpath bench: the server at 127.0.0.1:{port} does not answer yet; waiting up to 0.5 s" in capsys.readouterr().err

@@ -9,7 +9,7 @@ from fastpath.cli import main as cli
 from fastpath.cli import serve
 from fastpath.errors import ServerError
 from fastpath.server.devices import CudaReport
-from fastpath.server.process import check_ports_free
+from fastpath.server.preflight import check_ports_free
 
 
 def parse(*argv: str):
@@ -94,3 +94,39 @@ def test_an_unknown_malloc_is_an_argument_error(capsys):
     with pytest.raises(SystemExit) as info:
         parse("--malloc", "jemalloc")
     assert info.value.code == 2 and "argument --malloc: invalid choice: 'jemalloc'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["a_file", "a_file/below"])
+def test_a_state_directory_that_cannot_be_made_is_a_server_error_naming_it(tmp_path, where):
+    """Invariant: a --state-dir (or FASTPATH_STATE_DIR) that is a file, or lies below one, refuses the start with a
+    ServerError naming the path and what is expected, before tritonserver runs (was a FileExistsError traceback)."""
+    from fastpath.server.preflight import check_state_dir
+
+    (tmp_path / "a_file").write_text("not a directory")
+    with pytest.raises(ServerError, match=rf"state directory {tmp_path / where}: cannot create it .*expected a writable directory"):
+        check_state_dir(tmp_path / where)
+
+
+def test_a_state_directory_is_made_when_missing(tmp_path):
+    from fastpath.server.preflight import check_state_dir
+
+    check_state_dir(tmp_path / "new" / "state")
+    assert (tmp_path / "new" / "state").is_dir()
+
+
+def test_a_short_admin_key_is_taken_with_a_warning_naming_the_minimum(monkeypatch, caplog):
+    """Invariant: `fastpath serve` serves with any FASTPATH_ADMIN_KEY it is given, but one shorter than
+    MIN_ADMIN_KEY_CHARS (the container entrypoint's minimum) logs a warning; a long enough key logs none."""
+    import logging
+
+    from fastpath.cli.common import MIN_ADMIN_KEY_CHARS
+
+    monkeypatch.setenv("FASTPATH_ADMIN_KEY", "abc")
+    with caplog.at_level(logging.WARNING):
+        assert serve._admin_key() == ("abc", False)
+    assert f"FASTPATH_ADMIN_KEY has 3 characters, fewer than {MIN_ADMIN_KEY_CHARS}" in caplog.text
+    caplog.clear()
+    monkeypatch.setenv("FASTPATH_ADMIN_KEY", "k" * MIN_ADMIN_KEY_CHARS)
+    with caplog.at_level(logging.WARNING):
+        serve._admin_key()
+    assert "FASTPATH_ADMIN_KEY has" not in caplog.text

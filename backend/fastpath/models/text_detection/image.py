@@ -141,7 +141,10 @@ def decoder_message(data: bytes, kind: str) -> str:
                 with READERS[kind](io.BytesIO(data)) as image:
                     getattr(image, step)()
         except Exception as exc:  # any of the reader's errors is the answer (SyntaxError, OSError, struct.error, ...)
-            return " ".join(str(exc).split()) or type(exc).__name__
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            if text.startswith("unpack_from requires a buffer"):  # struct's words (Pillow re-raises them): out of bytes
+                return f"the data ends inside the header, after {len(data)} bytes"
+            return "its header is incomplete or malformed" if text == "not identified by this driver" else text
     return ""
 
 
@@ -225,7 +228,10 @@ def images_from_array(batch: np.ndarray, *, max_image_pixels: int, max_request_p
     """
     if batch.ndim != 4:
         raise InvalidInputError(f"input {ARRAY_INPUT} has shape {list(batch.shape)}; expected [N, H, W, C] (uint8, channels last)")
-    count, height, width = batch.shape[:3]
+    count, height, width, channels = batch.shape
+    if channels not in (1, 2, 3, 4):
+        raise InvalidInputError(f"input {ARRAY_INPUT} has shape {list(batch.shape)}; expected [N, H, W, C] with C = 1 (gray), "
+                                "2 (gray+alpha), 3 (RGB) or 4 (RGBA)")
     if count == 0:
         raise InvalidInputError(f"input {ARRAY_INPUT} has shape {list(batch.shape)}: no images (N = 0)")
     check_pixel_limits([(height, width)] * count, tensor=ARRAY_INPUT, max_image_pixels=max_image_pixels,

@@ -100,6 +100,12 @@ def test_unsupported_images_are_refused(array, match):
         to_rgb8(array, channel_order="rgb", where="input IMAGE image 0")
 
 
+def test_an_image_tensor_with_five_channels_is_refused_in_its_own_layout():
+    """Invariant: the IMAGE tensor's error shows its [N, H, W, C] shape and layout, not one image's [H, W, C]."""
+    with pytest.raises(InvalidInputError, match=r"input IMAGE has shape \[2, 4, 4, 5\]; expected \[N, H, W, C\] with C = 1 \(gray\)"):
+        images_from_array(np.zeros((2, 4, 4, 5), np.uint8), **LIMITS)
+
+
 def test_array_batch_gives_one_image_per_row(coffee):
     batch = np.stack([coffee, coffee[::-1]])
     images = images_from_array(batch, **LIMITS)
@@ -243,6 +249,10 @@ def test_truncated_png_is_refused_as_corrupt(coffee):
     (lambda png, jpeg: with_broken_crc(png, b"IDAT"),
      r"has a valid header but could not be decoded \(broken PNG file \(bad header checksum in b'IDAT'\)\)"),
     (lambda png, jpeg: jpeg[:3] + b"x" * 50, r"starts like a JPEG file but its header could not be read \(no marker found\)"),
+    # only a signature: the reader's words are struct's ("unpack_from requires a buffer ..."), which mean the data ended
+    (lambda png, jpeg: png[:8], r"header could not be read \(the data ends inside the header, after 8 bytes\)"),
+    (lambda png, jpeg: jpeg[:5], r"header could not be read \(the data ends inside the header, after 5 bytes\)"),
+    (lambda png, jpeg: jpeg[:3], r"header could not be read \(its header is incomplete or malformed\)"),
 ])
 def test_a_corrupt_file_is_refused_naming_its_index_and_the_decoders_message(coffee, damage, message):
     """Invariant: the error names the tensor, the element's index and size, and the PNG/JPEG reader's own
