@@ -244,11 +244,13 @@ async def _wait_for_model(client: Any, model: str, protocol: str) -> None:
     """
     from fastpath_client import FastPathClientError, ModelNotFoundError, RequestTimeoutError
 
-    if not await client.ready():  # say why nothing happens for up to a minute
-        print(f"fastpath bench: the server at {client.url} does not answer yet; waiting up to {SERVER_WAIT_S:g} s "
-              "for it to start", file=sys.stderr, flush=True)
     try:
-        await client.wait_ready(timeout_s=SERVER_WAIT_S)
+        try:  # a server that answers (or answers the other protocol: ProtocolMismatchError) is known at once
+            await client.wait_ready(timeout_s=min(2.0, SERVER_WAIT_S))
+        except RequestTimeoutError:  # say why nothing happens for up to a minute
+            print(f"fastpath bench: the server at {client.url} is not ready yet; waiting up to {SERVER_WAIT_S:g} s "
+                  "for it to start", file=sys.stderr, flush=True)
+            await client.wait_ready(timeout_s=SERVER_WAIT_S)
     except RequestTimeoutError as exc:
         raise BenchError(f"{exc}; {port_hint(protocol)}") from exc
     if await client.ready(model):

@@ -102,8 +102,9 @@ def test_admin_commands_refuse_a_malformed_url_list_in_one_line_before_any_call(
 
 
 def test_bench_says_it_waits_for_a_server_that_does_not_answer(monkeypatch, capsys):
-    """Invariant: before waiting up to SERVER_WAIT_S for a server that does not answer, bench says so on stderr
-    (was a silent minute), then fails with the client's not-ready error."""
+    """Invariant: when a server is not ready within 2 s (or SERVER_WAIT_S, if shorter), bench says on stderr that it
+    waits up to SERVER_WAIT_S (was a silent minute), then fails with the client's not-ready error. A server that
+    answers the other protocol still fails at once with one line (tests/e2e/test_client.py)."""
     import asyncio
     import socket
 
@@ -121,4 +122,4 @@ def test_bench_says_it_waits_for_a_server_that_does_not_answer(monkeypatch, caps
 
     with pytest.raises(bench.BenchError, match=f"server 127.0.0.1:{port} not ready after 0.5 s"):
         asyncio.run(wait())
-    assert f"fastpath bench: the server at 127.0.0.1:{port} does not answer yet; waiting up to 0.5 s" in capsys.readouterr().err
+    assert f"fastpath bench: the server at 127.0.0.1:{port} is not ready yet; waiting up to 0.5 s" in capsys.readouterr().err
