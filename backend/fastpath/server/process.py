@@ -223,10 +223,11 @@ class TritonServer:
         """Start tritonserver.
 
         Raises:
-            ServerError: ``options.state_dir`` cannot be made or written. One of its ports is already taken. Checked first because otherwise a second
-                server on the same ports would load its models while the first one answered the
-                readiness probe, and look ready until it failed to bind. Or ``options.malloc`` cannot be
-                had (:func:`fastpath.server.malloc.malloc_environment`).
+            ServerError: one of its ports is already taken (checked first: otherwise a second server
+                on the same ports would load its models while the first one answered the readiness
+                probe, and look ready until it failed to bind); ``options.state_dir`` cannot be made or
+                written (:mod:`fastpath.server.preflight`); or ``options.malloc`` cannot be had
+                (:func:`fastpath.server.malloc.malloc_environment`).
         """
         check_ports_free(self.options.host, {"HTTP": self.options.http_port, "gRPC": self.options.grpc_port,
                                              "metrics": self.options.metrics_port})
