@@ -37,6 +37,7 @@ from fastpath.errors import BenchError
 LOG = logging.getLogger("fastpath")
 POOL_REQUESTS = 64
 SERVER_WAIT_S = 60.0  # how long bench waits for a server (or the model) that is still starting
+SERVER_QUIET_S = 2.0  # how long it waits for the server before saying that it waits
 METRICS_PORT = 8002  # Triton's default metrics port
 
 
@@ -246,7 +247,7 @@ async def _wait_for_model(client: Any, model: str, protocol: str) -> None:
 
     try:
         try:  # a server that answers (or answers the other protocol: ProtocolMismatchError) is known at once
-            await client.wait_ready(timeout_s=min(2.0, SERVER_WAIT_S))
+            await client.wait_ready(timeout_s=min(SERVER_QUIET_S, SERVER_WAIT_S))
         except RequestTimeoutError:  # say why nothing happens for up to a minute
             print(f"fastpath bench: the server at {client.url} is not ready yet; waiting up to {SERVER_WAIT_S:g} s "
                   "for it to start", file=sys.stderr, flush=True)

@@ -102,7 +102,7 @@ def test_admin_commands_refuse_a_malformed_url_list_in_one_line_before_any_call(
 
 
 def test_bench_says_it_waits_for_a_server_that_does_not_answer(monkeypatch, capsys):
-    """Invariant: when a server is not ready within 2 s (or SERVER_WAIT_S, if shorter), bench says on stderr that it
+    """Invariant: when a server is not ready within SERVER_QUIET_S (or SERVER_WAIT_S, if shorter), bench says on stderr that it
     waits up to SERVER_WAIT_S (was a silent minute), then fails with the client's not-ready error. A server that
     answers the other protocol still fails at once with one line (tests/e2e/test_client.py)."""
     import asyncio
