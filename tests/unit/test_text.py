@@ -113,6 +113,10 @@ def test_long_texts_are_tokenized_from_a_word_prefix_with_identical_results(toke
         "x" * 50_000,  # one giant word, no whitespace to cut at
         "word\t" * 5_000 + "tail",  # tab-separated
         "café naïve résumé " * 3_000,  # accents stripped per character
+        "!?" * (1 << 17),  # 256 KiB of punctuation: every character a token, no whitespace to cut at
+        "漢字テスト、" * 40_000,  # CJK without spaces: ideographs and 、 are split points
+        "mot\u00a0" * 5_000,  # no-break spaces, normalized to spaces
+        ("x" * 200 + " ") * 5_000,  # [UNK] words: a 16k-character prefix has 81 tokens, so a longer prefix is tried
         "short text",
     ]
     ours = tokenizer.encode(texts)
@@ -120,8 +124,10 @@ def test_long_texts_are_tokenized_from_a_word_prefix_with_identical_results(toke
     for encoding, reference in zip(ours, references):
         assert encoding.ids == reference.ids
         assert bool(encoding.overflowing) == bool(reference.overflowing)
-    # the 1 MiB text was tokenized from a ~16k-character prefix: a few overflow windows, not ~900
+    # the 1 MiB text was tokenized from a ~16k-character prefix: a few overflow windows, not ~900; and so was
+    # the punctuation text (every character a token: ~1,000 windows for the whole text)
     assert len(ours[0].overflowing) < 20 < 500 < len(references[0].overflowing)
+    assert len(ours[6].overflowing) < 70 < 500 < len(references[6].overflowing)
 
 
 def test_tokenizer_parallelism_is_set_for_the_process_and_gives_the_same_ids(tokenizer, monkeypatch):
@@ -169,3 +175,70 @@ def test_encode_skips_offsets_yet_returns_what_encode_batch_does(tokenizer):
             (theirs.ids, theirs.attention_mask, theirs.special_tokens_mask, theirs.type_ids)
         assert [o.ids for o in ours.overflowing] == [o.ids for o in theirs.overflowing]
         assert all(offset == (0, 0) for offset in ours.offsets)
+
+
+# Characters a user's text may carry, for the prefix property below: letters, accents as separate combining marks,
+# case pairs that lowercase specially, kana, digits, control and format characters (removed by BERT's normalizer,
+# so they join what surrounds them), every kind of split point, and whitespace that BERT treats otherwise.
+WORD_CHARS = "abcXYZ09éüßΣİテス\u0301\u0308\x00\x0b\x0c\u200b\ufffd"
+SPLIT_CHARS = " \t\n\r!?.,;:'\"-_/\\+=<>()[]{}@#$%^&*`|~\u00a0\u3000、。，！？「」—…漢字"
+REAL_WORDS = ["to", "ken", "token", "s", "in", "to", "serve", "r", "the", "m", "embed", "ding", "café", "Σ", "漢", "テスト"]
+OTHER_SPACES = "\u2003\u2028\x1c\x85"
+
+
+def _texts():
+    from hypothesis import strategies as st
+
+    # real words, whose joins are other words ("to" + "ken", "serve" + "r"), and random ones up to WordPiece's limit
+    word = st.one_of(st.sampled_from(REAL_WORDS), st.text(alphabet=WORD_CHARS, min_size=1, max_size=140))
+    gap = st.one_of(st.text(alphabet=SPLIT_CHARS, min_size=1, max_size=3), st.text(alphabet=OTHER_SPACES, min_size=1, max_size=2))
+    return st.lists(st.tuples(word, gap), min_size=1, max_size=40).map(lambda parts: "".join(w + g for w, g in parts))
+
+
+def test_a_prefix_cut_at_a_split_point_has_the_first_tokens_of_the_whole_text():
+    """Invariant: for any text, a prefix cut at any of its split points (``_split_prefix`` at that limit: the
+    tokenizer encodes such a prefix in place of a long text) tokenizes, without truncation, to exactly the first
+    tokens of the whole text: no split point joins or splits a word that the whole text tokenizes otherwise."""
+    from hypothesis import given, settings
+    from tokenizers import Tokenizer
+
+    from fastpath.text.tokenize import _SPLIT_AT, _split_prefix
+
+    plain = Tokenizer.from_file(str(TOKENIZER))
+    plain.no_padding()
+    plain.no_truncation()
+
+    @settings(max_examples=150, deadline=None)
+    @given(_texts())
+    def check(value: str) -> None:
+        whole = plain.encode(value, add_special_tokens=False).ids
+        for split in _SPLIT_AT.finditer(value):
+            prefix = _split_prefix(value, split.start())
+            if prefix is not None:
+                assert len(prefix) <= split.start()
+                head = plain.encode(prefix, add_special_tokens=False).ids
+                assert whole[: len(head)] == head, (prefix[-20:], value[len(prefix) : len(prefix) + 20])
+
+    check()
+
+
+def test_any_text_encodes_as_the_whole_text_does_under_truncation():
+    """Invariant: the tokenizer's result (ids and whether it was truncated) equals the whole text's encoding under
+    the same truncation, whatever the text's mix of words, split points and other characters; a small
+    max_seq_length makes the prefix limit (8 tokens x 64 characters) short enough to cross often."""
+    from hypothesis import given, settings
+    from tokenizers import Tokenizer
+
+    ours = TextTokenizer(TOKENIZER, max_seq_length=8)
+    whole = Tokenizer.from_file(str(TOKENIZER))
+    whole.no_padding()
+    whole.enable_truncation(max_length=8)
+
+    @settings(max_examples=200, deadline=None)
+    @given(_texts())
+    def check(value: str) -> None:
+        encoding, reference = ours.encode([value])[0], whole.encode(value, add_special_tokens=True)
+        assert encoding.ids == reference.ids
+        assert bool(encoding.overflowing) == bool(reference.overflowing)
+
+    check()

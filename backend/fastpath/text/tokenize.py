@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -87,14 +88,31 @@ class EncodedBatch:
 
 
 PREFIX_CHARS_PER_TOKEN = 64  # prefix budget per token of max_seq_length; real text averages ~4-6 characters per token
+PREFIX_GROWTH = 4  # a prefix too short to overflow is retried this many times longer, up to the whole text
+
+# Characters before which a text can be cut without changing the tokens before the cut: BERT's normalizer works per
+# character and its pre-tokenizer ends a word at each of them (tokenizers' BertNormalizer and BertPreTokenizer):
+# ASCII whitespace and punctuation, the space separators U+00A0 and U+3000 (normalized to a space), common CJK and
+# general punctuation (Unicode category P), and CJK ideographs (BERT's ranges; the normalizer pads each with spaces).
+# Each is a starter (canonical combining class 0), so accent stripping (NFD) cannot join it to what precedes it.
+_SPLIT_CHARS = (" \t\n\r" + "".join(chr(c) for c in range(0x21, 0x7F) if not chr(c).isalnum())
+                + "\u00a0\u3000\u3001\u3002\u300c\u300d\u300e\u300f\u3010\u3011\uff01\uff08\uff09\uff0c\uff1a\uff1b\uff1f"
+                + "\u2013\u2014\u2018\u2019\u201c\u201d\u2026")
+_SPLIT_AT = re.compile("[" + re.escape(_SPLIT_CHARS) + "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 
-def _word_prefix(text: str, limit: int) -> str | None:
-    """``text`` up to its last ASCII whitespace before ``limit`` characters; None if it is not longer
-    than ``limit`` or has no such whitespace (then the whole text must be tokenized)."""
+def _split_prefix(text: str, limit: int) -> str | None:
+    """``text`` up to its last split point (a character of :data:`_SPLIT_AT`) at or before ``limit`` characters;
+    None if the text is not longer than ``limit`` or has no split point there (then the whole text is tokenized).
+
+    The prefix's tokens are exactly the first tokens of the whole text; a 1 MiB text without spaces (punctuation,
+    CJK) is cut like one with them, so no text within ``max_text_bytes`` costs a full tokenization unless its
+    tokens are few (words over WordPiece's 100 characters, one ``[UNK]`` each).
+    """
     if len(text) <= limit:
         return None
-    cut = max(text.rfind(space, 0, limit) for space in " \t\n\r")
+    found = _SPLIT_AT.search(text[limit::-1])  # the first split character going back from ``limit``
+    cut = limit - found.start() if found else 0
     return text[:cut] if cut > 0 else None
 
 
@@ -143,12 +161,14 @@ class TextTokenizer:
         is the same either way.
 
         A text longer than ``max_seq_length * PREFIX_CHARS_PER_TOKEN`` characters is first
-        tokenized only up to the last ASCII whitespace before that point. BERT's normalizer works
-        per character and its pre-tokenizer splits at whitespace before WordPiece runs per word, so
-        the prefix's tokens are exactly the first tokens of the whole text; when the prefix alone
+        tokenized only up to its last split point before that length (:func:`_split_prefix`:
+        whitespace, punctuation, CJK ideographs). BERT's normalizer works per character and its
+        pre-tokenizer ends a word at each such character before WordPiece runs per word, so the
+        prefix's tokens are exactly the first tokens of the whole text; when the prefix alone
         already overflows ``max_seq_length``, its truncated encoding *is* the text's. Otherwise
-        (few tokens in many characters) the whole text is tokenized. Without this, a 1 MiB text
-        takes 1.4-1.8 s and its overflow encodings hundreds of MB.
+        (few tokens in many characters) a prefix ``PREFIX_GROWTH`` times longer is tried, up to
+        the whole text. Without this, a 1 MiB text takes 0.2-1.8 s and its overflow encodings
+        hundreds of MB; 64 of them in one request kept a stub busy past its stall timeout.
 
         Returns:
             One ``tokenizers.Encoding`` per text; ``len(e.ids)`` <= ``max_seq_length``, and
@@ -159,14 +179,19 @@ class TextTokenizer:
         # masks, type ids and overflow are the same); less tokenizer time per text (docs/benchmarks/tokenizer_cpu.md)
         if parallel is not None:  # tokenizers reads it on every batch call
             os.environ[PARALLELISM_ENV] = "true" if parallel else "false"
-        limit = self.max_seq_length * PREFIX_CHARS_PER_TOKEN
-        prefixes = [_word_prefix(text, limit) for text in texts]
-        encodings = self._tokenizer.encode_batch_fast(
-            [text if prefix is None else prefix for text, prefix in zip(texts, prefixes)], add_special_tokens=True)
-        redo = [i for i, (prefix, encoding) in enumerate(zip(prefixes, encodings)) if prefix is not None and not encoding.overflowing]
-        if redo:
-            for i, encoding in zip(redo, self._tokenizer.encode_batch_fast([texts[i] for i in redo], add_special_tokens=True)):
-                encodings[i] = encoding
+        encodings: list[Encoding | None] = [None] * len(texts)
+        pending, limit = list(range(len(texts))), self.max_seq_length * PREFIX_CHARS_PER_TOKEN
+        while pending:  # at most log4(1 MiB / 16 KiB) + 1 = 4 rounds; nearly every text ends in the first
+            prefixes = [_split_prefix(texts[i], limit) for i in pending]
+            batch = self._tokenizer.encode_batch_fast(
+                [texts[i] if prefix is None else prefix for i, prefix in zip(pending, prefixes)], add_special_tokens=True)
+            retry = []
+            for i, prefix, encoding in zip(pending, prefixes, batch):
+                if prefix is None or encoding.overflowing:
+                    encodings[i] = encoding
+                else:
+                    retry.append(i)
+            pending, limit = retry, limit * PREFIX_GROWTH
         return encodings
 
     def pad(self, encodings: Sequence[Encoding], length: int, out: EncodedBatch | None = None) -> EncodedBatch:
