@@ -61,7 +61,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _process_exists(pid: Any) -> bool:
-    """Whether process ``pid`` exists on this host; True when the status names none (nothing to check)."""
+    """Whether process ``pid`` exists on this host and has not exited; True when the status names none
+    (nothing to check). A zombie has exited: a killed stub stays one until tritonserver, its parent, reaps it,
+    which Triton 2.51 did not do for tens of seconds, and ``kill(pid, 0)`` still succeeds on it."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return True
     try:
@@ -70,7 +72,10 @@ def _process_exists(pid: Any) -> bool:
         return False
     except PermissionError:  # another user's process: it exists
         return True
-    return True
+    try:  # Linux: the state is the field after the parenthesized command name, which may itself hold spaces
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):  # no /proc on this system (the kill above is the whole check), or it exited just now
+        return not Path("/proc").is_dir()
 
 
 class ControlPlane:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -198,6 +199,29 @@ def test_an_instance_whose_process_is_gone_is_not_live(tmp_path):
     assert list(plane.instances()) == ["text_embedding_0_0.pid1"]
     assert plane.instances()["text_embedding_0_0.pid1"]["pid"] == os.getpid()
 
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="zombie state is read from /proc (Linux)")
+def test_an_instance_whose_process_is_a_zombie_is_not_live(tmp_path):
+    """A killed stub stays a zombie until tritonserver reaps it, and kill(pid, 0) succeeds on a zombie: its record
+    (fresh heartbeat) is not live all the same, while a running child's is."""
+    plane = ControlPlane(tmp_path, "text_embedding")
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        killed.kill()
+        deadline = time.time() + 10
+        while Path(f"/proc/{killed.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z" and time.time() < deadline:
+            time.sleep(0.01)  # not reaped (no wait()): a zombie, as a killed stub of tritonserver is
+        for name, pid in (("text_embedding_0_0.pid1", running.pid), ("text_embedding_0_1.pid2", killed.pid)):
+            plane.instances_dir.mkdir(parents=True, exist_ok=True)
+            (plane.instances_dir / f"{name}.json").write_text(json.dumps(
+                {"instance": name, "generation": 3, "ok": True, "active_version": 1, "heartbeat": time.time(), "pid": pid}))
+        assert list(plane.instances()) == ["text_embedding_0_0.pid1"]
+    finally:
+        running.kill()
+        running.wait()
+        killed.wait()
 
 
 def test_a_swap_right_after_a_stub_died_does_not_wait_for_it(setup, tmp_path):
