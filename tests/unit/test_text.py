@@ -60,6 +60,20 @@ def test_decode_rejects_invalid_utf8_naming_tensor_and_byte():
         decode_texts(values, tensor="TEXT", max_text_bytes=100)
 
 
+def test_decode_names_an_encoded_utf16_surrogate_as_such():
+    """A surrogate encoded in three bytes (what a JSON string holding a lone \\udcff becomes) is named as the
+    surrogate, not as the 'invalid continuation byte' Python's decoder reports at its valid lead byte 0xED; a
+    str element carrying one (surrogatepass) is refused the same way."""
+    values = np.array([[b"ok"], [b"x\xed\xb3\xbfy"]], dtype=object)
+    message = r"TEXT\[1\] is not valid UTF-8: bytes ed b3 bf at offset 1 encode the UTF-16 surrogate U\+DCFF, which UTF-8 excludes"
+    with pytest.raises(InvalidInputError, match=message):
+        decode_texts(values, tensor="TEXT", max_text_bytes=100)
+    with pytest.raises(InvalidInputError, match=r"TEXT\[0\] is not valid UTF-8: bytes ed a0 80 at offset 0 encode the UTF-16 surrogate U\+D800"):
+        decode_texts(np.array(["\ud800"], dtype=object), tensor="TEXT", max_text_bytes=100)
+    with pytest.raises(InvalidInputError, match=r"byte 0xed at offset 0 \(invalid continuation byte\)"):
+        decode_texts(np.array([b"\xed\x41\x41"], dtype=object), tensor="TEXT", max_text_bytes=100)  # not a surrogate
+
+
 def test_decode_keeps_nul_and_enforces_size_limit():
     assert decode_texts(np.array([[b"abc\x00"]], dtype=object), tensor="TEXT", max_text_bytes=10) == ["abc\x00"]
     with pytest.raises(InvalidInputError, match=r"TEXT\[0\] is 11 bytes; the limit is 10 bytes"):

@@ -57,11 +57,19 @@ def decode_texts(values: np.ndarray, *, tensor: str, max_text_bytes: int) -> lis
         try:
             texts.append(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
-            raise InvalidInputError(
-                f"{tensor}[{index}] is not valid UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
-                f"({exc.reason}); send text encoded as UTF-8"
-            ) from None
+            raise InvalidInputError(f"{tensor}[{index}] is not valid UTF-8: {_utf8_fault(raw, exc)}; send text encoded as UTF-8") from None
     return texts
+
+
+def _utf8_fault(raw: bytes, exc: UnicodeDecodeError) -> str:
+    """Where and why ``raw`` is not UTF-8. A UTF-16 surrogate (U+D800-U+DFFF) encoded as three bytes, which Python's
+    decoder calls an "invalid continuation byte" at the lead byte 0xED, is named as what it is."""
+    start = exc.start
+    three = raw[start : start + 3]
+    if len(three) == 3 and three[0] == 0xED and 0xA0 <= three[1] <= 0xBF and 0x80 <= three[2] <= 0xBF:
+        code = three.decode("utf-8", "surrogatepass")
+        return f"bytes {three.hex(' ')} at offset {start} encode the UTF-16 surrogate U+{ord(code):04X}, which UTF-8 excludes"
+    return f"byte 0x{raw[start]:02x} at offset {start} ({exc.reason})"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,6 +46,7 @@ R = TypeVar("R")
 READERS = {"PNG": PngImagePlugin.PngImageFile, "JPEG": JpegImagePlugin.JpegImageFile}
 ARRAY_INPUT = "IMAGE"
 BYTES_INPUT = "IMAGE_BYTES"
+BASE64_SIGNATURES = (b"iVBO", b"/9j/")  # the first 4 base64 characters of a PNG and of a JPEG file
 CONVERT_CHUNK_PIXELS = 1 << 18  # 16-bit scaling and alpha compositing run over this many pixels at a time
 
 
@@ -75,13 +76,14 @@ def check_pixel_limits(sizes_hw: Sequence[tuple[int, int]], *, tensor: str, max_
         InvalidInputError: naming the image, its size and the limit.
     """
     check_image_count(len(sizes_hw), tensor=tensor, max_images=max_images)
+    noun = "element" if tensor == BYTES_INPUT else "image"  # as every other message names an item of that input
     total = 0
     for index, (height, width) in enumerate(sizes_hw):
         if height <= 0 or width <= 0:
-            raise InvalidInputError(f"input {tensor} image {index} is {height}x{width} pixels (height x width); an image needs at least 1x1")
+            raise InvalidInputError(f"input {tensor} {noun} {index} is {height}x{width} pixels (height x width); an image needs at least 1x1")
         pixels = height * width
         if pixels > max_image_pixels:
-            raise InvalidInputError(f"input {tensor} image {index} is {height}x{width} = {pixels} pixels, above the limit of "
+            raise InvalidInputError(f"input {tensor} {noun} {index} is {height}x{width} = {pixels} pixels, above the limit of "
                                     f"{max_image_pixels} pixels (config.pbtxt parameter max_image_pixels); downscale it (sizes are height x width)")
         total += pixels
     if total > max_request_pixels:
@@ -118,6 +120,9 @@ def probe_encoded(data: bytes, *, index: int, max_image_pixels: int | None = Non
                                     f"header could not be read ({reason}); the file is corrupt or truncated") from None
         # Pillow's UnidentifiedImageError text names only its internal file object ("<_io.BytesIO object at 0x...>")
         reason = "no PNG or JPEG signature" if isinstance(exc, UnidentifiedImageError) else str(exc)
+        if data.lstrip()[:4] in BASE64_SIGNATURES:  # JSON users often send the file base64-encoded
+            reason += ("; it looks base64-encoded: send the file's raw bytes (Triton does not decode base64; over HTTP use "
+                       "binary data, as tritonclient's binary_data=True does)")
         raise InvalidInputError(f"input {BYTES_INPUT} element {index} ({len(data)} bytes, starting {data[:8]!r}) is not a "
                                 f"PNG or JPEG file: {reason}") from None
     return height, width

@@ -186,7 +186,10 @@ def test_a_jpeg_decodes_to_the_pixels_of_opencvs_unchanged_decode_as_rgb_with_ex
     [
         (b"", r"element 0 is empty \(0 bytes\)"),
         (b"hello world", "is not a PNG or JPEG file"),
-        (b"GIF89a" + b"\x00" * 64, "is not a PNG or JPEG file"),
+        (b"GIF89a" + b"\x00" * 64, "is not a PNG or JPEG file: no PNG or JPEG signature$"),
+        # a base64-encoded PNG and JPEG (what JSON users often send) are named as such
+        (b"iVBORw0KGgoAAAANSUhEUg==", "no PNG or JPEG signature; it looks base64-encoded: send the file's raw bytes"),
+        (b"/9j/4AAQSkZJRgABAQ==", "no PNG or JPEG signature; it looks base64-encoded"),
     ],
 )
 def test_not_an_image_is_refused(data, match):
@@ -270,7 +273,7 @@ def test_huge_png_is_refused_from_its_header_without_decoding():
     bomb = blank_png(12000, 12000)  # 168 KB on the wire, 144 MB decoded
     assert probe_encoded(bomb, index=0) == (12000, 12000)
     with mock.patch.object(cv2, "imdecode", wraps=cv2.imdecode) as decode:
-        with pytest.raises(InvalidInputError, match=r"IMAGE_BYTES image 1 is 12000x12000 = 144000000 pixels, above the limit of 67108864"):
+        with pytest.raises(InvalidInputError, match=r"IMAGE_BYTES element 1 is 12000x12000 = 144000000 pixels, above the limit of 67108864"):
             images_from_bytes(np.array([blank_png(8, 8), bomb], dtype=object), **LIMITS)
     assert decode.call_count == 0  # not even the small first image was decoded
 
