@@ -31,16 +31,16 @@ import time
 IMAGE_BYTES = 736 * 1312 * 3  # one 1280x720 photo under min/736, uint8 RGB
 MAP_BYTES = 736 * 1312 * 4  # its float32 probability map
 SIZES = {"1 image": IMAGE_BYTES, "8 images": 8 * IMAGE_BYTES, "16 images": 16 * IMAGE_BYTES}
-CONDITIONS = {  # name: (helper kind, helper processes, helper thread in the copying process)
-    "idle": (None, 0, None),
-    "compute, same process": (None, 0, "compute"),
-    "compute, 1 process": ("compute", 1, None),
-    "compute, 2 processes": ("compute", 2, None),
-    "engine, 2 processes": ("engine", 2, None),
-    "copy, 2 processes": ("copy", 2, None),
-    "host memcpy, 4 processes": ("host", 4, None),
-    "host memcpy, 12 processes": ("host", 12, None),
-    "engine, 2 processes + host memcpy, 4": ("engine+host", 2, None),
+CONDITIONS = {  # name: (the kind of each helper process, the kind of a helper thread in the copying process)
+    "idle": ((), None),
+    "compute, same process": ((), "compute"),
+    "compute, 1 process": (("compute",), None),
+    "compute, 2 processes": (("compute",) * 2, None),
+    "engine, 2 processes": (("engine",) * 2, None),
+    "copy, 2 processes": (("copy",) * 2, None),
+    "host memcpy, 4 processes": (("host",) * 4, None),
+    "host memcpy, 12 processes": (("host",) * 12, None),
+    "engine, 2 processes + host memcpy, 4": (("engine",) * 2 + ("host",) * 4, None),
 }
 
 
@@ -123,11 +123,10 @@ def measure(copies: int) -> dict:
 
 
 def run_condition(name: str, copies: int) -> dict:
-    kind, processes, thread_kind = CONDITIONS[name]
+    kinds, thread_kind = CONDITIONS[name]
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     helpers, readies = [], []
-    kinds = ([kind.split("+")[0]] * processes + ["host"] * 4) if kind and "+" in kind else [kind] * processes
     for helper_kind in kinds:
         ready = ctx.Event()
         helpers.append(ctx.Process(target=helper, args=(helper_kind, stop, ready), daemon=True))
@@ -153,7 +152,7 @@ def run_condition(name: str, copies: int) -> dict:
             process.join(30)
         if thread is not None:
             thread.join(30)
-    return {"helpers": kinds, "thread": thread_kind, "sizes": result}
+    return {"helpers": list(kinds), "thread": thread_kind, "sizes": result}
 
 
 def main() -> int:

@@ -196,7 +196,7 @@ def test_encode_skips_offsets_yet_returns_what_encode_batch_does(tokenizer):
 # so they join what surrounds them), every kind of split point, and whitespace that BERT treats otherwise.
 WORD_CHARS = "abcXYZ09éüßΣİテス\u0301\u0308\x00\x0b\x0c\u200b\ufffd"
 SPLIT_CHARS = " \t\n\r!?.,;:'\"-_/\\+=<>()[]{}@#$%^&*`|~\u00a0\u3000、。，！？「」—…漢字"
-REAL_WORDS = ["to", "ken", "token", "s", "in", "to", "serve", "r", "the", "m", "embed", "ding", "café", "Σ", "漢", "テスト"]
+REAL_WORDS = ["to", "ken", "token", "s", "in", "serve", "r", "the", "m", "embed", "ding", "café", "Σ", "漢", "テスト"]
 OTHER_SPACES = "\u2003\u2028\x1c\x85"
 
 
