@@ -219,9 +219,13 @@ def parse_csv(text: str, batch: int = 1) -> dict:
 
 
 def stable_cell(analyzer: PerfAnalyzer, load: Load, *, measurement_ms: int, csv_path: Path, stability_pct: int = 25,
-                max_trials: int = 6, timeout_s: float = 300) -> dict:
+                max_trials: int = 6, timeout_s: float | None = None) -> dict:
     """One perf_analyzer measurement: windows of ``measurement_ms`` until three agree within ``stability_pct``;
     on a noisy machine one more try with windows twice as long and twice the tolerance.
+
+    ``timeout_s`` bounds each try (None: 60 s of start-up and drain plus four times its ``max_trials`` windows,
+    132 s for 3 s windows): a try past that is stuck (perf_analyzer waits for every request it sent), and a
+    shorter bound leaves a device call's time to the cells after it.
 
     Returns:
         :func:`parse_csv` of its CSV, plus ``command`` and ``unstable_first_try``.
@@ -232,11 +236,14 @@ def stable_cell(analyzer: PerfAnalyzer, load: Load, *, measurement_ms: int, csv_
     """
     argv = load.argv(analyzer) + ["-p", str(measurement_ms), "-s", str(stability_pct), "--max-trials", str(max_trials),
                                   "-f", str(csv_path), "--verbose-csv"]
-    done = subprocess.run(argv, capture_output=True, text=True, env=analyzer.env(), timeout=timeout_s)
+    def bound(window_ms: int) -> float:
+        return timeout_s if timeout_s is not None else 60 + 4 * max_trials * window_ms / 1000
+
+    done = subprocess.run(argv, capture_output=True, text=True, env=analyzer.env(), timeout=bound(measurement_ms))
     unstable = "Failed to obtain stable measurement" in done.stdout + done.stderr
     if unstable:
         argv[argv.index("-p") + 1], argv[argv.index("-s") + 1] = str(2 * measurement_ms), str(2 * stability_pct)
-        done = subprocess.run(argv, capture_output=True, text=True, env=analyzer.env(), timeout=timeout_s)
+        done = subprocess.run(argv, capture_output=True, text=True, env=analyzer.env(), timeout=bound(2 * measurement_ms))
     if done.returncode != 0 or not csv_path.exists():
         raise _failure(argv, done.returncode, done.stdout + done.stderr)
     cell = parse_csv(csv_path.read_text(), load.batch)

@@ -256,6 +256,8 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
                 except (pa.PerfAnalyzerError, subprocess.TimeoutExpired) as exc:
                     report.setdefault("failed_cells", []).append({"cell": spec, "concurrency": concurrency, "error": str(exc)[-600:]})
                     print("FAILED", spec, concurrency, str(exc)[-600:], flush=True)
+                    report["failed_cells"][-1].update(triton_gpu.failure_state(metrics_port, model, root / "tritonserver.log"))
+                    print("    server then:", report["failed_cells"][-1], flush=True)
                     continue
                 wall_s = time.monotonic() - t0
                 timelines.ran(f"{model}:{workload}:{concurrency}", wall_t0, wall_t0 + wall_s)

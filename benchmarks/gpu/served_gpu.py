@@ -260,6 +260,9 @@ def main() -> int:
                         report.setdefault("failed_cells", []).append({"model": model, "workload": workload,
                                                                       "concurrency": concurrency, "error": str(exc)[-800:]})
                         print("FAILED", report["failed_cells"][-1], flush=True)
+                        report["failed_cells"][-1].update(triton_gpu.failure_state(metrics_port, model, root / "tritonserver.log"))
+                        print("    server then:", report["failed_cells"][-1], flush=True)
+                        args.out.write_text(json.dumps(report, indent=2) + "\n")
                         continue
                     timelines.ran(f"{model}:{workload}:{concurrency}", cell_t0, time.time())
                     print(_line(rows[-1]), "\n    stub cores per thread group:", rows[-1]["stub_threads"]["groups"], flush=True)

@@ -387,6 +387,22 @@ def model_metrics(port: int, model: str, prefix: str = "") -> dict[str, float]:
     return found
 
 
+def failure_state(port: int, model: str, log_path: Path) -> dict:
+    """What the server held when a cell of ``model`` failed: Triton's pending, successful and failed requests of
+    the model (``nv_inference_*`` on the metrics port; pending > 0 long after perf_analyzer stopped sending means
+    answers that never came) and the last 1,500 characters of tritonserver's log."""
+    state: dict = {}
+    try:
+        totals = model_metrics(port, model, "nv_inference_")
+        state.update(pending_requests=totals.get("nv_inference_pending_request_count"),
+                     successful_requests=totals.get("nv_inference_request_success"),
+                     failed_requests=totals.get("nv_inference_request_failure"))
+    except OSError as exc:
+        state["metrics_error"] = f"{type(exc).__name__}: {exc}"
+    state["log_tail"] = log_path.read_text(errors="replace")[-1500:] if log_path.exists() else ""
+    return state
+
+
 def metric_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Counters, sums and counts as the cell's increase; gauges as read after it."""
     counted = ("_total", "_sum", "_count")
