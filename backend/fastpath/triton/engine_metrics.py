@@ -3,10 +3,13 @@
 Counters ``fastpath_engine_<name>_total`` on Triton's metrics port, labelled ``model``, ``device`` and ``pid``
 (:func:`~fastpath.triton.metrics.stub_labels`): the bytes the engine copied host to device (batches from the
 staging pool), device to host (outputs into it) and device to device (batches decoded on the GPU), the
-seconds each kind of copy took (CUDA events around each copy, so the device's time), and the engine runs that
-replayed a CUDA graph, captured one, or ran without one (a batch is one run, or one per image on per-shape
-graph-free sessions). Over an interval, bytes over seconds is the served
-path's copy bandwidth: ``rate(fastpath_engine_h2d_bytes_total) / rate(fastpath_engine_h2d_seconds_total)``.
+seconds each kind of copy took, and the engine runs that replayed a CUDA graph, captured one, or ran without
+one (a batch is one run, or one per image on per-shape graph-free sessions). A copy's seconds run between
+CUDA events on the engine's idle stream, from one recorded just before the copy is issued to one after it:
+the copy's device time plus the engine thread's wait to issue it, which in a busy stub is its wait for the
+GIL (docs/benchmarks/h2d_contention_h100.md: the DMA from the pool runs at full speed while the span reads
+less than half of it). Over an interval, ``rate(fastpath_engine_h2d_bytes_total) /
+rate(fastpath_engine_h2d_seconds_total)`` is therefore a lower bound on the served path's copy bandwidth.
 
 A scheduled model whose engine keeps such counters (text_detection on ONNX Runtime's CUDA EP:
 ``OnnxRuntimeCudaImageEngine.stats``) exports them through :func:`fastpath.triton.scheduled.engine_metrics`,
@@ -23,11 +26,11 @@ from fastpath.triton.metrics import stub_labels
 
 COUNTERS = {  # metric name -> (the engine statistics' field, description)
     "h2d_bytes": ("h2d_bytes", "Bytes the engine copied host to device: the inputs of its runs"),
-    "h2d_seconds": ("h2d_s", "Seconds the host-to-device copies took on the device (CUDA events)"),
+    "h2d_seconds": ("h2d_s", "Seconds of the host-to-device copies, CUDA events from just before each is issued to its end"),
     "d2h_bytes": ("d2h_bytes", "Bytes the engine copied device to host: the outputs of its runs"),
-    "d2h_seconds": ("d2h_s", "Seconds the device-to-host copies took on the device (CUDA events)"),
+    "d2h_seconds": ("d2h_s", "Seconds of the device-to-host copies, CUDA events from just before each is issued to its end"),
     "d2d_bytes": ("d2d_bytes", "Bytes of images decoded on the GPU copied into the engine's input"),
-    "d2d_seconds": ("d2d_s", "Seconds the device-to-device copies took (CUDA events)"),
+    "d2d_seconds": ("d2d_s", "Seconds of the device-to-device copies, CUDA events from just before each is issued to its end"),
     "graph_runs": ("graph_runs", "Engine runs that replayed a captured CUDA graph"),
     "capture_runs": ("capture_runs", "Runs that warmed up or captured a CUDA graph"),
     "eager_runs": ("eager_runs", "Engine runs without a CUDA graph (a graph-free batch on per-shape sessions: one run per image)"),

@@ -83,7 +83,8 @@ class EngineStats:
     """Cumulative counters of one engine (read with :meth:`OnnxRuntimeCudaImageEngine.stats`).
 
     Attributes:
-        h2d_bytes, h2d_s: bytes copied host-to-device and the seconds the copies took (CUDA events).
+        h2d_bytes, h2d_s: bytes copied host-to-device and the copies' seconds (CUDA events, from just before
+            each copy is issued to its end: the device time plus the thread's wait to issue it).
         d2h_bytes, d2h_s: the same device-to-host.
         d2d_bytes, d2d_s: input copied from device batches (``decode_device cuda``) into the bound input.
         graph_runs: replays of a captured graph; capture_runs: runs that warmed or captured one;
@@ -321,7 +322,9 @@ class OnnxRuntimeCudaImageEngine(Engine):
             setattr(self._stats, f"{kind}_runs", getattr(self._stats, f"{kind}_runs") + 1)
 
     def _copy(self, dst: int, src: int, nbytes: int, kind: object) -> float:
-        """One async copy on the engine's stream between two CUDA events; waits for it; returns its seconds."""
+        """One async copy on the engine's stream between two CUDA events; waits for it; returns its seconds. The
+        idle stream stamps the first event at once, so the seconds include this thread's wait (for the GIL) to
+        issue the copy after it."""
         cudart = runtime()
         start, end = self._events
         cuda_call(cudart.cudaEventRecord(start, self._stream), "cudaEventRecord")
