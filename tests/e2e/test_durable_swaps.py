@@ -218,3 +218,20 @@ def test_a_utf8_record_is_read_as_utf8_under_an_ascii_locale(tmp_path, repositor
         assert rolled["active_version"] == 1 and _served_versions(server) == {1}
     finally:
         server.stop()
+
+
+def test_a_dangling_record_link_in_the_model_directory_never_stops_the_server(tmp_path, repository, caplog):
+    """Triton's poll of a model directory fails on a link to nothing ("failed to stat file") and the model would
+    not load. A serving_version.json link to nothing is a damaged record: the start removes it, says so, and
+    the server serves its loaded version and swaps as usual."""
+    link = repository / MODEL / "serving_version.json"
+    link.symlink_to(tmp_path / "nowhere" / "serving_version.json")
+    with caplog.at_level("WARNING", logger="fastpath"):
+        server = start_server(tmp_path, repository=repository, admin_key=KEY)
+    try:
+        assert not link.is_symlink() and _served_versions(server) == {1}
+        assert any(f"removed {link}: a symbolic link to {tmp_path / 'nowhere' / 'serving_version.json'}" in r.getMessage()
+                   for r in caplog.records)
+        assert _swap(server, 2)["active_version"] == 2
+    finally:
+        server.stop()

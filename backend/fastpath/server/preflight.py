@@ -1,14 +1,20 @@
 """What :meth:`fastpath.server.process.TritonServer.start` checks before tritonserver runs, so that a start that
-cannot succeed is refused in one line naming the option: the ports are free and the state directory is usable."""
+cannot succeed is refused in one line naming the option: the ports are free, the state directory is usable, and
+no model directory holds a dangling symbolic link (Triton's poll of a model directory fails on one)."""
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 
 from fastpath.errors import ServerError
+from fastpath.swaps.record import RECORD_NAME
+
+LOG = logging.getLogger("fastpath")
 
 
 def check_ports_free(host: str, ports: dict[str, int]) -> None:
@@ -41,3 +47,41 @@ def check_state_dir(path: Path) -> None:
     if not os.access(path, os.W_OK | os.X_OK):
         raise ServerError(f"state directory {path} is not writable by this user; expected a writable directory "
                           "(--state-dir or FASTPATH_STATE_DIR)")
+
+
+def check_model_dirs(repository: Path, models: Iterable[str]) -> list[Path]:
+    """Remove or refuse the dangling symbolic links at the top of each loaded model's directory.
+
+    Triton stats every entry of a model directory when it polls it, and a link to nothing fails that poll
+    ("failed to stat file"): the model does not load and the server does not start. A dangling link where
+    FastPath keeps the serving-version record (``serving_version.json``) is a damaged record, which must
+    never stop the server: the link is removed (it points nowhere, so nothing is lost) and the model starts
+    on its loaded version. Any other dangling link is the operator's file: it is refused, named.
+
+    Returns:
+        the links removed.
+
+    Raises:
+        ServerError: a model directory holds another dangling link.
+    """
+    removed = []
+    for model in models:
+        directory = repository / model
+        try:
+            entries = list(directory.iterdir())
+        except OSError:  # a missing model is Triton's to report, with its own message
+            continue
+        for entry in entries:
+            if not entry.is_symlink() or entry.exists():
+                continue
+            target = os.readlink(entry)
+            if entry.name == RECORD_NAME:
+                entry.unlink()
+                LOG.warning("removed %s: a symbolic link to %s, which does not exist (a damaged serving-version record; "
+                            "%s starts on its loaded version)", entry, target, model)
+                removed.append(entry)
+            else:
+                raise ServerError(f"model directory {directory}: {entry.name} is a symbolic link to {target}, "
+                                  "which does not exist; Triton cannot poll a model directory holding it: remove the "
+                                  "link or point it at a file")
+    return removed

@@ -36,7 +36,7 @@ from pathlib import Path
 from fastpath.errors import ServerError
 from fastpath.server.cleanup import SHM_GLOB, group_members, mapped_regions, reap_process_group, remove_stale_shm  # noqa: F401 (re-exported)
 from fastpath.server.malloc import malloc_environment
-from fastpath.server.preflight import check_ports_free, check_state_dir
+from fastpath.server.preflight import check_model_dirs, check_ports_free, check_state_dir
 from fastpath.server.triton_api import ADMIN_HEADER, RepositoryApi
 
 LOG = logging.getLogger("fastpath.server.process")
@@ -226,11 +226,13 @@ class TritonServer:
             ServerError: one of its ports is already taken (checked first: otherwise a second server
                 on the same ports would load its models while the first one answered the readiness
                 probe, and look ready until it failed to bind); ``options.state_dir`` cannot be made or
-                written (:mod:`fastpath.server.preflight`); or ``options.malloc`` cannot be had
+                written, or a model directory holds a dangling symbolic link other than its serving-version
+                record, which is removed (:mod:`fastpath.server.preflight`); or ``options.malloc`` cannot be had
                 (:func:`fastpath.server.malloc.malloc_environment`).
         """
         check_ports_free(self.options.host, {"HTTP": self.options.http_port, "gRPC": self.options.grpc_port,
                                              "metrics": self.options.metrics_port})
+        check_model_dirs(self.options.model_repository, self.options.models)
         dist = triton_dist_dir()
         command = server_command(self.options, prepare_backends(dist), dist)
         self.state_dir = self.options.state_dir

@@ -130,3 +130,28 @@ def test_a_short_admin_key_is_taken_with_a_warning_naming_the_minimum(monkeypatc
     with caplog.at_level(logging.WARNING):
         serve._admin_key()
     assert "FASTPATH_ADMIN_KEY has" not in caplog.text
+
+
+def test_a_dangling_serving_version_link_is_removed_and_other_dangling_links_are_refused(tmp_path):
+    """Triton's poll fails on a model directory holding a link to nothing. The serving-version record is
+    FastPath's, and a damaged record never stops the server: a dangling record link is removed (the model starts
+    on its loaded version) and nothing else is touched. Any other dangling link is the operator's: refused,
+    naming the directory, the link and its target. A link to an existing file is left alone."""
+    from fastpath.server.preflight import check_model_dirs
+
+    model = tmp_path / "text_embedding"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text("name: 'text_embedding'\n")
+    (model / "serving_version.json").symlink_to(tmp_path / "nowhere.json")
+    (tmp_path / "real.txt").write_text("x")
+    (model / "notes.txt").symlink_to(tmp_path / "real.txt")
+    assert check_model_dirs(tmp_path, ["text_embedding", "fastpath_admin"]) == [model / "serving_version.json"]
+    assert not (model / "serving_version.json").is_symlink() and (model / "notes.txt").read_text() == "x"
+    assert (model / "config.pbtxt").exists() and (model / "1").is_dir()
+
+    (model / "labels.txt").symlink_to(tmp_path / "gone.txt")
+    with pytest.raises(ServerError) as info:
+        check_model_dirs(tmp_path, ["text_embedding"])
+    assert str(info.value) == (f"model directory {model}: labels.txt is a symbolic link to {tmp_path / 'gone.txt'}, which does "
+                               "not exist; Triton cannot poll a model directory holding it: remove the link or point it at a file")
+    assert (model / "labels.txt").is_symlink()
