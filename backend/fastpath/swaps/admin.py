@@ -25,7 +25,7 @@ from fastpath.triton.progress import live_progress
 
 MUTATING = ("swap", "rollback")
 COMMANDS = (*MUTATING, "status", "versions")
-_MODEL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")  # a directory name: at most 255 bytes, not . or ..
 
 
 class AdminService:

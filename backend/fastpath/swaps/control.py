@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fastpath.errors import SwapError
+
 HEARTBEAT_S = 1.0
 STALE_AFTER_S = 30.0  # generous: on a saturated 2-core machine a heartbeat can lag seconds
 RECOVERIES_KEPT = 10
@@ -111,12 +113,17 @@ class ControlPlane:
         let a stale post overwrite a newer generation, so the instance never saw it and its caller
         waited out the timeout (tests/unit/swaps/test_control.py, concurrent swaps, 3 in 60 runs).
         """
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.directory / ".post.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            previous = self.desired() or {}
-            generation = int(previous.get("generation", 0)) + 1
-            _write_json_atomic(self.desired_path, {"generation": generation, "command": command, "posted_at": time.time(), **fields})
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with open(self.directory / ".post.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+                previous = self.desired() or {}
+                generation = int(previous.get("generation", 0)) + 1
+                _write_json_atomic(self.desired_path, {"generation": generation, "command": command, "posted_at": time.time(), **fields})
+        except OSError as exc:
+            raise SwapError(f"cannot post {command} in the state directory {self.directory}: {exc.filename or ''}: "
+                            f"{exc.strerror or exc}; expected a writable directory of regular files "
+                            "(FASTPATH_STATE_DIR); nothing was changed") from None
         return generation
 
     def report(self, instance: str, status: dict[str, Any]) -> None:

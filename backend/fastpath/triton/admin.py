@@ -21,6 +21,29 @@ from fastpath.triton.io import error_response, read_input
 from fastpath.triton.logs import configure_stub_logging
 from fastpath.triton.watchdog import exit_with_server
 
+MAX_REQUEST_BYTES = 64 << 10  # a command is a few hundred bytes; a larger REQUEST is refused before it is parsed
+
+
+def parse_command(data: bytes) -> dict[str, Any]:
+    """The JSON object of one ``REQUEST`` element.
+
+    Raises:
+        InvalidInputError: more than :data:`MAX_REQUEST_BYTES`, not UTF-8, not JSON (or nested too deeply to
+            parse), or not a JSON object; the message names REQUEST and what is wrong.
+    """
+    if len(data) > MAX_REQUEST_BYTES:
+        raise InvalidInputError(f"REQUEST is {len(data)} bytes; a command is a JSON object of at most {MAX_REQUEST_BYTES} "
+                                "bytes, such as {\"command\": \"status\", \"model\": \"text_embedding\"}")
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise InvalidInputError("REQUEST is not a JSON command: nested too deeply to parse") from None
+    except (UnicodeDecodeError, ValueError) as exc:  # json.JSONDecodeError, or an integer too long to convert
+        raise InvalidInputError(f"REQUEST is not a UTF-8 JSON document: {exc}") from None
+    if not isinstance(document, dict):
+        raise InvalidInputError("REQUEST must be a JSON object such as {\"command\": \"status\", \"model\": \"text_embedding\"}")
+    return document
+
 
 class AdminModel:
     """The python-backend model class; ``model_repository/fastpath_admin/1/model.py`` re-exports it."""
@@ -38,13 +61,7 @@ class AdminModel:
         raw = read_input(self._pb, request, "REQUEST").reshape(-1)
         if raw.size != 1:
             raise InvalidInputError(f"REQUEST has {raw.size} elements; send exactly one JSON command")
-        try:
-            document = json.loads(bytes(raw[0]).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InvalidInputError(f"REQUEST is not a UTF-8 JSON document: {exc}") from None
-        if not isinstance(document, dict):
-            raise InvalidInputError("REQUEST must be a JSON object such as {\"command\": \"status\", \"model\": \"text_embedding\"}")
-        reply = self.service.handle(document)
+        reply = self.service.handle(parse_command(bytes(raw[0])))
         return self._pb.InferenceResponse(
             output_tensors=[self._pb.Tensor("RESPONSE", np.array([json.dumps(reply).encode()], dtype=np.object_))]
         )

@@ -87,6 +87,8 @@ def test_swap_without_the_key_is_refused(setup, key):
         ({}, "'command' is required, one of swap, rollback, status, versions"),
         ({"command": "status"}, "'model' is required, a model name string; got None"),
         ({"command": "status", "model": 7}, "'model' is required, a model name string; got 7"),
+        ({"command": "status", "model": "m" * 300}, "not in the model repository"),  # longer than a file name can be
+        ({"command": "status", "model": ".."}, "not in the model repository"),
     ],
 )
 def test_bad_commands_are_400s(setup, request_doc, match):
@@ -236,3 +238,16 @@ def test_a_swap_right_after_a_stub_died_does_not_wait_for_it(setup, tmp_path):
     assert reply["active_version"] == 2 and slots.active_version == 2
     assert list(reply["instances"]) == ["m_0"]
     assert time.monotonic() - started < 5.0
+
+
+def test_a_post_into_a_broken_state_directory_fails_naming_the_file(tmp_path):
+    """A post whose lock file cannot be opened (here a directory stands where .post.lock goes) is refused as a
+    SwapError naming the file, the OS's reason and what is expected, and posts nothing."""
+    plane = ControlPlane(tmp_path / "state", "m")
+    (tmp_path / "state" / "m" / ".post.lock").mkdir(parents=True)
+    with pytest.raises(SwapError) as info:
+        plane.post("swap", version=2)
+    assert str(info.value) == (f"cannot post swap in the state directory {tmp_path / 'state' / 'm'}: "
+                               f"{tmp_path / 'state' / 'm' / '.post.lock'}: Is a directory; expected a writable directory "
+                               "of regular files (FASTPATH_STATE_DIR); nothing was changed")
+    assert plane.desired() is None
