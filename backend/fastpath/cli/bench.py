@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from fastpath.cli.common import URL_DEFAULT, default_url, error_line, plain_help, port_hint
+from fastpath.cli.common import URL_DEFAULT, default_url, env_int, error_line, plain_help, port_hint
 from fastpath.errors import BenchError
 
 LOG = logging.getLogger("fastpath")
@@ -106,7 +106,7 @@ def register(subparsers: Any) -> None:
     bench.add_argument("--protocol", choices=("http", "grpc"), default="http")
     bench.add_argument("--metrics-url", default=None,
                        help=f"HOST:PORT of Triton's metrics port, for FastPath's share of the server time "
-                            f"(default --url's host, port {METRICS_PORT}; 'none': Triton's statistics only)")
+                            f"(default --url's host, port $METRICS_PORT or {METRICS_PORT}; 'none': Triton's statistics only)")
     bench.add_argument("--batch-size", type=_bounded(int, 1, False, "items per request"), default=1,
                        help="items (texts, images) per request")
     bench.add_argument("--shape", type=_shape, action="append", default=[], help="NAME:d1,d2 for inputs with -1 dims")
@@ -265,12 +265,18 @@ async def _wait_for_model(client: Any, model: str, protocol: str) -> None:
     await client.wait_ready(timeout_s=SERVER_WAIT_S, models=[model])
 
 
+def default_metrics_url(given: str | None, url: str) -> str:
+    """``--metrics-url`` when given, else ``url``'s host with ``$METRICS_PORT`` (the variable `make serve` reads)
+    or Triton's default 8002."""
+    return given or f"{url.rsplit(':', 1)[0]}:{env_int('METRICS_PORT', METRICS_PORT)}"
+
+
 async def _fastpath_snapshot(args: argparse.Namespace, url: str) -> Any:
     """A snapshot of FastPath's queued-path seconds from the metrics port, or None (``--metrics-url none``,
     or the port does not answer: then a warning says the split has Triton's phases only)."""
     from fastpath_client.server_metrics import queued_seconds, scrape
 
-    metrics_url = args.metrics_url or f"{url.rsplit(':', 1)[0]}:{METRICS_PORT}"
+    metrics_url = default_metrics_url(args.metrics_url, url)
     if metrics_url == "none":
         return None
 

@@ -123,3 +123,15 @@ def test_bench_says_it_waits_for_a_server_that_does_not_answer(monkeypatch, caps
     with pytest.raises(bench.BenchError, match=f"server 127.0.0.1:{port} not ready after 0.5 s"):
         asyncio.run(wait())
     assert f"fastpath bench: the server at 127.0.0.1:{port} is not ready yet; waiting up to 0.5 s" in capsys.readouterr().err
+
+
+def test_bench_reads_metrics_from_the_metrics_port_make_serve_was_given(monkeypatch):
+    """`fastpath bench`'s metrics URL follows $METRICS_PORT as its server URL follows $HTTP_PORT: a server
+    started on non-default ports is scraped where it listens; --metrics-url still wins; Triton's 8002 otherwise."""
+    from fastpath.cli.bench import default_metrics_url
+
+    monkeypatch.delenv("METRICS_PORT", raising=False)
+    assert default_metrics_url(None, "127.0.0.1:18400") == "127.0.0.1:8002"
+    monkeypatch.setenv("METRICS_PORT", "18402")
+    assert default_metrics_url(None, "127.0.0.1:18400") == "127.0.0.1:18402"
+    assert default_metrics_url("10.0.0.5:9000", "127.0.0.1:18400") == "10.0.0.5:9000"
