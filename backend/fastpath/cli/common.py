@@ -44,6 +44,21 @@ def port_number(text: str) -> int:
     return port
 
 
+def non_negative_count(text: str) -> int:
+    """argparse type of a count: an integer >= 0.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else.
+    """
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (an integer >= 0)")
+    return count
+
+
 def positive_seconds(text: str) -> float:
     """argparse type of a duration: a number of seconds > 0.
 

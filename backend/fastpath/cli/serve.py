@@ -18,7 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fastpath.cli.common import DEFAULT_REPOSITORY, MIN_ADMIN_KEY_CHARS, admin_key_file, env_int, port_number, positive_seconds
+from fastpath.cli.common import (
+    DEFAULT_REPOSITORY,
+    MIN_ADMIN_KEY_CHARS,
+    admin_key_file,
+    env_int,
+    non_negative_count,
+    port_number,
+    positive_seconds,
+)
 
 if TYPE_CHECKING:
     from fastpath.server.devices import CudaReport
@@ -123,7 +131,28 @@ def serve_options(args: argparse.Namespace, admin_key: str, probe: Callable[[], 
     )
 
 
+RESTART_WINDOW_S = 600.0  # --max-restarts counts the restarts within this window (the stub supervisor's is 10 minutes too)
+
+
+def restart_allowed(restarts: list[float], now: float, limit: int, window_s: float = RESTART_WINDOW_S) -> bool:
+    """Whether a tritonserver that died may be restarted at ``now`` (monotonic seconds): fewer than ``limit``
+    restarts in the last ``window_s``. Records the restart in ``restarts`` when it is allowed."""
+    restarts[:] = [t for t in restarts if now - t < window_s]
+    if len(restarts) >= limit:
+        return False
+    restarts.append(now)
+    return True
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    """Run tritonserver until SIGTERM/SIGINT; returns its exit code (1: a refused start, a model that never got
+    ready, the stub supervisor's stop, or a server that died more than ``--max-restarts`` times in 10 minutes).
+
+    A tritonserver that dies on its own (a crash in Triton itself: docs/known-issues.md) is restarted on the same
+    ports and repository, after its orphaned stubs and shared memory are cleaned up; the serving versions come
+    back from their records (docs/design/hot-swap.md)."""
+    import time
+
     from fastpath.errors import ServerError
     from fastpath.server.process import TritonServer
 
@@ -133,7 +162,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ServerError as exc:
         LOG.error("%s", exc)
         return 1
-    server = TritonServer(options)
     stop_requested = threading.Event()
 
     def _request_stop(signum: int, _frame: object) -> None:
@@ -143,43 +171,64 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _request_stop)
     signal.signal(signal.SIGINT, _request_stop)
+    restarts: list[float] = []
+    published = False
     try:
-        server.start()
-    except ServerError as exc:
-        LOG.error("%s", exc)
-        return 1
-    LOG.info("tritonserver pid %s, models %s from %s", server.pid, ", ".join(options.models), options.model_repository)
-    try:
-        server.wait_ready(timeout_s=args.ready_timeout_s, cancel=stop_requested)
-    except ServerError as exc:
-        server.stop()
-        LOG.error("%s", exc)
-        return 1
-    if not stop_requested.is_set():
-        if generated:
-            _publish_admin_key(admin_key, (options.http_port, options.grpc_port))
-        LOG.info("ready: HTTP http://%s:%d  gRPC %s:%d  metrics http://%s:%d/metrics",
-                 args.host, options.http_port, args.host, options.grpc_port, args.host, options.metrics_port)
-        if "text_embedding" in options.models:  # application/json: curl -d's default form type crashes Triton 2.51 above ~4 MB
-            LOG.info("try: curl -s localhost:%d/v2/models/text_embedding/infer -H 'Content-Type: application/json' -d "
-                     "'{\"inputs\":[{\"name\":\"TEXT\",\"shape\":[1,1],\"datatype\":\"BYTES\",\"data\":[\"hello world\"]}]}'",
-                     options.http_port)
-    supervisor = None
-    if not stop_requested.is_set():
-        supervisor = stub_supervisor(server)
-        supervisor.start()
-    while server.poll() is None and not stop_requested.wait(0.5):
-        if supervisor is not None and supervisor.failure is not None:
-            LOG.error("stopping tritonserver: %s", supervisor.failure)
-            break
-    if supervisor is not None:
-        supervisor.stop()
-        supervisor.join(timeout=1.0)  # a reload under way goes on; server.stop() unloads what it loads
-    code = server.stop()
-    if generated:
-        _withdraw_admin_key(admin_key, (options.http_port, options.grpc_port))
-    LOG.info("tritonserver exited with code %s", code)
-    return 1 if supervisor is not None and supervisor.failure is not None else code
+        while True:
+            server = TritonServer(options)
+            try:
+                server.start()
+            except ServerError as exc:
+                LOG.error("%s", exc)
+                return 1
+            LOG.info("tritonserver pid %s, models %s from %s", server.pid, ", ".join(options.models), options.model_repository)
+            try:
+                server.wait_ready(timeout_s=args.ready_timeout_s, cancel=stop_requested)
+            except ServerError as exc:
+                server.stop()
+                LOG.error("%s", exc)
+                return 1
+            if not stop_requested.is_set():
+                if generated and not published:
+                    _publish_admin_key(admin_key, (options.http_port, options.grpc_port))
+                    published = True
+                _log_ready(args, options)
+            supervisor = None
+            if not stop_requested.is_set():
+                supervisor = stub_supervisor(server)
+                supervisor.start()
+            while server.poll() is None and not stop_requested.wait(0.5):
+                if supervisor is not None and supervisor.failure is not None:
+                    LOG.error("stopping tritonserver: %s", supervisor.failure)
+                    break
+            if supervisor is not None:
+                supervisor.stop()
+                supervisor.join(timeout=1.0)  # a reload under way goes on; server.stop() unloads what it loads
+            died = server.poll() is not None and not stop_requested.is_set()
+            code = server.stop()
+            LOG.info("tritonserver exited with code %s", code)
+            if supervisor is not None and supervisor.failure is not None:
+                return 1
+            if not died or code == 0:
+                return code
+            if not restart_allowed(restarts, time.monotonic(), args.max_restarts):
+                LOG.error("tritonserver died (exit code %s) and has been restarted %d times in the last %.0f s "
+                          "(--max-restarts %d): not restarting it", code, len(restarts), RESTART_WINDOW_S, args.max_restarts)
+                return code
+            LOG.error("tritonserver died (exit code %s): restarting it (restart %d of at most %d in %.0f s)",
+                      code, len(restarts), args.max_restarts, RESTART_WINDOW_S)
+    finally:
+        if published:
+            _withdraw_admin_key(admin_key, (options.http_port, options.grpc_port))
+
+
+def _log_ready(args: argparse.Namespace, options: ServerOptions) -> None:
+    LOG.info("ready: HTTP http://%s:%d  gRPC %s:%d  metrics http://%s:%d/metrics",
+             args.host, options.http_port, args.host, options.grpc_port, args.host, options.metrics_port)
+    if "text_embedding" in options.models:  # application/json: curl -d's default form type crashes Triton 2.51 above ~4 MB
+        LOG.info("try: curl -s localhost:%d/v2/models/text_embedding/infer -H 'Content-Type: application/json' -d "
+                 "'{\"inputs\":[{\"name\":\"TEXT\",\"shape\":[1,1],\"datatype\":\"BYTES\",\"data\":[\"hello world\"]}]}'",
+                 options.http_port)
 
 
 def stub_supervisor(server: TritonServer) -> StubSupervisor:
@@ -222,6 +271,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
     serve.add_argument("--ready-timeout-s", type=positive_seconds, default=300.0,
                        help="seconds to wait for every model to be ready before giving up (default 300)")
+    serve.add_argument("--max-restarts", type=non_negative_count, default=3,
+                       help="restart a tritonserver that dies on its own at most this many times in 10 minutes, "
+                            "then exit with its code (default 3; 0: never, for an orchestrator that restarts)")
     serve.add_argument("--triton-arg", action="append", default=None, metavar="FLAG",
                        help="one more tritonserver flag, passed as given after FastPath's (repeatable), "
                             "e.g. --triton-arg=--metrics-config=summary_latencies=true")

@@ -155,3 +155,22 @@ def test_a_dangling_serving_version_link_is_removed_and_other_dangling_links_are
     assert str(info.value) == (f"model directory {model}: labels.txt is a symbolic link to {tmp_path / 'gone.txt'}, which does "
                                "not exist; Triton cannot poll a model directory holding it: remove the link or point it at a file")
     assert (model / "labels.txt").is_symlink()
+
+
+def test_restarts_are_allowed_up_to_the_limit_within_the_window():
+    """restart_allowed counts restarts in a sliding 600 s window: the limit's worth pass, the next is refused,
+    one falls out of the window and another passes; a limit of 0 never restarts."""
+    from fastpath.cli.serve import restart_allowed
+
+    restarts: list[float] = []
+    assert restart_allowed(restarts, 0.0, 2) and restart_allowed(restarts, 100.0, 2)
+    assert not restart_allowed(restarts, 200.0, 2) and restarts == [0.0, 100.0]
+    assert restart_allowed(restarts, 600.0, 2) and restarts == [100.0, 600.0]
+    assert not restart_allowed([], 0.0, 0)
+    assert parse("--max-restarts", "0").max_restarts == 0 and parse().max_restarts == 3
+
+
+def test_a_negative_max_restarts_is_an_argument_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        parse("--max-restarts", "-1")
+    assert info.value.code == 2 and "argument --max-restarts: '-1' is not a count (an integer >= 0)" in capsys.readouterr().err
