@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 
 from fastpath.cli.common import URL_DEFAULT, default_url, env_int, error_line, plain_help, port_hint
+from fastpath.cli.common import bounded as _bounded
+from fastpath.cli.common import bounded_number as _number
 from fastpath.errors import BenchError
 
 LOG = logging.getLogger("fastpath")
@@ -39,22 +41,6 @@ POOL_REQUESTS = 64
 SERVER_WAIT_S = 60.0  # how long bench waits for a server (or the model) that is still starting
 SERVER_QUIET_S = 2.0  # how long it waits for the server before saying that it waits
 METRICS_PORT = 8002  # Triton's default metrics port
-
-
-def _number(text: str, kind: type, lowest: float, strict: bool, what: str) -> Any:
-    try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    if not math.isfinite(value) or value < lowest or (strict and value == lowest):
-        raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {lowest:g} ({what}), got {text.strip()!r}")
-    return value
-
-
-def _bounded(kind: type, lowest: float, strict: bool, what: str) -> Any:
-    """An argparse type: a ``kind`` number above ``lowest`` (or equal, when not ``strict``); argparse names
-    the option in front of the message ("argument --duration-s: must be > 0 (seconds), got '0'")."""
-    return functools.partial(_number, kind=kind, lowest=lowest, strict=strict, what=what)
 
 
 def _list(text: str, kind: type, lowest: float, strict: bool, what: str) -> list:

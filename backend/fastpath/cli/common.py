@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import math
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_REPOSITORY = REPO_ROOT / "model_repository"
@@ -44,19 +47,25 @@ def port_number(text: str) -> int:
     return port
 
 
-def non_negative_count(text: str) -> int:
-    """argparse type of a count: an integer >= 0.
+def bounded_number(text: str, kind: type, lowest: float, strict: bool, what: str) -> Any:
+    """``text`` as a ``kind`` number >= ``lowest`` (> when ``strict``), finite.
 
     Raises:
-        argparse.ArgumentTypeError: anything else.
+        argparse.ArgumentTypeError: anything else, naming ``what`` is expected.
     """
     try:
-        count = int(text)
+        value = kind(text)
     except ValueError:
-        count = -1
-    if count < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count (an integer >= 0)")
-    return count
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not math.isfinite(value) or value < lowest or (strict and value == lowest):
+        raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {lowest:g} ({what}), got {text.strip()!r}")
+    return value
+
+
+def bounded(kind: type, lowest: float, strict: bool, what: str) -> Any:
+    """An argparse type: a ``kind`` number above ``lowest`` (or equal, when not ``strict``); argparse names
+    the option in front of the message ("argument --duration-s: must be > 0 (seconds), got '0'")."""
+    return functools.partial(bounded_number, kind=kind, lowest=lowest, strict=strict, what=what)
 
 
 def positive_seconds(text: str) -> float:

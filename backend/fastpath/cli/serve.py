@@ -22,8 +22,8 @@ from fastpath.cli.common import (
     DEFAULT_REPOSITORY,
     MIN_ADMIN_KEY_CHARS,
     admin_key_file,
+    bounded,
     env_int,
-    non_negative_count,
     port_number,
     positive_seconds,
 )
@@ -271,7 +271,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
     serve.add_argument("--ready-timeout-s", type=positive_seconds, default=300.0,
                        help="seconds to wait for every model to be ready before giving up (default 300)")
-    serve.add_argument("--max-restarts", type=non_negative_count, default=3,
+    serve.add_argument("--max-restarts", type=bounded(int, 0, False, "restarts in 10 minutes"), default=3,
                        help="restart a tritonserver that dies on its own at most this many times in 10 minutes, "
                             "then exit with its code (default 3; 0: never, for an orchestrator that restarts)")
     serve.add_argument("--triton-arg", action="append", default=None, metavar="FLAG",

@@ -173,4 +173,4 @@ def test_restarts_are_allowed_up_to_the_limit_within_the_window():
 def test_a_negative_max_restarts_is_an_argument_error(capsys):
     with pytest.raises(SystemExit) as info:
         parse("--max-restarts", "-1")
-    assert info.value.code == 2 and "argument --max-restarts: '-1' is not a count (an integer >= 0)" in capsys.readouterr().err
+    assert info.value.code == 2 and "argument --max-restarts: must be >= 0 (restarts in 10 minutes), got '-1'" in capsys.readouterr().err
