@@ -13,6 +13,8 @@ photo resized to 736x1312, uint8, 2.9 MB; a batch of 7, 20 MB; of 16, 46 MB):
   pageable, engine calls       the engine's sequence from a plain numpy array (what unpinned memory gives)
   ... gated           the same, with the stream held by a ~20 ms GPU sleep until all three calls are issued: the
                       events then bracket the DMA alone
+  pool, GIL held      the engine's copy as shipped: the three calls through ``enqueue_timed_copy``, which keeps
+                      the GIL between them (``fastpath.memory.cuda``); "GIL busy" beside it is the served case
   ... GIL busy        three Python threads spinning meanwhile (as the stub's decode, post and stage threads)
 
 Run on the device machine: ``PYTHONPATH=backend python3 benchmarks/gpu/h2d_served_path.py --out $OUT/h2d_served_path.json``
@@ -53,7 +55,7 @@ def main() -> int:
         from cuda.bindings import runtime as cudart  # noqa: F401 - probe
 
         from fastpath.memory.allocators import CudaPinnedAllocator
-        from fastpath.memory.cuda import cuda_call, runtime
+        from fastpath.memory.cuda import cuda_call, enqueue_timed_copy, runtime
     except ImportError as exc:
         print(f"needs torch, numpy, cuda-bindings and backend/ on PYTHONPATH: {exc}", file=sys.stderr)
         return 2
@@ -75,14 +77,18 @@ def main() -> int:
     h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
     sources = {"pool": pool_block.address, "torch memory": torch_host.data_ptr(), "pageable": pageable.ctypes.data}
 
-    def engine_copy(src: int, nbytes: int, gated: bool) -> float:
+    def engine_copy(src: int, nbytes: int, gated: bool, held: bool = False) -> float:
         start, end = events
         if gated:
             with torch.cuda.stream(torch_stream):
                 torch.cuda._sleep(SLEEP_CYCLES)
-        cuda_call(cudart.cudaEventRecord(start, stream), "cudaEventRecord")
-        cuda_call(cudart.cudaMemcpyAsync(device.data_ptr(), src, nbytes, h2d, stream), "cudaMemcpyAsync")
-        cuda_call(cudart.cudaEventRecord(end, stream), "cudaEventRecord")
+        if held:
+            if not enqueue_timed_copy(start, end, device.data_ptr(), src, nbytes, stream):
+                raise RuntimeError("enqueue_timed_copy refused a pool block: not page-locked, or no libcuda.so.1")
+        else:
+            cuda_call(cudart.cudaEventRecord(start, stream), "cudaEventRecord")
+            cuda_call(cudart.cudaMemcpyAsync(device.data_ptr(), src, nbytes, h2d, stream), "cudaMemcpyAsync")
+            cuda_call(cudart.cudaEventRecord(end, stream), "cudaEventRecord")
         cuda_call(cudart.cudaEventSynchronize(end), "cudaEventSynchronize")
         return cuda_call(cudart.cudaEventElapsedTime(start, end), "cudaEventElapsedTime") * 1e-3
 
@@ -97,14 +103,20 @@ def main() -> int:
         end.synchronize()
         return start.elapsed_time(end) * 1e-3
 
-    variants = {}  # the most telling first: a device call cut short still answers them
+    cuda_call(cudart.cudaSetDevice(0), "cudaSetDevice")
+    pool_block.array[:largest] = np.arange(largest, dtype=np.uint64).astype(np.uint8)  # numerics: the held copy moves the bytes
+    engine_copy(pool_block.address, largest, False, held=True)
+    copied_equal = bool(torch.equal(device.cpu(), torch.from_numpy(pool_block.array[:largest].copy())))
+    print(f"held copy of {largest} bytes equal on the device: {copied_equal}", flush=True)
+    variants = {"pool, GIL held": ("pool", False, False, True), "pool, GIL held, GIL busy": ("pool", False, True, True)}
+    # the most telling first: a device call cut short still answers them
     for source, gated, gil in [(None, False, False), ("pool", False, False), ("pool", False, True), ("pool", True, False),
                                ("pool", True, True), (None, True, False), (None, False, True), ("torch memory", False, False),
                                ("torch memory", True, False), ("pageable", False, False), ("pageable", True, False)]:
         suffix = (", gated" if gated else "") + (", GIL busy" if gil else "")
-        variants[f"torch pinned{suffix}" if source is None else f"{source}, engine calls{suffix}"] = (source, gated, gil)
+        variants[f"torch pinned{suffix}" if source is None else f"{source}, engine calls{suffix}"] = (source, gated, gil, False)
     results: dict[str, dict[str, float]] = {}
-    for variant, (source, gated, gil) in variants.items():
+    for variant, (source, gated, gil, held) in variants.items():
         stop = threading.Event()
         threads = [threading.Thread(target=spin, args=(stop,), daemon=True) for _ in range(3 if gil else 0)]
         for thread in threads:
@@ -114,7 +126,7 @@ def main() -> int:
             for label, nbytes in SIZES.items():
                 seconds = []
                 for index in range(args.copies + 3):
-                    took = torch_copy(nbytes, gated) if source is None else engine_copy(sources[source], nbytes, gated)
+                    took = torch_copy(nbytes, gated) if source is None else engine_copy(sources[source], nbytes, gated, held)
                     if index >= 3:
                         seconds.append(took)
                 results[variant][label] = nbytes / statistics.median(seconds) / 1e9
@@ -131,6 +143,7 @@ def main() -> int:
     with open(args.out, "w") as handle:
         json.dump({"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                    "copies": args.copies, "switch_interval_s": sys.getswitchinterval(), "sizes": SIZES,
+                   "held_copy_bytes_equal": copied_equal,
                    "gbps_median": results, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, handle, indent=1)
     return 0
 

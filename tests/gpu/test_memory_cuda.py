@@ -80,3 +80,36 @@ def test_blocking_sync_sets_the_devices_schedule_flag_even_after_its_context_is_
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, env=env)
     schedule, blocking = done.stdout.split()
     assert schedule == blocking
+
+
+def test_timed_copy_holding_the_gil_moves_the_bytes_and_times_them(cudart):
+    """Invariant: enqueue_timed_copy copies page-locked host memory to the device and back byte for byte,
+    between two events that elapse a positive time, and refuses pageable memory (False, nothing enqueued)."""
+    from fastpath.memory.cuda import enqueue_timed_copy
+
+    cuda_call(cudart.cudaSetDevice(0))
+    stream = cuda_call(cudart.cudaStreamCreateWithFlags(cudart.cudaStreamNonBlocking))
+    start, end = (cuda_call(cudart.cudaEventCreate()) for _ in range(2))
+    pool = create_host_pool(PoolConfig(capacity_bytes=16 * MIB, max_block_bytes=16 * MIB))
+    device = BlockPool(CudaDeviceAllocator(0), PoolConfig(capacity_bytes=4 * MIB, max_block_bytes=4 * MIB), name="device")
+    try:
+        with pool.lease(4 * MIB) as source, pool.lease(4 * MIB) as back, device.lease(4 * MIB) as on_device:
+            sent = source.view(np.uint8, (4 * MIB,))
+            sent[:] = np.arange(4 * MIB, dtype=np.uint64).astype(np.uint8) ^ 0x5A
+            received = back.view(np.uint8, (4 * MIB,))
+            received[:] = 0
+            assert enqueue_timed_copy(start, end, on_device.address, source.address, 4 * MIB, stream)
+            cuda_call(cudart.cudaEventSynchronize(end))
+            assert cuda_call(cudart.cudaEventElapsedTime(start, end)) > 0
+            assert enqueue_timed_copy(start, end, back.address, on_device.address, 4 * MIB, stream)
+            cuda_call(cudart.cudaEventSynchronize(end))
+            assert np.array_equal(received, sent)
+            pageable = np.ones(4096, np.uint8)
+            assert not enqueue_timed_copy(start, end, on_device.address, pageable.ctypes.data, 4096, stream)
+            del sent, received
+    finally:
+        for event in (start, end):
+            cudart.cudaEventDestroy(event)
+        cudart.cudaStreamDestroy(stream)
+        device.close()
+        pool.close()

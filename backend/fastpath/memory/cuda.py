@@ -6,10 +6,14 @@ TensorRT samples' ``samples/python/common_runtime.py`` does, so no status is eve
 
 ``cuda.bindings`` is imported lazily: FastPath runs without it (CPU-only machines), and
 :func:`probe_cuda` says why CUDA is not used instead of failing.
+
+:func:`enqueue_timed_copy` is the one place that calls the driver library through ``ctypes`` instead: its
+three calls must not give up the GIL between them (why: its docstring).
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import threading
@@ -147,3 +151,69 @@ def use_blocking_sync(device_id: int) -> None:
     cudart = runtime()
     cuda_call(cudart.cudaSetDevice(device_id), "cudaSetDevice")
     cuda_call(cudart.cudaSetDeviceFlags(cudart.cudaDeviceScheduleBlockingSync), "cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync)")
+
+
+_CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2  # cuda.h CUpointer_attribute; answers CU_MEMORYTYPE_HOST (1) for page-locked
+_CU_MEMORYTYPE_HOST, _CU_MEMORYTYPE_DEVICE = 1, 2  # host memory, CU_MEMORYTYPE_DEVICE for device memory
+
+
+@functools.lru_cache(maxsize=1)
+def _driver_holding_gil() -> ctypes.PyDLL | None:
+    """``libcuda.so.1`` through ``ctypes.PyDLL``, whose calls keep the GIL (``ctypes.CDLL`` and cuda-python
+    release it around every call); None where the driver library is not loadable (no NVIDIA driver)."""
+    try:
+        driver = ctypes.PyDLL("libcuda.so.1")
+    except OSError:
+        return None
+    driver.cuEventRecord.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    driver.cuMemcpyAsync.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+    driver.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+    for function in (driver.cuEventRecord, driver.cuMemcpyAsync, driver.cuPointerGetAttribute):
+        function.restype = ctypes.c_int
+    return driver
+
+
+def _driver_check(status: int, call: str) -> None:
+    """:func:`check` for a raw ``CUresult`` code, named through ``cuda.bindings.driver`` when it knows it."""
+    if status == 0:
+        return
+    try:
+        from cuda.bindings import driver
+
+        name = driver.CUresult(status).name
+    except Exception:  # noqa: BLE001 - naming an error must not raise a second one
+        name = f"CUresult {status}"
+    raise CudaError(f"{call}: CUDA error {name} ({status}); check the device is present and has free memory (nvidia-smi)",
+                    error_name=name, call=call)
+
+
+def _page_locked_or_device(driver: ctypes.PyDLL, address: int) -> bool:
+    """Whether the driver knows ``address`` as page-locked host or device memory (pageable memory: an error)."""
+    memory_type = ctypes.c_uint(0)
+    status = driver.cuPointerGetAttribute(ctypes.byref(memory_type), _CU_POINTER_ATTRIBUTE_MEMORY_TYPE, address)
+    return status == 0 and memory_type.value in (_CU_MEMORYTYPE_HOST, _CU_MEMORYTYPE_DEVICE)
+
+
+def enqueue_timed_copy(start: Any, end: Any, dst: int, src: int, nbytes: int, stream: Any) -> bool:
+    """Record ``start``, enqueue an async copy of ``nbytes`` from ``src`` to ``dst``, record ``end`` on ``stream``,
+    without giving up the GIL between the three calls; False, enqueuing nothing, where that cannot be done.
+
+    cuda-python releases the GIL around each call: in a busy stub the thread then waits for it (up to the
+    5 ms switch interval) between ``start``, stamped at once on an idle stream, and the copy, so the events
+    time the wait as copy time and the copy starts late (docs/benchmarks/h2d_contention_h100.md). Refused:
+    no driver library, or pageable memory on either side (an async copy from it is synchronous, and holding
+    the GIL through it would stall every other thread). ``start``/``end``: CUDA events; ``dst``/``src``:
+    unified addresses; ``stream``: a stream of the calling thread's current context (``int()`` gives each
+    handle).
+
+    Raises:
+        CudaError: the driver refused a call (the copy and ``end`` may not have been enqueued).
+    """
+    driver = _driver_holding_gil()
+    if driver is None or not (_page_locked_or_device(driver, src) and _page_locked_or_device(driver, dst)):
+        return False
+    stream_handle = int(stream)
+    _driver_check(driver.cuEventRecord(int(start), stream_handle), "cuEventRecord(start)")
+    _driver_check(driver.cuMemcpyAsync(dst, src, nbytes, stream_handle), f"cuMemcpyAsync({nbytes} bytes)")
+    _driver_check(driver.cuEventRecord(int(end), stream_handle), "cuEventRecord(end)")
+    return True

@@ -5,11 +5,11 @@ Counters ``fastpath_engine_<name>_total`` on Triton's metrics port, labelled ``m
 staging pool), device to host (outputs into it) and device to device (batches decoded on the GPU), the
 seconds each kind of copy took, and the engine runs that replayed a CUDA graph, captured one, or ran without
 one (a batch is one run, or one per image on per-shape graph-free sessions). A copy's seconds run between
-CUDA events on the engine's idle stream, from one recorded just before the copy is issued to one after it:
-the copy's device time plus the engine thread's wait to issue it, which in a busy stub is its wait for the
-GIL (docs/benchmarks/h2d_contention_h100.md: the DMA from the pool runs at full speed while the span reads
-less than half of it). Over an interval, ``rate(fastpath_engine_h2d_bytes_total) /
-rate(fastpath_engine_h2d_seconds_total)`` is therefore a lower bound on the served path's copy bandwidth.
+CUDA events on the engine's stream, recorded just before and after it. From page-locked staging blocks the
+engine issues the three calls without giving up the GIL (:func:`fastpath.memory.cuda.enqueue_timed_copy`), so
+the span is the DMA; from pageable memory it also holds the engine thread's wait for the GIL to issue the copy
+(docs/benchmarks/h2d_contention_h100.md). ``rate(fastpath_engine_h2d_bytes_total) /
+rate(fastpath_engine_h2d_seconds_total)`` over an interval is the served path's copy bandwidth.
 
 A scheduled model whose engine keeps such counters (text_detection on ONNX Runtime's CUDA EP:
 ``OnnxRuntimeCudaImageEngine.stats``) exports them through :func:`fastpath.triton.scheduled.engine_metrics`,

@@ -64,3 +64,27 @@ def test_cuda_call_on_a_real_failing_runtime_call(cudart):
     with pytest.raises(CudaError, match="cudaGetDeviceCount: CUDA error cudaError"):
         cuda_call(cudart.cudaGetDeviceCount(), "cudaGetDeviceCount")
     assert probe_cuda().available is False and probe_cuda().device_count == 0
+
+
+@needs_no_cuda
+def test_timed_copy_without_a_driver_enqueues_nothing_so_callers_use_cuda_python():
+    """Invariant: where no CUDA driver answers, enqueue_timed_copy answers False without touching memory
+    or raising, and the engine then takes its cuda-python path (whose errors name the missing device)."""
+    import numpy as np
+
+    from fastpath.memory.cuda import enqueue_timed_copy
+
+    source, target = np.arange(64, dtype=np.uint8), np.zeros(64, np.uint8)
+    assert enqueue_timed_copy(0, 0, target.ctypes.data, source.ctypes.data, 64, 0) is False
+    assert not target.any()
+
+
+def test_driver_errors_name_the_call_and_the_cuda_result():
+    """Invariant: a failed driver call through ctypes raises CudaError naming the call and the CUresult."""
+    from fastpath.memory.cuda import _driver_check
+
+    _driver_check(0, "cuEventRecord(start)")  # CUDA_SUCCESS: no error
+    with pytest.raises(CudaError, match=r"cuMemcpyAsync\(64 bytes\): CUDA error .*\(1\)") as info:
+        _driver_check(1, "cuMemcpyAsync(64 bytes)")
+    assert info.value.call == "cuMemcpyAsync(64 bytes)"
+    assert info.value.error_name in ("CUDA_ERROR_INVALID_VALUE", "CUresult 1")

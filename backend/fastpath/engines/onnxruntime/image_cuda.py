@@ -32,7 +32,7 @@ from fastpath.engines.onnxruntime.cuda_graphs import (
 )
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import EngineError
-from fastpath.memory.cuda import CAPTURE_LOCK, cuda_call, runtime
+from fastpath.memory.cuda import CAPTURE_LOCK, cuda_call, enqueue_timed_copy, runtime
 from fastpath.profiling import PROFILE
 
 WARM_RUNS_BEFORE_CAPTURE = 3  # the CUDA EP runs a graph id regularly a few times, then captures it
@@ -83,8 +83,8 @@ class EngineStats:
     """Cumulative counters of one engine (read with :meth:`OnnxRuntimeCudaImageEngine.stats`).
 
     Attributes:
-        h2d_bytes, h2d_s: bytes copied host-to-device and the copies' seconds (CUDA events, from just before
-            each copy is issued to its end: the device time plus the thread's wait to issue it).
+        h2d_bytes, h2d_s: bytes copied host-to-device and the copies' seconds (CUDA events around each copy:
+            its DMA from page-locked memory; from pageable memory also the thread's wait to issue it).
         d2h_bytes, d2h_s: the same device-to-host.
         d2d_bytes, d2d_s: input copied from device batches (``decode_device cuda``) into the bound input.
         graph_runs: replays of a captured graph; capture_runs: runs that warmed or captured one;
@@ -322,14 +322,18 @@ class OnnxRuntimeCudaImageEngine(Engine):
             setattr(self._stats, f"{kind}_runs", getattr(self._stats, f"{kind}_runs") + 1)
 
     def _copy(self, dst: int, src: int, nbytes: int, kind: object) -> float:
-        """One async copy on the engine's stream between two CUDA events; waits for it; returns its seconds. The
-        idle stream stamps the first event at once, so the seconds include this thread's wait (for the GIL) to
-        issue the copy after it."""
+        """One async copy on the engine's stream between two CUDA events; waits for it; returns its seconds.
+
+        From page-locked memory (staging blocks) the three calls are issued without giving up the GIL
+        (:func:`~fastpath.memory.cuda.enqueue_timed_copy`), so the events time the DMA alone. From pageable
+        memory they go through cuda-python, which releases the GIL around each call: the idle stream stamps
+        the first event at once, and the seconds then also hold this thread's wait for the GIL."""
         cudart = runtime()
         start, end = self._events
-        cuda_call(cudart.cudaEventRecord(start, self._stream), "cudaEventRecord")
-        cuda_call(cudart.cudaMemcpyAsync(dst, src, nbytes, kind, self._stream), "cudaMemcpyAsync")
-        cuda_call(cudart.cudaEventRecord(end, self._stream), "cudaEventRecord")
+        if not enqueue_timed_copy(start, end, dst, src, nbytes, self._stream):
+            cuda_call(cudart.cudaEventRecord(start, self._stream), "cudaEventRecord")
+            cuda_call(cudart.cudaMemcpyAsync(dst, src, nbytes, kind, self._stream), "cudaMemcpyAsync")
+            cuda_call(cudart.cudaEventRecord(end, self._stream), "cudaEventRecord")
         cuda_call(cudart.cudaEventSynchronize(end), "cudaEventSynchronize")
         return cuda_call(cudart.cudaEventElapsedTime(start, end), "cudaEventElapsedTime") * 1e-3
 
