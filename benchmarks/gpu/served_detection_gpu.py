@@ -270,7 +270,10 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
                 cell.pop("texts_per_s", None)
                 cell.update(model=model, workload=workload, concurrency=concurrency)
                 report["rows"].append(cell)
-                print(line(cell), "\n    stub cores per thread group:", cell["stub_threads"]["groups"], flush=True)
+                images = max(1.0, cell["req_per_s"] * wall_s)
+                print(line(cell), "\n    stub cores per thread group:", cell["stub_threads"]["groups"],
+                      "\n    stub minor faults per image:", {k: round(v / images) for k, v in cell["stub_threads"]["faults"].items()
+                                                           if v >= images}, flush=True)
                 args.out.write_text(json.dumps({**args.report, "served": report}, indent=2) + "\n")  # so far, kept if cut short
         report["gpu_memory_mib_end"] = triton_gpu.gpu_memory_mib()[0]
     finally:

@@ -1,4 +1,6 @@
-"""CPU seconds per thread of a model's stub processes over a load cell: which threads hold the cores.
+"""CPU seconds and minor page faults per thread of a model's stub processes over a load cell: which threads
+hold the cores, and which touch fresh memory (a minor fault per 4 KiB page first written after malloc got it
+from the kernel: buffers that malloc hands back to the kernel on free and takes again on the next request).
 
 Python threads are named from ``py-spy dump`` (its ``Thread <tid> (...): "<name>"`` lines); threads without Python
 frames (OpenCV's pool, CUDA's and ONNX Runtime's own) keep their Linux name (``/proc/<pid>/task/<tid>/comm``), so
@@ -15,19 +17,20 @@ from pathlib import Path
 PY_SPY_THREAD = re.compile(r'^Thread (\d+) \([^)]*\): "([^"]*)"', re.MULTILINE)
 
 
-def stat_cpu_s(stat: Path) -> tuple[str, float]:
-    """(name, CPU seconds user + system) from a ``/proc/<pid>/stat`` or ``/proc/<pid>/task/<tid>/stat`` file.
+def stat_cpu_s(stat: Path) -> tuple[str, float, int]:
+    """(name, CPU seconds user + system, minor faults) from a ``/proc/<pid>/stat`` or ``/proc/<pid>/task/<tid>/stat``
+    file (proc(5): ``minflt`` is field 10, ``utime`` and ``stime`` 14 and 15).
 
     Raises:
         OSError, IndexError, ValueError: the process or thread is gone, or the file is not a stat file.
     """
     head, _, rest = stat.read_text().rpartition(")")
     fields = rest.split()
-    return head.partition("(")[2], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return head.partition("(")[2], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[7])
 
 
-def _threads(pid: int) -> dict[int, tuple[str, float]]:
-    """tid -> (Linux thread name, CPU seconds so far) of every thread of ``pid``; {} if it is gone."""
+def _threads(pid: int) -> dict[int, tuple[str, float, int]]:
+    """tid -> (Linux thread name, CPU seconds so far, minor faults so far) of every thread of ``pid``; {} if it is gone."""
     found = {}
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
@@ -65,23 +68,28 @@ class ThreadCpu:
         self.start = {pid: _threads(pid) for pid in pids}
 
     def finish(self, wall_s: float, py_spy: str | None = None, top: int = 12) -> dict:
-        """Cores (CPU seconds / ``wall_s``) per thread group and the ``top`` threads, Python names where py-spy gives them.
+        """Cores (CPU seconds / ``wall_s``) and minor faults per thread group, and the ``top`` threads, Python names
+        where py-spy gives them.
 
         Returns:
-            ``{"groups": {name: cores}, "top": [{"pid", "tid", "name", "cores"}]}``, largest first; a group is
-            ``py:<pool>`` for Python threads, ``native:<Linux name>`` for the others.
+            ``{"groups": {name: cores}, "faults": {name: minor faults}, "top": [{"pid", "tid", "name", "cores"}]}``,
+            largest first; a group is ``py:<pool>`` for Python threads, ``native:<Linux name>`` for the others.
         """
         groups: dict[str, float] = {}
+        faults: dict[str, int] = {}
         rows = []
         for pid in self.pids:
             names = python_thread_names(py_spy, pid)
             before = self.start.get(pid, {})
-            for tid, (comm, cpu_s) in _threads(pid).items():
-                used = cpu_s - before.get(tid, (comm, 0.0))[1]
+            for tid, (comm, cpu_s, minflt) in _threads(pid).items():
+                _, cpu_before, minflt_before = before.get(tid, (comm, 0.0, 0))
+                used = cpu_s - cpu_before
                 python = names.get(tid)
                 key = f"py:{group_name(python)}" if python else f"native:{group_name(comm)}"
                 groups[key] = groups.get(key, 0.0) + used
+                faults[key] = faults.get(key, 0) + minflt - minflt_before
                 rows.append({"pid": pid, "tid": tid, "name": python or f"({comm})", "cores": used / wall_s})
         rows.sort(key=lambda row: -row["cores"])
         return {"groups": {k: round(v / wall_s, 2) for k, v in sorted(groups.items(), key=lambda kv: -kv[1]) if v > 0.005 * wall_s},
+                "faults": {k: v for k, v in sorted(faults.items(), key=lambda kv: -kv[1]) if v > 0},
                 "top": [{**row, "cores": round(row["cores"], 2)} for row in rows[:top]]}

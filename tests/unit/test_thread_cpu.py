@@ -53,3 +53,31 @@ def test_py_spy_dump_lines_give_thread_ids_and_names():
     dump = 'Process 921: triton_python_backend_stub\nThread 921 (idle): "MainThread"\n    wait (threading.py:359)\n' \
            'Thread 1125 (active): "onnxruntime-cuda_0"\n'
     assert dict((int(t), n) for t, n in PY_SPY_THREAD.findall(dump)) == {921: "MainThread", 1125: "onnxruntime-cuda_0"}
+
+
+def test_a_thread_that_writes_fresh_pages_shows_its_minor_faults():
+    """Invariant: pages a live thread first writes in the window count as minor faults under its group."""
+    import mmap
+
+    go, touched, release = threading.Event(), threading.Event(), threading.Event()
+
+    def touch() -> None:
+        go.wait()
+        region = mmap.mmap(-1, 256 * 4096)  # anonymous, never touched before
+        for page in range(256):
+            region[page * 4096] = 1
+        touched.set()
+        release.wait(5)  # a thread that has exited is gone from /proc, with its counts
+        region.close()
+
+    worker = threading.Thread(target=touch, daemon=True)
+    worker.start()
+    try:
+        meter = ThreadCpu([os.getpid()])
+        go.set()
+        assert touched.wait(5)
+        result = meter.finish(0.1)
+    finally:
+        release.set()
+        worker.join()
+    assert sum(result["faults"].values()) >= 256
