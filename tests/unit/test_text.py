@@ -74,6 +74,20 @@ def test_decode_names_an_encoded_utf16_surrogate_as_such():
         decode_texts(np.array([b"\xed\x41\x41"], dtype=object), tensor="TEXT", max_text_bytes=100)  # not a surrogate
 
 
+def test_decode_names_every_bad_element_of_a_batch():
+    """Invariant: one error names each bad element of the tensor (the first five, in order, then a count of
+    the rest), so a client fixes a batch in one round trip instead of one per bad text."""
+    values = np.array([b"ok", b"\xff", b"x" * 11, b"fine", 7, b"\xfe"], dtype=object)
+    with pytest.raises(InvalidInputError) as info:
+        decode_texts(values, tensor="TEXT", max_text_bytes=10)
+    message = str(info.value)
+    assert [part.split(" ")[0] for part in message.split("; ") if part.startswith("TEXT[")] == \
+        ["TEXT[1]", "TEXT[2]", "TEXT[4]", "TEXT[5]"]
+    assert "TEXT[2] is 11 bytes" in message and "TEXT[4] has type int" in message and "more bad" not in message
+    with pytest.raises(InvalidInputError, match=r"TEXT\[0\] is not valid UTF-8.*TEXT\[4\] .*; and 3 more bad elements of TEXT$"):
+        decode_texts(np.array([b"\xff"] * 8, dtype=object), tensor="TEXT", max_text_bytes=10)
+
+
 def test_decode_keeps_nul_and_enforces_size_limit():
     assert decode_texts(np.array([[b"abc\x00"]], dtype=object), tensor="TEXT", max_text_bytes=10) == ["abc\x00"]
     with pytest.raises(InvalidInputError, match=r"TEXT\[0\] is 11 bytes; the limit is 10 bytes"):

@@ -20,6 +20,8 @@ from tokenizers import Encoding, Tokenizer
 
 from fastpath.errors import InvalidInputError
 
+MAX_NAMED_PROBLEMS = 5  # bad elements named in one error message; the rest are counted
+
 
 def decode_texts(values: np.ndarray, *, tensor: str, max_text_bytes: int) -> list[str]:
     """Decode a Triton BYTES tensor into Python strings.
@@ -37,27 +39,30 @@ def decode_texts(values: np.ndarray, *, tensor: str, max_text_bytes: int) -> lis
         One string per element.
 
     Raises:
-        InvalidInputError: an element is not UTF-8, is larger than ``max_text_bytes``, or is not bytes.
+        InvalidInputError: an element is not UTF-8, is larger than ``max_text_bytes``, or is not bytes; the
+            message names each such element (the first five, then a count).
     """
     texts: list[str] = []
+    problems: list[str] = []  # every bad element is named (the first MAX_NAMED_PROBLEMS), not only the first
     for index, value in enumerate(values.reshape(-1)):
         if isinstance(value, str):
             raw = value.encode("utf-8", "surrogatepass")
         elif isinstance(value, (bytes, bytearray, np.bytes_)):
             raw = bytes(value)
         else:
-            raise InvalidInputError(
-                f"{tensor}[{index}] has type {type(value).__name__}; expected UTF-8 encoded bytes (TYPE_STRING)"
-            )
+            problems.append(f"{tensor}[{index}] has type {type(value).__name__}; expected UTF-8 encoded bytes (TYPE_STRING)")
+            continue
         if len(raw) > max_text_bytes:
-            raise InvalidInputError(
-                f"{tensor}[{index}] is {len(raw)} bytes; the limit is {max_text_bytes} bytes per text "
-                "(parameter max_text_bytes): split the text or raise the limit"
-            )
+            problems.append(f"{tensor}[{index}] is {len(raw)} bytes; the limit is {max_text_bytes} bytes per text "
+                            "(parameter max_text_bytes): split the text or raise the limit")
+            continue
         try:
             texts.append(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
-            raise InvalidInputError(f"{tensor}[{index}] is not valid UTF-8: {_utf8_fault(raw, exc)}; send text encoded as UTF-8") from None
+            problems.append(f"{tensor}[{index}] is not valid UTF-8: {_utf8_fault(raw, exc)}; send text encoded as UTF-8")
+    if problems:
+        more = len(problems) - MAX_NAMED_PROBLEMS
+        raise InvalidInputError("; ".join(problems[:MAX_NAMED_PROBLEMS]) + (f"; and {more} more bad elements of {tensor}" if more > 0 else ""))
     return texts
 
 
