@@ -10,6 +10,7 @@ where torch sees no CUDA device; ``--device auto`` picks ``cuda`` when torch see
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -154,7 +155,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import time
 
     from fastpath.errors import ServerError
-    from fastpath.server.process import TritonServer
 
     admin_key, generated = _admin_key()
     try:
@@ -173,53 +173,77 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _request_stop)
     restarts: list[float] = []
     published = False
+
+    def _on_ready() -> None:
+        nonlocal published
+        if generated and not published:
+            _publish_admin_key(admin_key, (options.http_port, options.grpc_port))
+            published = True
+        _log_ready(args, options)
+
     try:
         while True:
-            server = TritonServer(options)
-            try:
-                server.start()
-            except ServerError as exc:
-                LOG.error("%s", exc)
-                return 1
-            LOG.info("tritonserver pid %s, models %s from %s", server.pid, ", ".join(options.models), options.model_repository)
-            try:
-                server.wait_ready(timeout_s=args.ready_timeout_s, cancel=stop_requested)
-            except ServerError as exc:
-                server.stop()
-                LOG.error("%s", exc)
-                return 1
-            if not stop_requested.is_set():
-                if generated and not published:
-                    _publish_admin_key(admin_key, (options.http_port, options.grpc_port))
-                    published = True
-                _log_ready(args, options)
-            supervisor = None
-            if not stop_requested.is_set():
-                supervisor = stub_supervisor(server)
-                supervisor.start()
-            while server.poll() is None and not stop_requested.wait(0.5):
-                if supervisor is not None and supervisor.failure is not None:
-                    LOG.error("stopping tritonserver: %s", supervisor.failure)
-                    break
-            if supervisor is not None:
-                supervisor.stop()
-                supervisor.join(timeout=1.0)  # a reload under way goes on; server.stop() unloads what it loads
-            died = server.poll() is not None and not stop_requested.is_set()
-            code = server.stop()
-            LOG.info("tritonserver exited with code %s", code)
-            if supervisor is not None and supervisor.failure is not None:
-                return 1
-            if not died or code == 0:
-                return code
+            run = _serve_once(options, args.ready_timeout_s, stop_requested, _on_ready)
+            if run.final or run.code == 0:
+                return run.code
             if not restart_allowed(restarts, time.monotonic(), args.max_restarts):
                 LOG.error("tritonserver died (exit code %s) and has been restarted %d times in the last %.0f s "
-                          "(--max-restarts %d): not restarting it", code, len(restarts), RESTART_WINDOW_S, args.max_restarts)
-                return code
+                          "(--max-restarts %d): not restarting it", run.code, len(restarts), RESTART_WINDOW_S, args.max_restarts)
+                return run.code
             LOG.error("tritonserver died (exit code %s): restarting it (restart %d of at most %d in %.0f s)",
-                      code, len(restarts), args.max_restarts, RESTART_WINDOW_S)
+                      run.code, len(restarts), args.max_restarts, RESTART_WINDOW_S)
     finally:
         if published:
             _withdraw_admin_key(admin_key, (options.http_port, options.grpc_port))
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerRun:
+    """How one tritonserver ended: its exit ``code`` (1 for a refused start, a model never ready, or the stub
+    supervisor's stop), and ``final``: True unless it died on its own, the one ending a restart may follow."""
+
+    code: int
+    final: bool
+
+
+def _serve_once(options: ServerOptions, ready_timeout_s: float, stop_requested: threading.Event,
+                on_ready: Callable[[], None]) -> ServerRun:
+    """One tritonserver from start to exit: start it, wait until its models are ready (then ``on_ready``),
+    supervise its stubs until it exits, a stop is requested or the supervisor gives up, and stop it."""
+    from fastpath.errors import ServerError
+    from fastpath.server.process import TritonServer
+
+    server = TritonServer(options)
+    try:
+        server.start()
+    except ServerError as exc:
+        LOG.error("%s", exc)
+        return ServerRun(1, final=True)
+    LOG.info("tritonserver pid %s, models %s from %s", server.pid, ", ".join(options.models), options.model_repository)
+    try:
+        server.wait_ready(timeout_s=ready_timeout_s, cancel=stop_requested)
+    except ServerError as exc:
+        server.stop()
+        LOG.error("%s", exc)
+        return ServerRun(1, final=True)
+    supervisor = None
+    if not stop_requested.is_set():
+        on_ready()
+        supervisor = stub_supervisor(server)
+        supervisor.start()
+    while server.poll() is None and not stop_requested.wait(0.5):
+        if supervisor is not None and supervisor.failure is not None:
+            LOG.error("stopping tritonserver: %s", supervisor.failure)
+            break
+    if supervisor is not None:
+        supervisor.stop()
+        supervisor.join(timeout=1.0)  # a reload under way goes on; server.stop() unloads what it loads
+    died = server.poll() is not None and not stop_requested.is_set()
+    code = server.stop()
+    LOG.info("tritonserver exited with code %s", code)
+    if supervisor is not None and supervisor.failure is not None:
+        return ServerRun(1, final=True)
+    return ServerRun(code, final=not died)
 
 
 def _log_ready(args: argparse.Namespace, options: ServerOptions) -> None:
