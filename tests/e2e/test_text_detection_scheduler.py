@@ -187,22 +187,45 @@ def small_queue_server(tmp_path_factory):
 def test_a_full_queue_rejects_before_decoding_with_retryable_unavailable(small_queue_server):
     """execute() checks for room in the queue before it decodes a call's images, so a 503 comes at once,
     not 5-20 s late. A burst of 8 requests x 16 images into a 16-image queue: the overflow is
-    answered UNAVAILABLE naming images, the accepted requests get their boxes, the server stays ready."""
+    answered UNAVAILABLE naming images, the accepted requests get their boxes, the server stays ready.
+    A request that is wrong in itself (a negative priority), of 16 images sent once the queue has
+    overflowed (no room for them while any image is queued), is still a 400 naming the parameter, never a
+    retryable 503 a client would send again unchanged."""
     page = skimage_rgb("page.png")
     batch = np.repeat(np.stack([page, page, page], axis=-1)[np.newaxis] if page.ndim == 2 else page[np.newaxis], 16, axis=0)
+    overflowed = threading.Event()
 
     def send(_):
         try:
             return detect_array(small_queue_server, "grpc", batch), None
         except InferenceServerException as exc:
+            if exc.status() == "StatusCode.UNAVAILABLE":
+                overflowed.set()
             return None, exc
 
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    def send_bad(_):
+        assert overflowed.wait(120), "the burst never filled the queue"
+        client = grpcclient.InferenceServerClient(small_queue_server.grpc_url)
+        tensor = grpcclient.InferInput("IMAGE", list(batch.shape), "UINT8")  # 16 images: no room while any is queued
+        tensor.set_data_from_numpy(batch)
+        try:
+            client.infer(MODEL, [tensor], parameters={"fastpath_priority": -1})
+        except InferenceServerException as exc:
+            return exc
+        finally:
+            client.close()
+        return None
+
+    with concurrent.futures.ThreadPoolExecutor(11) as pool:
+        bad = [pool.submit(send_bad, index) for index in range(3)]
         results = list(pool.map(send, range(8)))
+        bad_errors = [future.result() for future in bad]
     errors = [error for _, error in results if error is not None]
     assert errors, "8 x 16 images into a 16-image queue must overflow it"
     assert {error.status() for error in errors} == {"StatusCode.UNAVAILABLE"}
     assert all("Exceeds maximum queue size" in e.message() and "images queued" in e.message() for e in errors)
     good = [outputs for outputs, error in results if error is None]
     assert good and all(counts.shape == (16,) and counts.min() > 0 for _, _, counts in good)
+    assert all(error is not None and error.status() == "StatusCode.INVALID_ARGUMENT" for error in bad_errors), bad_errors
+    assert all("fastpath_priority = -1 is a negative integer" in error.message() for error in bad_errors)
     assert small_queue_server.is_ready(models=[MODEL])

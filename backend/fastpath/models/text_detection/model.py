@@ -205,21 +205,22 @@ class TextDetectionModel(ScheduledModel):
         arrival_s = self.runner.clock.now()  # the call's requests wait while earlier ones decode: timeouts count from here
         replies = Replies(pb, requests, "sender", self.progress)
         for index, request in enumerate(requests):
-            try:  # a request over the per-request limit is a 400 whatever the queue holds, never a retryable 503
+            try:  # what can be checked without reading the images is a 400 whatever the queue holds, never a retryable 503
                 count = self._image_count(request)
-            except Exception as exc:
+                name = self._input_name(request)
+                options = (priority_level(request, self.scheduler_config), request_timeout_s(request, self.scheduler_config),
+                           requested_outputs(request), request.is_cancelled, replies.request_id(index) or "request")
+            except Exception as exc:  # a bad request fails alone
                 self.metrics.invalid_request()
                 replies.fail(index, exc)
                 continue
-            try:  # a full queue answers 503 before the images are decoded, not 5-20 s late after them
+            try:  # a full queue answers 503 before the images are copied and decoded, not 5-20 s late after them
                 self.runner.check_room(count)
             except Exception as exc:
                 replies.fail(index, exc)
                 continue
             try:
-                values, name = self._input_values(request)
-                options = (priority_level(request, self.scheduler_config), request_timeout_s(request, self.scheduler_config),
-                           requested_outputs(request), request.is_cancelled, replies.request_id(index) or "request")
+                values = self._input_values(request, name)
             except Exception as exc:  # a bad request fails alone
                 self.metrics.invalid_request()
                 replies.fail(index, exc)
@@ -230,16 +231,24 @@ class TextDetectionModel(ScheduledModel):
                 self.decoders.submit(self._accept, replies, index, values, name, options, arrival_s)
         return None
 
-    def _input_values(self, request: Any) -> tuple[np.ndarray, str]:
-        """The request's one image input as a numpy array it owns (not a view of the request's memory), and its name."""
+    def _input_name(self, request: Any) -> str:
+        """The name of the request's one image input.
+
+        Raises:
+            InvalidInputError: the request has both image inputs, or neither.
+        """
         present = [name for name in (ARRAY_INPUT, BYTES_INPUT) if self._pb.get_input_tensor_by_name(request, name) is not None]
         if len(present) != 1:
             raise InvalidInputError(f"send exactly one of the inputs {ARRAY_INPUT} (UINT8 [N, H, W, C]) or {BYTES_INPUT} "
                                     f"(BYTES [N], PNG/JPEG files); the request has {present or 'neither'}")
-        values = read_input(self._pb, request, present[0])
-        if present[0] == ARRAY_INPUT and self.decoders is not None:
+        return present[0]
+
+    def _input_values(self, request: Any, name: str) -> np.ndarray:
+        """The request's input ``name`` as a numpy array it owns (not a view of the request's memory)."""
+        values = read_input(self._pb, request, name)
+        if name == ARRAY_INPUT and self.decoders is not None:
             values = np.array(values, copy=True)
-        return values, present[0]
+        return values
 
     def _accept(self, replies: Replies, index: int, values: np.ndarray, name: str, options: tuple, arrival_s: float) -> None:
         """Decode, check and resize request ``index``'s images and queue them; a failure is the request's answer."""
@@ -275,7 +284,7 @@ class TextDetectionModel(ScheduledModel):
         return images_from_bytes(values, **limits)
 
     def _image_count(self, request: Any) -> int:
-        """Images in the request by its input's batch dimension, without decoding (0 if malformed: _input_values says why).
+        """Images in the request by its input's batch dimension, without decoding (0 if malformed: _input_name says why).
 
         Raises:
             InvalidInputError: more than ``max_images_per_request`` images.
