@@ -149,8 +149,33 @@ def decoder_message(data: bytes, kind: str) -> str:
             text = " ".join(str(exc).split()) or type(exc).__name__
             if text.startswith("unpack_from requires a buffer"):  # struct's words (Pillow re-raises them): out of bytes
                 return f"the data ends inside the header, after {len(data)} bytes"
-            return "its header is incomplete or malformed" if text == "not identified by this driver" else text
+            if text == "not identified by this driver":
+                return (png_header_fault(data) if kind == "PNG" else None) or "its header is incomplete or malformed"
+            return text
     return ""
+
+
+_PNG_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}  # colour type -> bit depths
+
+
+def png_header_fault(data: bytes) -> str | None:
+    """Which field of a PNG's IHDR chunk breaks the PNG specification (section 11.2.2), or None when none does."""
+    if len(data) < 33 or data[12:16] != b"IHDR":
+        return f"its first chunk is {data[12:16]!r}, not the 13-byte IHDR header" if len(data) >= 16 else None
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    depth, colour, compression, filtering, interlace = data[24:29]
+    for name, value in (("width", width), ("height", height)):
+        if not 1 <= value < 2**31:
+            return f"its IHDR {name} is {value}; PNG requires 1 to 2^31-1"
+    if colour not in _PNG_DEPTHS:
+        return f"its IHDR colour type is {colour}; PNG allows 0, 2, 3, 4 or 6"
+    if depth not in _PNG_DEPTHS[colour]:
+        return f"its IHDR bit depth is {depth}; PNG allows {', '.join(map(str, _PNG_DEPTHS[colour]))} for colour type {colour}"
+    for name, value, allowed in (("compression method", compression, (0,)), ("filter method", filtering, (0,)),
+                                 ("interlace method", interlace, (0, 1))):
+        if value not in allowed:
+            return f"its IHDR {name} is {value}; PNG allows {' or '.join(map(str, allowed))}"
+    return None
 
 
 def _row_chunks(height: int, width: int) -> list[slice]:

@@ -269,6 +269,32 @@ def test_a_corrupt_file_is_refused_naming_its_index_and_the_decoders_message(cof
     assert re.search(message, text) and text.endswith("; the file is corrupt or truncated"), text
 
 
+def _with_ihdr(png: bytes, **fields: int) -> bytes:
+    """``png`` with IHDR fields replaced (width, height: 4 bytes; depth, colour: 1 byte), its CRC made valid again."""
+    import zlib
+
+    body = bytearray(png[12:29])  # b"IHDR" + 13 bytes of fields
+    offsets = {"width": (4, 4), "height": (8, 4), "depth": (12, 1), "colour": (13, 1)}
+    for name, value in fields.items():
+        start, size = offsets[name]
+        body[start:start + size] = value.to_bytes(size, "big")
+    return png[:12] + bytes(body) + zlib.crc32(bytes(body)).to_bytes(4, "big") + png[33:]
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"width": 0}, "its IHDR width is 0; PNG requires 1 to 2^31-1"),
+    ({"colour": 7}, "its IHDR colour type is 7; PNG allows 0, 2, 3, 4 or 6"),
+    ({"depth": 3}, "its IHDR bit depth is 3; PNG allows 8, 16 for colour type 2"),
+])
+def test_a_png_header_that_breaks_the_specification_is_refused_naming_the_field(coffee, fields, named):
+    """Invariant: a PNG whose IHDR holds a value the PNG specification forbids is refused with the field, its
+    value and what PNG allows, not only "its header is incomplete or malformed"."""
+    broken = _with_ihdr(png_bytes(coffee), **fields)
+    with pytest.raises(InvalidInputError) as info:
+        images_from_bytes(np.array([broken], dtype=object), **LIMITS)
+    assert named in str(info.value), str(info.value)
+
+
 def test_huge_png_is_refused_from_its_header_without_decoding():
     bomb = blank_png(12000, 12000)  # 168 KB on the wire, 144 MB decoded
     assert probe_encoded(bomb, index=0) == (12000, 12000)
