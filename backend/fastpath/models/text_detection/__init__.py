@@ -18,5 +18,8 @@ import os
 # already in the environment wins.
 OPENCV_POOL_NO_SPIN = {"OPENCV_THREAD_POOL_ACTIVE_WAIT_PAUSE_LIMIT": "0", "OPENCV_THREAD_POOL_ACTIVE_WAIT_WORKER": "0",
                        "OPENCV_THREAD_POOL_ACTIVE_WAIT_MAIN": "0"}
-for _name, _value in OPENCV_POOL_NO_SPIN.items():
+# OpenCV's warnings about a request's bytes ("PNG input buffer is incomplete" for a truncated file) reach the
+# server log without a model or request; the request's own error names its element, so only OpenCV's errors log.
+OPENCV_LOG = {"OPENCV_LOG_LEVEL": "ERROR"}
+for _name, _value in {**OPENCV_POOL_NO_SPIN, **OPENCV_LOG}.items():
     os.environ.setdefault(_name, _value)

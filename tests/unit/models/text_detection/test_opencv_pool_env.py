@@ -1,4 +1,5 @@
-"""OpenCV's pool waits without spinning in any process that loads text_detection, unless the user chose otherwise.
+"""OpenCV's pool waits without spinning, and its warnings stay out of the log, in any process that loads
+text_detection, unless the user chose otherwise.
 
 OpenCV reads ``OPENCV_THREAD_POOL_ACTIVE_WAIT_*`` once, when cv2 loads; so the invariant is about the environment cv2
 sees: importing ``fastpath.models.text_detection`` (which every module that imports cv2 lives under) sets each to 0,
@@ -50,3 +51,17 @@ def test_a_wait_the_user_exported_is_kept():
     seen = _seen_by_cv2(env)
     assert seen["OPENCV_THREAD_POOL_ACTIVE_WAIT_WORKER"] == "2000"
     assert seen["OPENCV_THREAD_POOL_ACTIVE_WAIT_MAIN"] == "0" and seen["OPENCV_THREAD_POOL_ACTIVE_WAIT_PAUSE_LIMIT"] == "0"
+
+
+def test_opencv_warnings_about_a_requests_bytes_stay_out_of_the_log():
+    """Invariant: after the package loads, decoding a truncated PNG writes nothing to stderr (OpenCV's WARN line
+    names no model or request; the request's own error names its element), unless the user set OPENCV_LOG_LEVEL."""
+    script = ("import fastpath.models.text_detection, cv2, numpy as np\n"
+              "ok, png = cv2.imencode('.png', np.full((64, 64, 3), 9, np.uint8))\n"
+              "assert cv2.imdecode(np.frombuffer(png.tobytes()[:200], np.uint8), cv2.IMREAD_COLOR) is None\n")
+    env = {k: v for k, v in os.environ.items() if k != "OPENCV_LOG_LEVEL"}
+    quiet = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True, timeout=120)
+    assert "WARN" not in quiet.stderr, quiet.stderr
+    loud = subprocess.run([sys.executable, "-c", script], env={**env, "OPENCV_LOG_LEVEL": "WARNING"}, capture_output=True,
+                          text=True, check=True, timeout=120)
+    assert "PNG input buffer is incomplete" in loud.stderr, loud.stderr
