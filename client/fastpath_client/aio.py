@@ -25,7 +25,7 @@ from fastpath_client._core import (
     items_from,
     unrestricted_state,
 )
-from fastpath_client.checks import model_version
+from fastpath_client.checks import inference_version, model_version
 from fastpath_client.errors import (
     FastPathClientError,
     InvalidInputError,
@@ -210,6 +210,7 @@ class AsyncClient(ClientCore):
 
     async def _infer(self, model: str, inputs: Mapping[str, Any], outputs: Sequence[str] | None, version: str,
                      timeout_s: float | None, *, retry: bool) -> dict[str, np.ndarray]:
+        version = inference_version(version)
         request = self._prepare(model, inputs, outputs)
         async with self._slot():
             return await self._call(model, lambda c: self._infer_once(c, model, version, request, outputs), timeout_s,

@@ -62,3 +62,20 @@ def model_version(version: object) -> int:
     if version < 1:
         raise InvalidInputError(f"version must be >= 1 (Triton's model versions start at 1), got {version!r}")
     return int(version)
+
+
+def inference_version(version: object) -> str:
+    """``version`` as Triton's inference URL and gRPC request take it: "" (the model's version policy picks) or
+    the decimal string of an integer >= 1.
+
+    Raises:
+        InvalidInputError: anything else, e.g. "abc", "1.5", "0" or -1, which Triton answers over HTTP with a bare
+            404 "Not Found" that reads as an unknown model; the message quotes the value.
+    """
+    if version == "" or version is None:
+        return ""
+    text = str(version) if isinstance(version, numbers.Integral) and not isinstance(version, bool) else version
+    if not isinstance(text, str) or not text.isdecimal() or not text.isascii() or int(text) < 1:
+        raise InvalidInputError(f"version must be \"\" (the server's choice) or a model version >= 1 such as \"2\", "
+                                f"got {version!r}")
+    return text

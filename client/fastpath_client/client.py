@@ -24,7 +24,7 @@ from fastpath_client._core import (
     items_from,
     unrestricted_state,
 )
-from fastpath_client.checks import model_version
+from fastpath_client.checks import inference_version, model_version
 from fastpath_client.errors import (
     FastPathClientError,
     InvalidInputError,
@@ -210,13 +210,15 @@ class Client(ClientCore):
             Output name -> array (``outputs``, or all outputs when None).
 
         Raises:
-            InvalidInputError: refused client-side (numpy S/U arrays) or by the server (400).
+            InvalidInputError: refused client-side (numpy S/U arrays; a ``version`` other than "" or an integer >= 1)
+                or by the server (400).
             FastPathClientError: the other subclasses, see :mod:`fastpath_client.errors`.
         """
         return self._infer(model, inputs, outputs, version, timeout_s, retry=True)
 
     def _infer(self, model: str, inputs: Mapping[str, Any], outputs: Sequence[str] | None, version: str,
                timeout_s: float | None, *, retry: bool) -> dict[str, np.ndarray]:
+        version = inference_version(version)
         request = self._prepare(model, inputs, outputs)
         return self._call(model, lambda c, kw: self._infer_once(c, kw, model, version, request, outputs), timeout_s,
                           retry=retry)

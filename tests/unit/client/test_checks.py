@@ -83,3 +83,15 @@ def test_swap_refuses_a_bad_version_before_any_request():
     on still raises the version's InvalidInputError, not a connection error."""
     with pytest.raises(InvalidInputError, match="got 2.5"):
         Client("127.0.0.1:9", admin_key="k").swap("text_embedding", 2.5)
+
+
+def test_an_inference_version_is_empty_or_a_positive_integer_string():
+    """Invariant: infer's ``version`` reaches Triton as "" or the decimal string of an integer >= 1; anything
+    else is refused client-side, quoting it (Triton's HTTP answer to "abc" is a bare 404 that reads as an
+    unknown model)."""
+    from fastpath_client.checks import inference_version
+
+    assert [inference_version(v) for v in ("", None, "2", 2, np.int64(3))] == ["", "", "2", "2", "3"]
+    for bad in ("abc", "1.5", "0", "-1", -1, 0, True, 2.0, "٣", " 2"):
+        with pytest.raises(InvalidInputError, match=r"version must be \"\" \(the server's choice\) or a model version >= 1"):
+            inference_version(bad)
