@@ -17,7 +17,7 @@ from pathlib import Path
 PY_SPY_THREAD = re.compile(r'^Thread (\d+) \([^)]*\): "([^"]*)"', re.MULTILINE)
 
 
-def stat_cpu_s(stat: Path) -> tuple[str, float, int]:
+def stat_usage(stat: Path) -> tuple[str, float, int]:
     """(name, CPU seconds user + system, minor faults) from a ``/proc/<pid>/stat`` or ``/proc/<pid>/task/<tid>/stat``
     file (proc(5): ``minflt`` is field 10, ``utime`` and ``stime`` 14 and 15).
 
@@ -38,7 +38,7 @@ def _threads(pid: int) -> dict[int, tuple[str, float, int]]:
         return found
     for task in tasks:
         try:
-            found[int(task.name)] = stat_cpu_s(task / "stat")
+            found[int(task.name)] = stat_usage(task / "stat")
         except (OSError, IndexError, ValueError):
             continue
     return found

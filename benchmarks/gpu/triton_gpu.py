@@ -256,10 +256,10 @@ def _worker(url: str, model: str, texts: list[str], concurrency: int, duration_s
 
 def _proc_cpu_s(pid: int) -> float:
     """CPU seconds (user + system, all threads) of process ``pid`` so far; 0.0 if it is gone."""
-    from thread_cpu import stat_cpu_s  # beside this file
+    from thread_cpu import stat_usage  # beside this file
 
     try:
-        return stat_cpu_s(Path(f"/proc/{pid}/stat"))[1]
+        return stat_usage(Path(f"/proc/{pid}/stat"))[1]
     except (OSError, IndexError, ValueError):
         return 0.0
 

@@ -31,9 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from fastpath.cli.common import URL_DEFAULT, default_url, env_int, error_line, plain_help, port_hint
-from fastpath.cli.common import bounded as _bounded
-from fastpath.cli.common import bounded_number as _number
+from fastpath.cli.common import URL_DEFAULT, bounded, bounded_number, default_url, env_int, error_line, plain_help, port_hint
 from fastpath.errors import BenchError
 
 LOG = logging.getLogger("fastpath")
@@ -48,7 +46,7 @@ def _list(text: str, kind: type, lowest: float, strict: bool, what: str) -> list
     if not items:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list of {what}, got {text!r}")
     try:
-        return [_number(v, kind, lowest, strict, what) for v in items]
+        return [bounded_number(v, kind, lowest, strict, what) for v in items]
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"{exc} in {text!r}" if len(items) > 1 else str(exc)) from None
 
@@ -80,25 +78,25 @@ def register(subparsers: Any) -> None:
     mode.add_argument("--concurrency", type=_int_list, default=None, help="closed-loop sweep, e.g. 1,8,32 (default 1,8,32)")
     mode.add_argument("--request-rate", type=_float_list, default=None, help="open-loop sweep in requests/s, e.g. 10,20")
     bench.add_argument("--poisson", action="store_true", help="Poisson arrivals in --request-rate mode (default constant gaps)")
-    bench.add_argument("--duration-s", type=_bounded(float, 0, True, "seconds"), default=15.0,
+    bench.add_argument("--duration-s", type=bounded(float, 0, True, "seconds"), default=15.0,
                        help="measurement per configuration, split into 3 windows")
-    bench.add_argument("--warmup-s", type=_bounded(float, 0, False, "seconds"), default=None,
+    bench.add_argument("--warmup-s", type=bounded(float, 0, False, "seconds"), default=None,
                        help="warm-up per configuration (default min(5, duration/3))")
-    bench.add_argument("--max-windows", type=_bounded(int, 1, False, "windows"), default=6,
+    bench.add_argument("--max-windows", type=bounded(int, 1, False, "windows"), default=6,
                        help="stop after this many windows even if not stable (at least 3 run)")
-    bench.add_argument("--stability-pct", type=_bounded(float, 0, True, "percent"), default=10.0,
+    bench.add_argument("--stability-pct", type=bounded(float, 0, True, "percent"), default=10.0,
                        help="windows must agree within this percent")
     bench.add_argument("--url", default=None, help=f"HOST:PORT of Triton. {URL_DEFAULT}")
     bench.add_argument("--protocol", choices=("http", "grpc"), default="http")
     bench.add_argument("--metrics-url", default=None,
                        help=f"HOST:PORT of Triton's metrics port, for FastPath's share of the server time "
                             f"(default --url's host, port $METRICS_PORT or {METRICS_PORT}; 'none': Triton's statistics only)")
-    bench.add_argument("--batch-size", type=_bounded(int, 1, False, "items per request"), default=1,
+    bench.add_argument("--batch-size", type=bounded(int, 1, False, "items per request"), default=1,
                        help="items (texts, images) per request")
     bench.add_argument("--shape", type=_shape, action="append", default=[], help="NAME:d1,d2 for inputs with -1 dims")
     bench.add_argument("--shared-memory", choices=("auto", "always", "never"), default="never",
                        help="send large inputs through system shared memory (default never: like perf_analyzer)")
-    bench.add_argument("--timeout-s", type=_bounded(float, 0, True, "seconds"), default=30.0,
+    bench.add_argument("--timeout-s", type=bounded(float, 0, True, "seconds"), default=30.0,
                        help="per-request timeout; a timeout counts as an error")
     bench.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for the JSON and PNG")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -174,17 +174,17 @@ def _driver_holding_gil() -> ctypes.PyDLL | None:
 
 
 def _driver_check(status: int, call: str) -> None:
-    """:func:`check` for a raw ``CUresult`` code, named through ``cuda.bindings.driver`` when it knows it."""
+    """:func:`check` for a raw ``CUresult`` code from the ctypes calls (as ``cuda.bindings.driver.CUresult``, so the
+    error names it, where the bindings know the code)."""
     if status == 0:
         return
     try:
         from cuda.bindings import driver
 
-        name = driver.CUresult(status).name
-    except Exception:  # noqa: BLE001 - naming an error must not raise a second one
-        name = f"CUresult {status}"
-    raise CudaError(f"{call}: CUDA error {name} ({status}); check the device is present and has free memory (nvidia-smi)",
-                    error_name=name, call=call)
+        err: Any = driver.CUresult(status)
+    except Exception:  # noqa: BLE001 - an unknown code is still reported, by its number
+        err = status
+    check(err, call)
 
 
 def _page_locked_or_device(driver: ctypes.PyDLL, address: int) -> bool:
