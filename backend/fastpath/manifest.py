@@ -83,6 +83,37 @@ class ChecksumCache:
         return digest
 
 
+def process_umask() -> int:
+    """The process's umask, read without changing it (``/proc/self/status`` ``Umask``, Linux 4.7+); elsewhere
+    through ``os.umask``, which sets it for an instant."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def give_default_mode(path: Path) -> None:
+    """Give ``path`` (a file, or a directory and everything under it) the mode a plain ``open`` or ``mkdir``
+    gives under the process's umask: 0o666 for files and 0o777 for directories, less the umask.
+
+    A version directory is written through temporary names (``tempfile`` makes them 0o600 and 0o700, and onnx
+    writes external data 0o600), then renamed into place; without this, a server running as another user than
+    the build, or a read-only shared model repository, could not read the version.
+    """
+    mask = process_umask()
+    path = Path(path)
+    paths = [path, *path.rglob("*")] if path.is_dir() else [path]
+    for item in paths:
+        if not item.is_symlink():
+            os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~mask)
+
+
 def write_manifest(directory: Path, files: Iterable[str], metadata: Mapping[str, Any]) -> Path:
     """Write ``manifest.json`` listing ``files`` (names inside ``directory``) with their sha256.
 

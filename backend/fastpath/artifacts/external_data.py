@@ -19,7 +19,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from fastpath.manifest import external_data_artifact, read_manifest, verify_manifest, write_manifest
+from fastpath.manifest import external_data_artifact, give_default_mode, read_manifest, verify_manifest, write_manifest
 
 GRAPH_NAME = "model.external.onnx"
 DATA_NAME = "model.external.onnx.data"
@@ -53,8 +53,9 @@ def add_external_data_copy(version_dir: Path, source: str = "model.onnx") -> boo
         staging = Path(staging_name)
         onnx.save_model(model, str(staging / GRAPH_NAME), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=DATA_NAME, size_threshold=SIZE_THRESHOLD_BYTES)
-        os.replace(staging / DATA_NAME, version_dir / DATA_NAME)
-        os.replace(staging / GRAPH_NAME, version_dir / GRAPH_NAME)
+        for name in (DATA_NAME, GRAPH_NAME):
+            give_default_mode(staging / name)  # onnx writes the data file 0o600
+            os.replace(staging / name, version_dir / name)
     manifest = read_manifest(version_dir)
     files = set(manifest.pop("files")) | {GRAPH_NAME, DATA_NAME}
     manifest.pop("sizes", None)

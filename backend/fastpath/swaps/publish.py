@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from fastpath.errors import ArtifactError
-from fastpath.manifest import verify_manifest
+from fastpath.manifest import give_default_mode, verify_manifest
 
 
 def publish_version(source: Path, model_dir: Path, version: int, *, replace: bool = False) -> Path:
@@ -27,7 +27,8 @@ def publish_version(source: Path, model_dir: Path, version: int, *, replace: boo
         replace: replace an existing version directory (the old one is moved aside, then deleted).
 
     Returns:
-        The published directory.
+        The published directory; it and its files have the umask's default modes (0o777 / 0o666 less the
+        umask), whatever modes ``source`` had.
 
     Raises:
         ArtifactError: the version exists (and not ``replace``), or the manifest does not verify
@@ -41,6 +42,7 @@ def publish_version(source: Path, model_dir: Path, version: int, *, replace: boo
     staging = Path(tempfile.mkdtemp(prefix=f".staging-{version}-", dir=model_dir))
     try:
         shutil.copytree(source, staging, dirs_exist_ok=True)
+        give_default_mode(staging)  # mkdtemp made it 0o700: the version must be readable as a plain directory is
         verify_manifest(staging)
         for path in staging.rglob("*"):
             if path.is_file():

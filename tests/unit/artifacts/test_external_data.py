@@ -74,3 +74,18 @@ def test_a_manifest_naming_an_unlisted_copy_gives_none(version):
     manifest["external_data"] = {"file": GRAPH_NAME, "data": DATA_NAME, "source": "model.onnx",
                                  "source_sha256": manifest["files"]["model.onnx"]}
     assert external_data_artifact(manifest) is None
+
+
+def test_the_copy_has_the_umask_default_mode(version):
+    """Invariant: both files of the copy are 0o666 less the umask (onnx writes the data file 0o600), so a server
+    running as another user than the build can read them."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        assert add_external_data_copy(version)
+    finally:
+        os.umask(old)
+    assert {name: stat.S_IMODE((version / name).stat().st_mode) for name in (GRAPH_NAME, DATA_NAME)} == {
+        GRAPH_NAME: 0o644, DATA_NAME: 0o644}

@@ -27,6 +27,7 @@ from typing import Any
 from fastpath.engines.tensorrt.plan import PlanKey, bucket_profiles, builder_flags
 from fastpath.errors import EngineError
 from fastpath.graphs import BucketGrid
+from fastpath.manifest import give_default_mode
 
 LOG = logging.getLogger("fastpath.engines.tensorrt")
 
@@ -54,6 +55,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as handle:
         handle.write(data)
         temporary = Path(handle.name)
+    give_default_mode(temporary)  # NamedTemporaryFile makes it 0o600
     os.replace(temporary, path)
 
 
