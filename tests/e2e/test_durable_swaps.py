@@ -81,7 +81,8 @@ def test_a_reload_with_a_config_override_keeps_the_swapped_version(tmp_path, rep
 
 
 def test_a_restart_comes_back_on_the_swapped_version_and_can_roll_back(tmp_path, repository):
-    """swap -> server restart -> still version 2; rollback then returns to 1 from the record."""
+    """swap -> server restart -> still version 2, and Triton's log says so at its default verbosity; rollback then
+    returns to 1 from the record."""
     versions = tmp_path / "versions"
     (tmp_path / "first").mkdir()
     (tmp_path / "second").mkdir()
@@ -93,6 +94,7 @@ def test_a_restart_comes_back_on_the_swapped_version_and_can_roll_back(tmp_path,
     server = start_server(tmp_path / "second", repository=repository, admin_key=KEY, version_state_dir=versions)
     try:
         assert _status(server)["active_version"] == 2 and _served_versions(server) == {2}
+        assert f"{MODEL}: serving version 2 from {versions / MODEL}.json (swap at" in (tmp_path / "second" / "tritonserver.log").read_text()
         rolled = admin(server.http_url, {"command": "rollback", "model": MODEL, "key": KEY})
         assert rolled["active_version"] == 1 and _served_versions(server) == {1}
         assert json.loads((versions / f"{MODEL}.json").read_text())["reason"] == "rollback"

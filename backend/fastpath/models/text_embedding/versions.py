@@ -22,6 +22,8 @@ from fastpath.swaps.record import VersionRecord, read_record, record_path
 from fastpath.swaps.slots import EngineSlots
 
 LOG = logging.getLogger(__name__)
+# a restored version is an event Triton's log shows at INFO, as swaps are (fastpath.triton.logs.EVENT_LOGGERS)
+RESTORE_LOG = logging.getLogger("fastpath.swaps.restore")
 BACKGROUND_NICE = 10  # nice value of the pre-verification thread: serving threads stay at the process's own
 
 
@@ -108,7 +110,7 @@ class VersionedEmbedder:
             self.initial.close()
             self.initial = embedder
             self.restore = {"version": version, "ok": version == record.version, "error": "; ".join(errors) or None}
-            LOG.info("%s: serving version %s from %s (%s at %s)", self.model_dir.name, version, self.record_path,
+            RESTORE_LOG.info("%s: serving version %s from %s (%s at %s)", self.model_dir.name, version, self.record_path,
                      record.reason, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.since)))
             return version, ({"since": record.since, "reason": record.reason} if version == record.version else serving)
         self.restore = {"version": loaded, "ok": False, "error": "; ".join(errors)}
