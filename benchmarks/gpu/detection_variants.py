@@ -45,6 +45,11 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
     "text_detection_blocking_sync": {INSTANCE_COUNT: "1", "cuda_blocking_sync": "true", "capture_shapes_px": "736x1312"},
     "text_detection_spin_wait_one": {INSTANCE_COUNT: "1", "cuda_blocking_sync": "false", "capture_shapes_px": "736x1312"},
     "text_detection_opencv_pool": {INSTANCE_COUNT: "1", "opencv_threads": "0", "capture_shapes_px": "736x1312"},
+    # c=1 on one instance, with its eight decode threads or with one: does a cold stub or a cold decode thread cost
+    # c=1? (Three instances may take c=1's requests in turn; at c=1 a thread pool's queue wakes a different one of
+    # the eight decode threads for each image, each idle since its last one; one decoder is the same thread each time.)
+    "text_detection_one_instance_c1": {INSTANCE_COUNT: "1", "capture_shapes_px": "736x1312"},
+    "text_detection_one_decoder_c1": {INSTANCE_COUNT: "1", "capture_shapes_px": "736x1312", "decode_threads": "1"},
     # the shipped three instances on OpenCV's pool (its workers sleep between calls: fastpath.models.text_detection)
     "text_detection_opencv_pool_x3": {"opencv_threads": "0", "capture_shapes_px": "736x1312"},
     # the shipped three instances with CUDA's default busy-wait (as shipped before cuda_blocking_sync true)
