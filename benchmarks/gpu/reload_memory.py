@@ -38,7 +38,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]
 
 import perf_analyzer as pa  # noqa: E402
 import soak_parts  # noqa: E402
-import triton_gpu  # noqa: E402
+import stub_probes  # noqa: E402
 from soak_actions import load_with_config, reload_config  # noqa: E402
 
 
@@ -61,7 +61,7 @@ def sample(product: soak_parts.ServedProduct, gpu: bool) -> dict:
     stubs = sum(soak_parts.process_rss_bytes(stub.pid) or 0 for stub in product.stubs())
     gpu_mib = None
     if gpu:
-        used, unread = triton_gpu.gpu_memory_mib()
+        used, unread = stub_probes.gpu_memory_mib()
         gpu_mib = None if unread else used.get(product.triton_pid)
     sizes = {"triton_rss": triton.rss_bytes, "triton_anon": triton.anon_bytes, "triton_file": triton.file_bytes,
              "triton_shmem": triton.shmem_bytes, "stubs_rss": stubs}

@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import perf_analyzer as pa  # noqa: E402  (benchmarks/perf_analyzer.py: input data, cells)
+import stub_probes  # noqa: E402  (CPU accounting, metrics, py-spy, GPU memory)
 import thread_cpu  # noqa: E402  (CPU per stub thread)
 import timeline  # noqa: E402  (benchmarks/timeline.py: FastPath's timeline per cell)
-import triton_gpu  # noqa: E402  (CPU accounting)
 from detection_numerics import VERSION_DIR, decode, gpu_config, numerics  # noqa: E402  (step 1)
 from detection_variants import build_repository, named_models, named_variants  # noqa: E402
 
@@ -233,20 +233,20 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
     try:
         server.wait_ready(timeout_s=400)
         report["load_s"] = round(time.monotonic() - started, 1)
-        report["gpu_memory_mib_after_load"] = triton_gpu.gpu_memory_mib()[0]
+        report["gpu_memory_mib_after_load"] = stub_probes.gpu_memory_mib()[0]
         print("ready in", report["load_s"], "s; GPU memory", report["gpu_memory_mib_after_load"], flush=True)
         for spec in args.cells.split(";"):
             model, workload, levels = spec.split(":")
             for concurrency in (int(c) for c in levels.split(",")):
-                account = triton_gpu.CpuAccount(server.pid)
+                account = stub_probes.CpuAccount(server.pid)
                 threads = thread_cpu.ThreadCpu([pid for pid, name in account.stubs.items() if name == model])
-                before = triton_gpu.model_metrics(metrics_port, model, "fastpath_")
+                before = stub_probes.model_metrics(metrics_port, model, "fastpath_")
                 dumps: list = []
                 spy = None
                 if f"{model}:{workload}:{concurrency}" in args.py_spy_cells.split(";"):
                     import threading
 
-                    spy = threading.Thread(target=triton_gpu.py_spy_dumps, args=(model, dumps), daemon=True)
+                    spy = threading.Thread(target=stub_probes.py_spy_dumps, args=(model, dumps), daemon=True)
                     spy.start()
                 t0, wall_t0 = time.monotonic(), time.time()
                 try:
@@ -256,17 +256,17 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
                 except (pa.PerfAnalyzerError, subprocess.TimeoutExpired) as exc:
                     report.setdefault("failed_cells", []).append({"cell": spec, "concurrency": concurrency, "error": str(exc)[-600:]})
                     print("FAILED", spec, concurrency, str(exc)[-600:], flush=True)
-                    report["failed_cells"][-1].update(triton_gpu.failure_state(metrics_port, model, root / "tritonserver.log"))
+                    report["failed_cells"][-1].update(stub_probes.failure_state(metrics_port, model, root / "tritonserver.log"))
                     print("    server then:", report["failed_cells"][-1], flush=True)
                     continue
                 wall_s = time.monotonic() - t0
                 timelines.ran(f"{model}:{workload}:{concurrency}", wall_t0, wall_t0 + wall_s)
-                cell["fastpath_metrics"] = triton_gpu.metric_deltas(before, triton_gpu.model_metrics(metrics_port, model, "fastpath_"))
+                cell["fastpath_metrics"] = stub_probes.metric_deltas(before, stub_probes.model_metrics(metrics_port, model, "fastpath_"))
                 if spy is not None:
                     spy.join(timeout=60)
                     report.setdefault("py_spy_dumps", {})[f"{model}:{workload}:{concurrency}"] = dumps
                 cell["cpu"] = account.finish(max(1, int(cell["req_per_s"] * wall_s)), 0.0, wall_s)
-                cell["stub_threads"] = threads.finish(wall_s, triton_gpu._py_spy())
+                cell["stub_threads"] = threads.finish(wall_s, stub_probes.py_spy_binary())
                 cell.pop("texts_per_s", None)
                 cell.update(model=model, workload=workload, concurrency=concurrency)
                 report["rows"].append(cell)
@@ -275,7 +275,7 @@ def serve(args, files: dict[str, Path], root: Path) -> dict:
                       "\n    stub minor faults per image:", {k: round(v / images) for k, v in cell["stub_threads"]["faults"].items()
                                                            if v >= images}, flush=True)
                 args.out.write_text(json.dumps({**args.report, "served": report}, indent=2) + "\n")  # so far, kept if cut short
-        report["gpu_memory_mib_end"] = triton_gpu.gpu_memory_mib()[0]
+        report["gpu_memory_mib_end"] = stub_probes.gpu_memory_mib()[0]
     finally:
         server.stop()
         log = (root / "tritonserver.log").read_text()

@@ -51,9 +51,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import perf_analyzer as pa  # noqa: E402  (benchmarks/perf_analyzer.py: input data, cells, CSV)
+import stub_probes  # noqa: E402  (benchmarks/gpu: CPU accounting, py-spy, metrics)
 import thread_cpu  # noqa: E402  (benchmarks/gpu: CPU per stub thread)
 import timeline  # noqa: E402  (benchmarks/timeline.py: FastPath's timeline per cell)
-import triton_gpu  # noqa: E402  (benchmarks/gpu: repository layout, CPU accounting, py-spy)
+import triton_gpu  # noqa: E402  (benchmarks/gpu: repository layout)
 
 WORKLOADS = {"short": 1, "passages": 1, "passages32": 32, "mixed": 1}  # texts per request
 
@@ -131,7 +132,7 @@ def run_cell(analyzer: pa.PerfAnalyzer, server, model: str, workload: str, data:
              measurement_ms: int, out_dir: Path) -> dict:
     """A cell (:func:`perf_analyzer.stable_cell` over gRPC) with the CPU its process groups used (cores, and
     microseconds per request)."""
-    account = triton_gpu.CpuAccount(server.pid)
+    account = stub_probes.CpuAccount(server.pid)
     threads = thread_cpu.ThreadCpu([pid for pid, name in account.stubs.items() if name == model])
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
@@ -143,7 +144,7 @@ def run_cell(analyzer: pa.PerfAnalyzer, server, model: str, workload: str, data:
     # perf_analyzer's rate holds over its whole run (warm-up and trials), so CPU per request = cores / rate
     cpu = account.finish(max(1, int(cell["req_per_s"] * wall_s)), client_s, wall_s)
     cell.update(model=model, workload=workload, concurrency=concurrency, cpu=cpu, wall_s=round(wall_s, 1),
-                stub_threads=threads.finish(wall_s, triton_gpu._py_spy()))  # cores per thread group of the model's stubs
+                stub_threads=threads.finish(wall_s, stub_probes.py_spy_binary()))  # cores per thread group of the model's stubs
     return cell
 
 
@@ -260,7 +261,7 @@ def main() -> int:
                         report.setdefault("failed_cells", []).append({"model": model, "workload": workload,
                                                                       "concurrency": concurrency, "error": str(exc)[-800:]})
                         print("FAILED", report["failed_cells"][-1], flush=True)
-                        report["failed_cells"][-1].update(triton_gpu.failure_state(metrics_port, model, root / "tritonserver.log"))
+                        report["failed_cells"][-1].update(stub_probes.failure_state(metrics_port, model, root / "tritonserver.log"))
                         print("    server then:", report["failed_cells"][-1], flush=True)
                         args.out.write_text(json.dumps(report, indent=2) + "\n")
                         continue
@@ -317,7 +318,7 @@ def fastpath_metrics(port: int, models: list[str]) -> dict:
     """Per FastPath model, over the whole run: engine calls per ``execute()`` and padded over real tokens."""
     result = {}
     for model in models:
-        totals = triton_gpu.model_metrics(port, model)
+        totals = stub_probes.model_metrics(port, model)
         calls = totals.get("fastpath_batch_size_count", 0.0)
         if calls:
             result[model] = {"engine_calls_per_execute": round(calls / max(1.0, totals.get("nv_inference_exec_count", 0.0)), 3),
@@ -345,7 +346,7 @@ def spy_cell(analyzer: pa.PerfAnalyzer, server, model: str, data: Path, concurre
     last lines of stderr (``stderr``) come with the summary when it recorded no sample. Its collapsed stacks are
     copied to ``keep``/py_spy_MODEL.txt."""
     root.mkdir(parents=True, exist_ok=True)
-    spying = triton_gpu.start_py_spy(model, seconds, root / "py_spy.txt", native=native, gil=gil)
+    spying = stub_probes.start_py_spy(model, seconds, root / "py_spy.txt", native=native, gil=gil)
     if spying is None:
         return {}
     try:
@@ -353,11 +354,11 @@ def spy_cell(analyzer: pa.PerfAnalyzer, server, model: str, data: Path, concurre
                        measurement_ms=int(seconds * 1000 / 3), csv_path=root / "spy.csv")
     finally:
         spying.wait(timeout=120)
-    summary = triton_gpu.summarize_py_spy(root / "py_spy.txt", top=30)
+    summary = stub_probes.summarize_py_spy(root / "py_spy.txt", top=30)
     if keep is not None and (root / "py_spy.txt").exists():
         shutil.copy(root / "py_spy.txt", keep / f"py_spy_{model}.txt")
     if not summary.get("samples"):
-        errors = triton_gpu.py_spy_stderr(root / "py_spy.txt")
+        errors = stub_probes.py_spy_stderr(root / "py_spy.txt")
         summary["stderr"] = errors.read_text(errors="replace").splitlines()[-12:] if errors.exists() else []
     return summary
 

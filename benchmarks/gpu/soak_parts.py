@@ -26,7 +26,7 @@ for path in (ROOT, ROOT / "benchmarks", HERE):
         sys.path.insert(0, str(path))
 
 import perf_analyzer as pa  # noqa: E402
-import triton_gpu  # noqa: E402  (nvidia-smi's memory per process)
+import stub_probes  # noqa: E402  (nvidia-smi's memory per process)
 from soak_checks import MonotoneCounter, Response, Segment  # noqa: E402
 
 MODEL = "text_embedding"
@@ -323,7 +323,7 @@ class Sampler(Worker):
             rss = {name: process_rss_bytes(pid) for pid, name in processes.items()}
             self.rss.append((t_s, {name: round(value / 2**20, 1) for name, value in rss.items() if value is not None}))
             if self.gpu:
-                used, self.gpu_unread = triton_gpu.gpu_memory_mib()
+                used, self.gpu_unread = stub_probes.gpu_memory_mib()
                 if self.gpu_unread is None:  # a pid that is none of ours: another process, or one in another pid namespace
                     self.gpu_memory.append((t_s, {processes.get(pid, f"GPU process pid {pid} (not tritonserver or a text_embedding stub)"): float(mib)
                                                   for pid, mib in used.items() if pid not in skipped}))

@@ -9,6 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
+import stub_probes  # noqa: E402
 import triton_gpu  # noqa: E402
 
 
@@ -58,8 +59,8 @@ def test_py_spy_native_samples_pause_the_stub_and_plain_samples_do_not(tmp_path)
     --native (C/C++ frames) goes without --nonblocking, which py-spy refuses to combine with it, and the plain
     record stays non-blocking so it does not slow the stub it samples."""
     out = tmp_path / "spy.txt"
-    plain = triton_gpu.py_spy_argv("py-spy", 4242, 8.0, out)
-    native = triton_gpu.py_spy_argv("py-spy", 4242, 8.0, out, native=True)
+    plain = stub_probes.py_spy_argv("py-spy", 4242, 8.0, out)
+    native = stub_probes.py_spy_argv("py-spy", 4242, 8.0, out, native=True)
     common = ["py-spy", "record", "--rate", "250", "--format", "raw", "--duration", "8", "--output", str(out), "--pid", "4242"]
     assert plain == common + ["--nonblocking"]
     assert native == common + ["--native"]
@@ -70,8 +71,8 @@ def test_py_spy_gil_samples_only_the_gil_holder_in_either_mode(tmp_path):
     cannot be merged no longer drops every sample) and keeps the native/plain choice as it was."""
     out = tmp_path / "spy.txt"
     common = ["py-spy", "record", "--rate", "250", "--format", "raw", "--duration", "8", "--output", str(out), "--pid", "4242"]
-    assert triton_gpu.py_spy_argv("py-spy", 4242, 8.0, out, native=True, gil=True) == common + ["--gil", "--native"]
-    assert triton_gpu.py_spy_argv("py-spy", 4242, 8.0, out, gil=True) == common + ["--gil", "--nonblocking"]
+    assert stub_probes.py_spy_argv("py-spy", 4242, 8.0, out, native=True, gil=True) == common + ["--gil", "--native"]
+    assert stub_probes.py_spy_argv("py-spy", 4242, 8.0, out, gil=True) == common + ["--gil", "--nonblocking"]
 
 
 def test_reload_memory_variants_name_the_environment_fastpath_serve_starts_with():
