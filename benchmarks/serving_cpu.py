@@ -41,7 +41,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import perf_analyzer as pa  # noqa: E402
 from cpu_meter import cpu_seconds, waited_children_seconds  # noqa: E402
-from scheduler_cpu import FASTPATH_VARIANTS, RawEngine, build_repository, by_length, ideal_sample, load, workload_texts  # noqa: E402
+from scheduler_cpu import RawEngine, by_length, ideal_sample, load, workload_texts  # noqa: E402
+from scheduler_repository import FASTPATH_VARIANTS, build_repository  # noqa: E402
 
 MODELS = ("echo_embedding", "naive_embedding", "text_embedding")
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration-s", type=float, default=6.0)
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks" / "serving_cpu")
     parser.add_argument("--extra", nargs="*", default=[], choices=sorted(FASTPATH_VARIANTS),
-                        help="FastPath variants (benchmarks/scheduler_cpu.py FASTPATH_VARIANTS) measured beside the three models")
+                        help="FastPath variants (benchmarks/scheduler_repository.py FASTPATH_VARIANTS) measured beside the three models")
     args = parser.parse_args(argv)
     models = MODELS + tuple(args.extra)
 
