@@ -111,7 +111,7 @@ class VersionedEmbedder:
             self.initial = embedder
             self.restore = {"version": version, "ok": version == record.version, "error": "; ".join(errors) or None}
             RESTORE_LOG.info("%s: serving version %s from %s (%s at %s)", self.model_dir.name, version, self.record_path,
-                     record.reason, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.since)))
+                             record.reason, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.since)))
             return version, ({"since": record.since, "reason": record.reason} if version == record.version else serving)
         self.restore = {"version": loaded, "ok": False, "error": "; ".join(errors)}
         LOG.error("%s: serving version %s, the one Triton loaded, instead of version %s recorded in %s",
