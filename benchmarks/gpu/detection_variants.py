@@ -50,6 +50,8 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
     # the eight decode threads for each image, each idle since its last one; one decoder is the same thread each time.)
     "text_detection_one_instance_c1": {INSTANCE_COUNT: "1", "capture_shapes_px": "736x1312"},
     "text_detection_one_decoder_c1": {INSTANCE_COUNT: "1", "capture_shapes_px": "736x1312", "decode_threads": "1"},
+    # the shipped three instances with decode and post threads taken last-idle first (fastpath.workers.LifoThreadPool)
+    "text_detection_lifo": {"thread_pool_order": "lifo", "capture_shapes_px": "736x1312"},
     # the shipped three instances on OpenCV's pool (its workers sleep between calls: fastpath.models.text_detection)
     "text_detection_opencv_pool_x3": {"opencv_threads": "0", "capture_shapes_px": "736x1312"},
     # the shipped three instances with CUDA's default busy-wait (as shipped before cuda_blocking_sync true)

@@ -1,7 +1,8 @@
 """text_detection with decode threads (``decode_threads``, what its GPU configuration uses) and OpenCV on the calling
 thread (``opencv_threads`` 1), on a real tritonserver.
 
-With ``decode_threads`` > 0, ``execute()`` copies each request's tensor and returns; a decode thread checks,
+With ``decode_threads`` > 0 (its threads taken in either ``thread_pool_order``), ``execute()`` copies each
+request's tensor and returns; a decode thread checks,
 decodes and resizes the images and queues them, or answers the request's error. Invariants, with requests of
 real photos (PNG, JPEG, raw uint8 arrays) and bad ones sent concurrently from several threads:
 * every good request gets the boxes the same detector computes in-process (OpenCV's default pool) for its images,
@@ -30,12 +31,15 @@ pytestmark = pytest.mark.e2e
 RESIZE = {"limit_type": "max", "limit_side_len_px": "384"}  # small inputs: fast on 2 CPU cores
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@pytest.fixture(scope="module", params=["fifo", "lifo"])
+def server(tmp_path_factory, request):
+    """The model with three decode threads, taken longest-idle first (ThreadPoolExecutor) or last-idle first
+    (``thread_pool_order`` lifo: fastpath.workers.LifoThreadPool)."""
     if not text_detection_present(MODEL_REPOSITORY):
         build_text_detection(MODEL_REPOSITORY)
-    root = tmp_path_factory.mktemp("triton_detection_decode_threads")
-    repository = variant_repository(root, MODEL, decode_threads="3", opencv_threads="1", **RESIZE)
+    root = tmp_path_factory.mktemp(f"triton_detection_decode_threads_{request.param}")
+    repository = variant_repository(root, MODEL, decode_threads="3", opencv_threads="1", thread_pool_order=request.param,
+                                    **RESIZE)
     server = start_server(root, models=(MODEL,), repository=repository)
     try:
         yield server

@@ -11,6 +11,7 @@ from typing import ClassVar
 
 from fastpath.config import PRECISIONS, RUNTIMES, check_parameter
 from fastpath.scheduling.config import SchedulerConfig
+from fastpath.workers import ORDERS
 
 NETWORK_STRIDE_PX = 32  # DB's backbone downsamples by 32: each resized side is a multiple of this
 LIMIT_TYPES = ("max", "min")  # PaddleOCR DetResizeForTest limit_type: cap the longer side / raise the shorter side
@@ -69,6 +70,7 @@ class TextDetectionConfig:
     decode_threads: int = 0
     decode_device: str = "cpu"
     post_threads: int = 0
+    thread_pool_order: str = "fifo"
     capture_shapes_px: tuple[str, ...] = ()
     arena_max_input_bytes: int = 32 * MIB
     staging_keep_idle_bytes: int = 64 * MIB
@@ -114,6 +116,9 @@ class TextDetectionConfig:
         check_parameter(self.decode_device in DECODE_DEVICES, "decode_device", self.decode_device,
                         f"one of {', '.join(DECODE_DEVICES)} (cuda: nvJPEG on a KIND_GPU instance)")
         check_parameter(0 <= self.post_threads <= 64, "post_threads", self.post_threads, "in 0..64")
+        check_parameter(self.thread_pool_order in ORDERS, "thread_pool_order", self.thread_pool_order,
+                        f"one of {', '.join(ORDERS)} (which idle decode or post thread takes the next task: the one idle "
+                        "longest, or the one idle last)")
         for text in self.capture_shapes_px:
             parts = text.lower().split("x")
             check_parameter(len(parts) == 2 and all(p.isdigit() and int(p) % NETWORK_STRIDE_PX == 0 and int(p) > 0 for p in parts),

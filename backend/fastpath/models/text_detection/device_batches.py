@@ -22,7 +22,6 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -34,6 +33,7 @@ from fastpath.models.text_detection.config import NETWORK_STRIDE_PX
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector
 from fastpath.profiling import PROFILE
 from fastpath.scheduling import Batch
+from fastpath.workers import thread_pool
 
 LOG = logging.getLogger(__name__)
 
@@ -120,16 +120,17 @@ class DeviceBatchHandler:
             the batch fails with UnavailableError (503, retryable).
         on_batch: called after each delivered batch (pool metrics); its errors are logged.
         post_threads: threads for DB post-processing (0: the completion thread does it).
+        thread_pool_order: which idle post thread takes the next image (:data:`fastpath.workers.ORDERS`).
     """
 
     def __init__(self, detector: TextDetector, pool: BlockPool, *, lease_timeout_s: float | None = None,
-                 on_batch: Callable[[], None] | None = None, post_threads: int = 0) -> None:
+                 on_batch: Callable[[], None] | None = None, post_threads: int = 0, thread_pool_order: str = "fifo") -> None:
         self.detector = detector
         self.engine = detector.engine
         self.pool = pool
         self.lease_timeout_s = lease_timeout_s
         self.on_batch = on_batch
-        self._post = ThreadPoolExecutor(post_threads, thread_name_prefix="text_detection-post") if post_threads else None
+        self._post = thread_pool(thread_pool_order, post_threads, "text_detection-post") if post_threads else None
         self._live: dict[int, Lease] = {}
         self._lock = threading.Lock()
 

@@ -22,7 +22,6 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +58,7 @@ from fastpath.triton.requests import (
     select_outputs,
 )
 from fastpath.triton.scheduled import ScheduledModel
+from fastpath.workers import thread_pool
 
 LOG = logging.getLogger(__name__)
 MODEL_NAME = "text_detection"
@@ -162,7 +162,8 @@ class TextDetectionModel(ScheduledModel):
         """The device or host batch handler; after each batch it gives memory back, then runs ``on_batch``."""
         after = functools.partial(_after_batch, self.memory, on_batch)
         if self.gpu:
-            return DeviceBatchHandler(self.detector, self.pool, on_batch=after, post_threads=self.config.post_threads)
+            return DeviceBatchHandler(self.detector, self.pool, on_batch=after, post_threads=self.config.post_threads,
+                                      thread_pool_order=self.config.thread_pool_order)
         return DetectionBatchHandler(self.detector, self.pool, on_batch=after)
 
     def batch_policy(self, sizes: Sizes) -> ExactShapePolicy:
@@ -179,7 +180,7 @@ class TextDetectionModel(ScheduledModel):
         """Trim the idle stub (its level measured after the warm-up) and start the decode threads."""
         self.memory.after_batch()
         threads = self.config.decode_threads
-        self.decoders = ThreadPoolExecutor(threads, thread_name_prefix=f"{MODEL_NAME}-decode") if threads else None
+        self.decoders = thread_pool(self.config.thread_pool_order, threads, f"{MODEL_NAME}-decode") if threads else None
 
     def bucket_of(self, shape_hw: tuple[int, int]) -> tuple[int, int]:
         """The queue key of a resized shape: its shape bucket, or the shape itself when the padded
