@@ -5,7 +5,7 @@ Run from the repository root with the artifacts built:
     .venv/bin/python scripts/phase_profile.py --model text_embedding --concurrency 1 --seconds 8
     .venv/bin/python scripts/phase_profile.py --model text_embedding naive_embedding --passes 4 --seconds 12
 
-Starts one tritonserver on the benchmark repository of ``benchmarks/scheduler_cpu.py`` with
+Starts one tritonserver on the benchmark repository of ``benchmarks/scheduler_repository.py`` with
 ``FASTPATH_PHASE_PROFILE`` set (fastpath.profiling: seconds and counts per phase, written by the stub
 at unload), loads ``--model`` (several: in ``--passes`` alternating slices each) with a perf_analyzer gRPC closed loop
 of one text per request, and
@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fastpath-phases-") as tmp:
         os.environ["FASTPATH_PHASE_PROFILE"] = str(Path(tmp) / "profile")  # inherited by tritonserver's stubs
         from conftest import start_server
-        from scheduler_cpu import build_repository, load, workload_texts
+        from scheduler_cpu import load, workload_texts
+        from scheduler_repository import build_repository
 
         texts = workload_texts()
         server = start_server(Path(tmp), models=tuple(args.model), repository=build_repository(Path(tmp)))

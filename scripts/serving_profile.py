@@ -5,7 +5,7 @@ Run from the repository root with the artifacts built and ``perf`` installed (Li
 
     .venv/bin/python scripts/serving_profile.py --model text_embedding --seconds 15
 
-Starts one tritonserver on the benchmark repository of ``benchmarks/scheduler_cpu.py`` (the shipped
+Starts one tritonserver on the benchmark repository of ``benchmarks/scheduler_repository.py`` (the shipped
 text_embedding, its variants, and the baselines), warms ``--model`` for 3 s, then records
 ``perf record -a -F 499`` (no call graphs: Python 3.11 frames do not resolve in perf) for
 ``--seconds`` while perf_analyzer keeps ``--concurrency`` gRPC requests of one text each in flight. Prints the share
@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from scheduler_cpu import FASTPATH_VARIANTS, build_repository, load, workload_texts  # noqa: E402
+from scheduler_cpu import load, workload_texts  # noqa: E402
+from scheduler_repository import FASTPATH_VARIANTS, build_repository  # noqa: E402
 from serving_cpu import components  # noqa: E402
 
 
