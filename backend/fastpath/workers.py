@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 ORDERS = ("fifo", "lifo")  # fifo: concurrent.futures.ThreadPoolExecutor; lifo: LifoThreadPool
@@ -129,7 +129,5 @@ def thread_pool(order: str, workers: int, thread_name_prefix: str) -> Any:
     if order == "lifo":
         return LifoThreadPool(workers, thread_name_prefix)
     if order == "fifo":
-        from concurrent.futures import ThreadPoolExecutor
-
         return ThreadPoolExecutor(workers, thread_name_prefix=thread_name_prefix)
     raise ValueError(f"thread pool order {order!r} is not one of {', '.join(ORDERS)}")

@@ -45,10 +45,9 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
     "text_detection_blocking_sync": {INSTANCE_COUNT: "1", "cuda_blocking_sync": "true", "capture_shapes_px": "736x1312"},
     "text_detection_spin_wait_one": {INSTANCE_COUNT: "1", "cuda_blocking_sync": "false", "capture_shapes_px": "736x1312"},
     "text_detection_opencv_pool": {INSTANCE_COUNT: "1", "opencv_threads": "0", "capture_shapes_px": "736x1312"},
-    # c=1 on one instance, with its eight decode threads or with one: does a cold stub or a cold decode thread cost
-    # c=1? (Three instances may take c=1's requests in turn; at c=1 a thread pool's queue wakes a different one of
-    # the eight decode threads for each image, each idle since its last one; one decoder is the same thread each time.)
-    "text_detection_one_instance_c1": {INSTANCE_COUNT: "1", "capture_shapes_px": "736x1312"},
+    # c=1 on one instance with one decode thread, against _blocking_sync (one instance, eight decode threads, as
+    # shipped otherwise): at c=1 a thread pool's queue wakes a different one of the eight for each image, each idle
+    # since its last one; one decoder is the same thread each time
     "text_detection_one_decoder_c1": {INSTANCE_COUNT: "1", "capture_shapes_px": "736x1312", "decode_threads": "1"},
     # the shipped three instances with decode and post threads taken last-idle first (fastpath.workers.LifoThreadPool)
     "text_detection_lifo": {"thread_pool_order": "lifo", "capture_shapes_px": "736x1312"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -26,7 +27,7 @@ def _wait_idle(pool: LifoThreadPool, count: int) -> None:
         with pool._lock:
             if len(pool._idle) == count:
                 return
-        threading.Event().wait(0.005)
+        time.sleep(0.005)
     raise AssertionError(f"{count} workers never went idle")
 
 
