@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 from typing import Any
@@ -24,16 +23,9 @@ from fastpath.errors import NotLoadedError
 
 def _key(url: str) -> str | None:
     """FASTPATH_ADMIN_KEY, else the key `fastpath serve` wrote for ``url``'s port, else the latest it wrote."""
-    from fastpath.cli.common import admin_key_file
+    from fastpath.server.triton_api import find_admin_key
 
-    key = os.environ.get("FASTPATH_ADMIN_KEY")
-    if key:
-        return key
-    port = url.rsplit(":", 1)[-1] if ":" in url else None
-    for path in ([admin_key_file(port)] if port and port.isdigit() else []) + [admin_key_file()]:
-        if path.is_file():
-            return path.read_text().strip()
-    return None
+    return find_admin_key(url.rsplit(":", 1)[-1] if ":" in url else None)
 
 
 def _urls(values: list[str] | None, protocol: str = "http") -> list[str]:

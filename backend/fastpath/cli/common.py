@@ -83,16 +83,9 @@ def positive_seconds(text: str) -> float:
     return seconds
 
 
-ADMIN_KEY_FILE = Path.home() / ".cache" / "fastpath" / "admin_key"
 # the shortest FASTPATH_ADMIN_KEY the container entrypoint accepts and `fastpath serve` takes without a warning
 # (a generated key has 32 characters)
 MIN_ADMIN_KEY_CHARS = 16
-
-
-def admin_key_file(port: int | str | None = None) -> Path:
-    """Where `fastpath serve` writes a generated admin key: one file per port it listens on
-    (``admin_key.<port>``, so servers on other ports keep theirs), and ``admin_key`` for the latest."""
-    return ADMIN_KEY_FILE if port is None else ADMIN_KEY_FILE.with_name(f"{ADMIN_KEY_FILE.name}.{port}")
 
 
 PROTOCOL_NAMES = {"http": "HTTP", "grpc": "gRPC"}

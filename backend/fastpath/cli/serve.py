@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 from fastpath.cli.common import (
     DEFAULT_REPOSITORY,
     MIN_ADMIN_KEY_CHARS,
-    admin_key_file,
     bounded,
     env_int,
     port_number,
     positive_seconds,
 )
+from fastpath.server.triton_api import admin_key_file
 
 if TYPE_CHECKING:
     from fastpath.server.devices import CudaReport

@@ -307,8 +307,8 @@ def all_processes() -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     """``python -m fastpath.server.stubs --check``: exit 0 when every ready python-backend model has all its
     stubs and none has stalled, 1 (and a line per problem on stderr) when not or when Triton does not answer. For
-    container liveness probes; reads the admin key from ``FASTPATH_ADMIN_KEY`` (the index is part of
-    the restricted repository API)."""
+    container liveness probes. The admin key (the index is part of the restricted repository API) comes from
+    ``FASTPATH_ADMIN_KEY``, else from the file `fastpath serve` wrote for the port (``find_admin_key``)."""
     parser = argparse.ArgumentParser(prog="python -m fastpath.server.stubs", description=main.__doc__)
     parser.add_argument("--check", action="store_true", required=True, help="check once and exit")
     parser.add_argument("--http-port", type=int, default=8000)

@@ -8,11 +8,32 @@ key header when one is set, since ``fastpath serve`` restricts Triton's reposito
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 ADMIN_HEADER = "fastpath-admin-key"  # the header `fastpath serve` restricts Triton's model-repository API to
+ADMIN_KEY_FILE = Path.home() / ".cache" / "fastpath" / "admin_key"
+
+
+def admin_key_file(port: int | str | None = None) -> Path:
+    """Where `fastpath serve` writes a generated admin key: one file per port it listens on
+    (``admin_key.<port>``, so servers on other ports keep theirs), and ``admin_key`` for the latest."""
+    return ADMIN_KEY_FILE if port is None else ADMIN_KEY_FILE.with_name(f"{ADMIN_KEY_FILE.name}.{port}")
+
+
+def find_admin_key(port: int | str | None = None) -> str | None:
+    """The admin key for the server on ``port``: ``FASTPATH_ADMIN_KEY``, else the file `fastpath serve` wrote for
+    that port when it generated the key, else the latest file it wrote; None when there is none of these."""
+    key = os.environ.get("FASTPATH_ADMIN_KEY")
+    if key:
+        return key
+    for path in ([admin_key_file(port)] if str(port or "").isdigit() else []) + [admin_key_file()]:
+        if path.is_file():
+            return path.read_text().strip()
+    return None
 
 
 def http_status(request: urllib.request.Request | str, timeout_s: float) -> int:
@@ -43,10 +64,9 @@ class RepositoryApi:
 
     @classmethod
     def from_environment(cls, http_port: int) -> RepositoryApi:
-        """The Triton on this host's ``http_port``, with the admin key from ``FASTPATH_ADMIN_KEY`` (probes, hooks)."""
-        import os
-
-        return cls(f"127.0.0.1:{http_port}", os.environ.get("FASTPATH_ADMIN_KEY", ""))
+        """The Triton on this host's ``http_port`` (probes, hooks), with the admin key :func:`find_admin_key` finds:
+        ``FASTPATH_ADMIN_KEY``, else the key file `fastpath serve` wrote for that port."""
+        return cls(f"127.0.0.1:{http_port}", find_admin_key(http_port) or "")
 
     def _call(self, method: str, path: str, timeout_s: float) -> int:
         request = urllib.request.Request(self.base + path, method=method, headers=self.headers, data=b"" if method == "POST" else None)
