@@ -1,6 +1,6 @@
 """``detect_text`` requests and results, planned from the model's config as the server reports it.
 
-The text-detection model takes raw pixels (a ``UINT8`` input whose last dim is 3) and/or
+The text-detection model takes raw pixels (a ``UINT8`` input, channels last) and/or
 encoded PNG/JPEG bytes (a ``BYTES`` input), and answers boxes (an output whose dims end in ``[4, 2]``:
 quadrilaterals in pixel coordinates of the input image), scores (another ``FP32`` output) and possibly
 boxes-per-image counts (an ``INT*`` output named ``*COUNT*``, for ragged batches). The
@@ -18,6 +18,10 @@ import numpy as np
 
 from fastpath_client.errors import InvalidInputError, ServerError
 from fastpath_client.tensors import ModelSpec, TensorSpec
+
+# The channel counts a text detector's UINT8 input takes (text_detection's IMAGE, docs/models.md): gray,
+# gray + alpha, RGB, RGBA.
+IMAGE_CHANNELS = (1, 2, 3, 4)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,11 +106,13 @@ def check_image_list(images: Any) -> None:
 
 
 def image_request(io: DetectionIO, spec: ModelSpec, image: Any, index: int) -> dict[str, np.ndarray]:
-    """The inputs of one request for ``image`` (an HxWx3 uint8 array, or encoded PNG/JPEG bytes).
+    """The inputs of one request for ``image`` (an HxWxC uint8 array, C in :data:`IMAGE_CHANNELS`, or HxW
+    grayscale; or encoded PNG/JPEG bytes).
 
     Raises:
-        InvalidInputError: the model cannot take this kind of image, or the array's dtype/rank/fixed dims
-            differ from the config (the message names the image index, what came and what is expected).
+        InvalidInputError: the model cannot take this kind of image, or the array's dtype, rank, size (H or W
+            of 0) or channels are wrong or differ from the config's fixed dims (the message names the image
+            index, what came and what is expected).
     """
     if isinstance(image, (bytes, bytearray, memoryview)):
         if io.encoded is None:
@@ -132,6 +138,10 @@ def image_request(io: DetectionIO, spec: ModelSpec, image: Any, index: int) -> d
         array = array[..., np.newaxis]
     if array.dtype != np.uint8:
         raise InvalidInputError(f"image {index}: dtype {array.dtype}, expected uint8 (HxWx3 RGB)")
+    height, width, channels = array.shape
+    if height < 1 or width < 1 or channels not in IMAGE_CHANNELS:  # refused here, before any image is sent
+        raise InvalidInputError(f"image {index}: shape {list(array.shape)}; expected HxWxC with H, W >= 1 and C = 1 (gray), "
+                                "2 (gray + alpha), 3 (RGB) or 4 (RGBA), or HxW grayscale")
     shape = _shape_for(spec, io.pixels, array.shape)
     dims = spec.full_dims(io.pixels)
     if len(shape) != len(dims) or any(d not in (-1, s) for d, s in zip(dims, shape)):

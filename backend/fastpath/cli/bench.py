@@ -98,7 +98,8 @@ def register(subparsers: Any) -> None:
                        help="send large inputs through system shared memory (default never: like perf_analyzer)")
     bench.add_argument("--timeout-s", type=bounded(float, 0, True, "seconds"), default=30.0,
                        help="per-request timeout; a timeout counts as an error")
-    bench.add_argument("--out", type=Path, default=Path("bench-results"), help="directory for the JSON and PNG")
+    bench.add_argument("--out", type=Path, default=Path("bench-results"),
+                       help="directory for the JSON and PNG (default: bench-results in the current directory)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.set_defaults(func=cmd_bench)
 

@@ -55,6 +55,25 @@ def test_bad_images_are_refused_before_sending(image, message):
         image_request(detection_io(spec), spec, image, 2)
 
 
+@pytest.mark.parametrize("shape", [(10, 10, 5), (10, 10, 0), (0, 5, 3), (5, 0, 3), (0, 0)])
+def test_a_shape_no_detector_takes_is_refused_with_its_index(shape):
+    """With text_detection's open dims ([N, H, W, C] all -1) the config admits any shape, so the client itself
+    refuses what the model never takes (H or W of 0, C outside 1..4), naming the image's index, before a request
+    for any image of the call is sent."""
+    spec = _spec(0, [-1, -1, -1, -1], encoded=True)
+    with pytest.raises(InvalidInputError, match=r"image 3: shape .*expected HxWxC with H, W >= 1 and C = 1 \(gray\), "
+                                                r"2 \(gray \+ alpha\), 3 \(RGB\) or 4 \(RGBA\)"):
+        image_request(detection_io(spec), spec, np.zeros(shape, np.uint8), 3)
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4])
+def test_every_channel_count_the_detector_takes_is_sent(channels):
+    """C = 1 (gray), 2 (gray + alpha), 3 (RGB) and 4 (RGBA) go out as one [1, H, W, C] IMAGE request."""
+    spec = _spec(0, [-1, -1, -1, -1], encoded=True)
+    request = image_request(detection_io(spec), spec, np.zeros((6, 7, channels), np.uint8), 0)
+    assert request["IMAGE"].shape == (1, 6, 7, channels)
+
+
 @pytest.mark.parametrize(("images", "message"), [
     (np.zeros((720, 1280, 3), np.uint8), r"one array of shape \[720, 1280, 3\] .*detect_text\(\[image\]\)"),
     (np.zeros((720, 1280), np.uint8), r"one array of shape \[720, 1280\]"),
