@@ -49,8 +49,9 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
     # shipped otherwise): at c=1 a thread pool's queue wakes a different one of the eight for each image, each idle
     # since its last one; one decoder is the same thread each time
     "text_detection_one_decoder_c1": {INSTANCE_COUNT: "1", "capture_shapes_px": "736x1312", "decode_threads": "1"},
-    # the shipped three instances with decode and post threads taken last-idle first (fastpath.workers.LifoThreadPool)
-    "text_detection_lifo": {"thread_pool_order": "lifo", "capture_shapes_px": "736x1312"},
+    # the shipped three instances with decode and post threads taken longest-idle first (ThreadPoolExecutor), as
+    # shipped before thread_pool_order lifo
+    "text_detection_fifo": {"thread_pool_order": "fifo", "capture_shapes_px": "736x1312"},
     # the shipped three instances on OpenCV's pool (its workers sleep between calls: fastpath.models.text_detection)
     "text_detection_opencv_pool_x3": {"opencv_threads": "0", "capture_shapes_px": "736x1312"},
     # the shipped three instances with CUDA's default busy-wait (as shipped before cuda_blocking_sync true)
