@@ -14,8 +14,10 @@ Differentiable Binarization", AAAI 2020):
 5. scale each axis from the map to the input image, round, clip to the image, order the corners
    clockwise from top-left, drop boxes whose width or height is at most ``min_box_side_px``.
 
-Corners are integers (as rapidocr's) returned as float32. Boxes are sorted top-to-bottom, then
-left-to-right by their top-left corner, so the order is deterministic.
+Corners are integers (as rapidocr's) returned as float32. Boxes come in reading order (:func:`reading_order`):
+top to bottom by their top-left corner, and left to right along a line, where a line is boxes whose top-left
+corners lie within ``LINE_TOLERANCE_PX`` of each other vertically (PaddleOCR's ``sorted_boxes`` rule, which
+rapidocr applies before recognition). The order is deterministic.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ import pyclipper
 from fastpath.models.text_detection.config import TextDetectionConfig
 
 MIN_RECT_SIDE_PX = 3  # DBPostProcess.min_size (map pixels)
+# input-image pixels: top-left corners closer than this vertically are one line of text (PaddleOCR's
+# tools/infer/predict_system.py sorted_boxes, and rapidocr's, use 10)
+LINE_TOLERANCE_PX = 10
 DILATION_KERNEL = np.ones((2, 2), dtype=np.uint8)
 
 
@@ -143,5 +148,22 @@ def boxes_from_probability_map(prob_map: np.ndarray, image_hw: tuple[int, int], 
     if not boxes:
         return np.zeros((0, 4, 2), dtype=np.float32), np.zeros((0,), dtype=np.float32)
     stacked = np.stack(boxes).astype(np.float32)
-    order = np.lexsort((stacked[:, 0, 0], stacked[:, 0, 1]))
+    order = reading_order(stacked[:, 0, :])
     return np.ascontiguousarray(stacked[order]), np.asarray(scores, dtype=np.float32)[order]
+
+
+def reading_order(top_left: np.ndarray, line_tolerance_px: float = LINE_TOLERANCE_PX) -> np.ndarray:
+    """Indices that put boxes in reading order, from their top-left corners float [K, 2] (x, y), in pixels.
+
+    First by (y, x); then each box moves ahead of the boxes before it that lie to its right while each of them
+    is within ``line_tolerance_px`` of it vertically (boxes of one line whose tops differ by a pixel or two
+    read left to right). Returns int64 [K].
+    """
+    order = list(np.lexsort((top_left[:, 0], top_left[:, 1])))
+    for i in range(1, len(order)):
+        j = i
+        while j > 0 and abs(top_left[order[j], 1] - top_left[order[j - 1], 1]) < line_tolerance_px \
+                and top_left[order[j], 0] < top_left[order[j - 1], 0]:
+            order[j - 1], order[j] = order[j], order[j - 1]
+            j -= 1
+    return np.asarray(order, dtype=np.int64)

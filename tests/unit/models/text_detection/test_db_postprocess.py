@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fastpath.models.text_detection.config import TextDetectionConfig
-from fastpath.models.text_detection.db_postprocess import boxes_from_probability_map, order_clockwise
+from fastpath.models.text_detection.db_postprocess import boxes_from_probability_map, order_clockwise, reading_order
 from fastpath.models.text_detection.preprocess import normalize_into, resize_image, resized_shape
 from tests.unit.models.text_detection.reference import rapidocr_detector, skimage_rgb
 
@@ -49,6 +49,30 @@ def test_boxes_are_clipped_to_the_image_and_sorted_top_to_bottom():
     assert boxes[..., 1].min() >= 0 and boxes[..., 1].max() <= 127
     tops = [(box[0, 1], box[0, 0]) for box in boxes]
     assert tops == sorted(tops)
+
+
+def test_words_of_one_line_read_left_to_right():
+    """Boxes of one line whose top-left corners differ by a pixel or two (a word every 2000 px of a long strip)
+    come left to right, not ordered by that pixel: a line is corners within 10 px vertically."""
+    top_left = np.array([[8100, 11], [99, 10], [2099, 11], [4100, 10], [6100, 12]], np.float32)
+    assert top_left[reading_order(top_left), 0].tolist() == [99, 2099, 4100, 6100, 8100]
+
+
+def test_lines_read_top_to_bottom_each_left_to_right():
+    """Two lines 40 px apart: every box of the upper line comes before every box of the lower one, whatever the
+    x; within each line, left to right; corners 10 px or more apart vertically are different lines."""
+    top_left = np.array([[300, 52], [10, 50], [500, 90], [20, 93]], np.float32)
+    assert reading_order(top_left).tolist() == [1, 0, 3, 2]
+    assert reading_order(np.array([[50, 60], [5, 70]], np.float32)).tolist() == [0, 1]  # 10 px: two lines
+    assert reading_order(np.zeros((0, 2), np.float32)).tolist() == []
+
+
+def test_served_boxes_of_a_line_with_uneven_tops_read_left_to_right():
+    """Through the whole post-processing: a word on the left whose box starts 3 map pixels lower than the word
+    on its right still comes first."""
+    prob = _map_with([(13, 10, 30, 100), (10, 150, 30, 250)])
+    boxes, _ = boxes_from_probability_map(prob, (128, 256), PARAMS)
+    assert len(boxes) == 2 and boxes[0, 0, 1] > boxes[1, 0, 1] and boxes[0, 0, 0] < boxes[1, 0, 0]
 
 
 def test_max_candidates_limits_the_contours_examined():
