@@ -67,6 +67,13 @@ def test_lines_read_top_to_bottom_each_left_to_right():
     assert reading_order(np.zeros((0, 2), np.float32)).tolist() == []
 
 
+def test_a_slanted_line_stays_one_line():
+    """Words of a line rising to the right (each top 8 px above its left neighbour's) read left to right: a line
+    continues while each box is within 10 px of the one before, however far its ends drift apart."""
+    top_left = np.array([[100, 0], [50, 8], [0, 16], [40, 60]], np.float32)
+    assert reading_order(top_left).tolist() == [2, 1, 0, 3]
+
+
 def test_served_boxes_of_a_line_with_uneven_tops_read_left_to_right():
     """Through the whole post-processing: a word on the left whose box starts 3 map pixels lower than the word
     on its right still comes first."""
