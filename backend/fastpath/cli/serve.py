@@ -68,11 +68,18 @@ def _admin_key() -> tuple[str, bool]:
 
 def _publish_admin_key(key: str, ports: tuple[int, ...]) -> None:
     """Write a generated key (0600) for each port and as the latest, only once the server is ready:
-    a serve that fails to start (port in use) must not replace the key of one that is running."""
-    for path in [admin_key_file(port) for port in ports] + [admin_key_file()]:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.write_text(key + "\n")
+    a serve that fails to start (port in use) must not replace the key of one that is running. Where no file can
+    be written (no home directory, a read-only one) the server keeps serving and a warning says to set the key."""
+    try:
+        for path in [admin_key_file(port) for port in ports] + [admin_key_file()]:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600)
+            path.write_text(key + "\n")
+    except (OSError, RuntimeError) as exc:
+        LOG.warning("admin key: FASTPATH_ADMIN_KEY was not set and the generated key could not be written (%s): "
+                    "swap, rollback and Triton's model-repository API are refused until you restart with "
+                    "FASTPATH_ADMIN_KEY set", exc)
+        return
     LOG.info("admin key: FASTPATH_ADMIN_KEY was not set, generated one in %s (and %s); `fastpath swap` finds it "
              "there, or run `export FASTPATH_ADMIN_KEY=$(cat %s)` (set it before `make serve` to choose the key)",
              admin_key_file(ports[0]), admin_key_file(), admin_key_file(ports[0]))
@@ -81,7 +88,11 @@ def _publish_admin_key(key: str, ports: tuple[int, ...]) -> None:
 def _withdraw_admin_key(key: str, ports: tuple[int, ...]) -> None:
     """At exit: remove the key files :func:`_publish_admin_key` wrote that still hold ``key`` (a
     server started since on the same ports has written its own: those stay)."""
-    for path in [admin_key_file(port) for port in ports] + [admin_key_file()]:
+    try:
+        paths = [admin_key_file(port) for port in ports] + [admin_key_file()]
+    except RuntimeError:  # no home directory: nothing was written
+        return
+    for path in paths:
         try:
             if path.read_text().strip() == key:
                 path.unlink()

@@ -15,22 +15,32 @@ import urllib.request
 from pathlib import Path
 
 ADMIN_HEADER = "fastpath-admin-key"  # the header `fastpath serve` restricts Triton's model-repository API to
-ADMIN_KEY_FILE = Path.home() / ".cache" / "fastpath" / "admin_key"
+ADMIN_KEY_FILE: Path | None = None  # None: ~/.cache/fastpath/admin_key, resolved when asked (a probe may have no home)
 
 
 def admin_key_file(port: int | str | None = None) -> Path:
     """Where `fastpath serve` writes a generated admin key: one file per port it listens on
-    (``admin_key.<port>``, so servers on other ports keep theirs), and ``admin_key`` for the latest."""
-    return ADMIN_KEY_FILE if port is None else ADMIN_KEY_FILE.with_name(f"{ADMIN_KEY_FILE.name}.{port}")
+    (``admin_key.<port>``, so servers on other ports keep theirs), and ``admin_key`` for the latest.
+
+    Raises:
+        RuntimeError: the user has no home directory (``Path.home``).
+    """
+    latest = ADMIN_KEY_FILE or Path.home() / ".cache" / "fastpath" / "admin_key"
+    return latest if port is None else latest.with_name(f"{latest.name}.{port}")
 
 
 def find_admin_key(port: int | str | None = None) -> str | None:
     """The admin key for the server on ``port``: ``FASTPATH_ADMIN_KEY``, else the file `fastpath serve` wrote for
-    that port when it generated the key, else the latest file it wrote; None when there is none of these."""
+    that port when it generated the key, else the latest file it wrote; None when there is none of these (or
+    no home directory to hold them)."""
     key = os.environ.get("FASTPATH_ADMIN_KEY")
     if key:
         return key
-    for path in ([admin_key_file(port)] if str(port or "").isdigit() else []) + [admin_key_file()]:
+    try:
+        paths = ([admin_key_file(port)] if str(port or "").isdigit() else []) + [admin_key_file()]
+    except RuntimeError:
+        return None
+    for path in paths:
         if path.is_file():
             return path.read_text().strip()
     return None
