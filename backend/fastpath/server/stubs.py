@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from fastpath.server.triton_api import RepositoryApi, unreachable
+from fastpath.server.triton_api import RepositoryApi, add_http_port, unreachable
 from fastpath.swaps.control import state_dir
 from fastpath.triton.progress import ProgressRecord, progress_path, read_progress
 
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     ``FASTPATH_ADMIN_KEY``, else from the file `fastpath serve` wrote for the port (``find_admin_key``)."""
     parser = argparse.ArgumentParser(prog="python -m fastpath.server.stubs", description=main.__doc__)
     parser.add_argument("--check", action="store_true", required=True, help="check once and exit")
-    parser.add_argument("--http-port", type=int, default=8000)
+    add_http_port(parser)
     parser.add_argument("--server-pid", type=int, help="the tritonserver whose stubs count (needed when "
                         "this process sees stubs of several servers; a container has one)")
     args = parser.parse_args(argv)

@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ADMIN_HEADER = "fastpath-admin-key"  # the header `fastpath serve` restricts Triton's model-repository API to
 ADMIN_KEY_FILE: Path | None = None  # None: ~/.cache/fastpath/admin_key, resolved when asked (a probe may have no home)
@@ -161,17 +162,28 @@ def unreachable(port: int, exc: OSError) -> str:
     return f"Triton on port {port} did not answer: {exc}"
 
 
+def add_http_port(parser: Any) -> None:
+    """``--http-port`` for the probes and hooks run beside a server: default ``$HTTP_PORT`` (the variable
+    `make serve` and `fastpath serve` read), else Triton's 8000; a ``$HTTP_PORT`` that is no number is a usage error."""
+    text = os.environ.get("HTTP_PORT", "").strip()
+    if text and not text.isdigit():
+        parser.error(f"HTTP_PORT={text!r} is not a port number")
+    parser.add_argument("--http-port", type=int, default=int(text or 8000),
+                        help="Triton's HTTP port (default: $HTTP_PORT, the variable make serve reads, else 8000)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m fastpath.server.triton_api --unload-all``: unload every model of the Triton on
     ``--http-port`` and wait until none is loaded (a Kubernetes ``preStop`` hook: the models drain
-    before the kubelet's SIGTERM, whatever connections clients keep open). Reads the admin key from
-    ``FASTPATH_ADMIN_KEY``. Exit 0 when nothing is left loaded, 1 otherwise."""
+    before the kubelet's SIGTERM, whatever connections clients keep open). The admin key comes from
+    ``FASTPATH_ADMIN_KEY``, else from the file `fastpath serve` wrote for the port (:func:`find_admin_key`).
+    Exit 0 when nothing is left loaded, 1 otherwise."""
     import argparse
     import sys
 
     parser = argparse.ArgumentParser(prog="python -m fastpath.server.triton_api", description=main.__doc__)
     parser.add_argument("--unload-all", action="store_true", required=True)
-    parser.add_argument("--http-port", type=int, default=8000)
+    add_http_port(parser)
     parser.add_argument("--timeout-s", type=float, default=30.0)
     args = parser.parse_args(argv)
     api = RepositoryApi.from_environment(args.http_port)

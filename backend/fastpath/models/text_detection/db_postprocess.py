@@ -14,10 +14,7 @@ Differentiable Binarization", AAAI 2020):
 5. scale each axis from the map to the input image, round, clip to the image, order the corners
    clockwise from top-left, drop boxes whose width or height is at most ``min_box_side_px``.
 
-Corners are integers (as rapidocr's) returned as float32. Boxes come in reading order (:func:`reading_order`):
-lines top to bottom, each left to right, where a line is a run of boxes whose top-left corners, taken by y, lie
-within ``LINE_TOLERANCE_PX`` of the one before (the tolerance of PaddleOCR's ``sorted_boxes``, which rapidocr
-applies before recognition). The order is deterministic.
+Corners are integers (as rapidocr's) returned as float32, in reading order (:func:`reading_order`).
 """
 
 from __future__ import annotations
@@ -29,8 +26,8 @@ import pyclipper
 from fastpath.models.text_detection.config import TextDetectionConfig
 
 MIN_RECT_SIDE_PX = 3  # DBPostProcess.min_size (map pixels)
-# input-image pixels: top-left corners closer than this vertically are one line of text (PaddleOCR's
-# tools/infer/predict_system.py sorted_boxes, and rapidocr's, use 10)
+# input-image pixels: top-left corners closer than this vertically are one line of text whatever the boxes'
+# heights (PaddleOCR's tools/infer/predict_system.py sorted_boxes, and rapidocr's, use 10 alone)
 LINE_TOLERANCE_PX = 10
 DILATION_KERNEL = np.ones((2, 2), dtype=np.uint8)
 
@@ -148,18 +145,24 @@ def boxes_from_probability_map(prob_map: np.ndarray, image_hw: tuple[int, int], 
     if not boxes:
         return np.zeros((0, 4, 2), dtype=np.float32), np.zeros((0,), dtype=np.float32)
     stacked = np.stack(boxes).astype(np.float32)
-    order = reading_order(stacked[:, 0, :])
+    order = reading_order(stacked[:, 0, :], np.linalg.norm(stacked[:, 3, :] - stacked[:, 0, :], axis=1))
     return np.ascontiguousarray(stacked[order]), np.asarray(scores, dtype=np.float32)[order]
 
 
-def reading_order(top_left: np.ndarray, line_tolerance_px: float = LINE_TOLERANCE_PX) -> np.ndarray:
-    """Indices that put boxes in reading order, from their top-left corners float [K, 2] (x, y), in pixels.
+def reading_order(top_left: np.ndarray, heights: np.ndarray) -> np.ndarray:
+    """Indices that put boxes in reading order: lines top to bottom, each line's boxes left to right (ties by y).
 
-    Taken by y, the boxes form lines: a box whose y is within ``line_tolerance_px`` of the box before it
-    continues that line, a larger gap starts the next one (so a slanted line stays one line). Lines come top
-    to bottom, each line's boxes left to right (ties by y). Returns int64 [K]; O(K log K).
+    Args:
+        top_left: float [K, 2], each box's top-left corner (x, y) in pixels.
+        heights: float [K], each box's height in pixels (top-left to bottom-left corner).
+
+    Taken by y, a box continues the line of the box before it when its top is less than half the smaller of the
+    two heights lower, or less than ``LINE_TOLERANCE_PX`` (the rule of PaddleOCR's ``sorted_boxes``, which
+    alone splits large text: a word without ascenders starts lower), else it starts the next line. Returns
+    int64 [K]; O(K log K).
     """
     by_y = np.lexsort((top_left[:, 0], top_left[:, 1]))
-    ys = top_left[by_y, 1]
-    line = np.cumsum(np.concatenate([[True], np.diff(ys) >= line_tolerance_px])) if len(ys) else ys
+    ys, hs = top_left[by_y, 1], heights[by_y]
+    tolerance = np.maximum(LINE_TOLERANCE_PX, 0.5 * np.minimum(hs[1:], hs[:-1]))
+    line = np.cumsum(np.concatenate([[True], np.diff(ys) >= tolerance])) if len(ys) else ys
     return by_y[np.lexsort((top_left[by_y, 0], line))].astype(np.int64)

@@ -53,25 +53,35 @@ def test_boxes_are_clipped_to_the_image_and_sorted_top_to_bottom():
 
 def test_words_of_one_line_read_left_to_right():
     """Boxes of one line whose top-left corners differ by a pixel or two (a word every 2000 px of a long strip)
-    come left to right, not ordered by that pixel: a line is corners within 10 px vertically."""
+    come left to right, not ordered by that pixel."""
     top_left = np.array([[8100, 11], [99, 10], [2099, 11], [4100, 10], [6100, 12]], np.float32)
-    assert top_left[reading_order(top_left), 0].tolist() == [99, 2099, 4100, 6100, 8100]
+    order = reading_order(top_left, np.full(5, 8.0, np.float32))
+    assert top_left[order, 0].tolist() == [99, 2099, 4100, 6100, 8100]
 
 
 def test_lines_read_top_to_bottom_each_left_to_right():
     """Two lines 40 px apart: every box of the upper line comes before every box of the lower one, whatever the
-    x; within each line, left to right; corners 10 px or more apart vertically are different lines."""
+    x; within each line, left to right. Small boxes (8 px) whose tops are 10 px apart are two lines."""
     top_left = np.array([[300, 52], [10, 50], [500, 90], [20, 93]], np.float32)
-    assert reading_order(top_left).tolist() == [1, 0, 3, 2]
-    assert reading_order(np.array([[50, 60], [5, 70]], np.float32)).tolist() == [0, 1]  # 10 px: two lines
-    assert reading_order(np.zeros((0, 2), np.float32)).tolist() == []
+    assert reading_order(top_left, np.full(4, 20.0, np.float32)).tolist() == [1, 0, 3, 2]
+    assert reading_order(np.array([[50, 60], [5, 70]], np.float32), np.full(2, 8.0, np.float32)).tolist() == [0, 1]
+    assert reading_order(np.zeros((0, 2), np.float32), np.zeros(0, np.float32)).tolist() == []
+
+
+def test_large_text_keeps_its_line_when_tops_differ_by_more_than_10_px():
+    """Words of one line of 96 px text start up to ~15 px apart (a word without ascenders starts lower): a box
+    less than half the smaller height below the one before continues the line, so the line reads left to right;
+    the next line, a full height lower, stays the next line."""
+    top_left = np.array([[314, 40], [44, 55], [588, 42], [934, 40], [40, 160], [400, 172]], np.float32)
+    heights = np.array([80, 66, 80, 80, 80, 66], np.float32)
+    assert reading_order(top_left, heights).tolist() == [1, 0, 2, 3, 4, 5]
 
 
 def test_a_slanted_line_stays_one_line():
     """Words of a line rising to the right (each top 8 px above its left neighbour's) read left to right: a line
-    continues while each box is within 10 px of the one before, however far its ends drift apart."""
+    continues while each box is close enough to the one before, however far its ends drift apart."""
     top_left = np.array([[100, 0], [50, 8], [0, 16], [40, 60]], np.float32)
-    assert reading_order(top_left).tolist() == [2, 1, 0, 3]
+    assert reading_order(top_left, np.full(4, 12.0, np.float32)).tolist() == [2, 1, 0, 3]
 
 
 def test_served_boxes_of_a_line_with_uneven_tops_read_left_to_right():
