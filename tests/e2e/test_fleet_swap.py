@@ -135,3 +135,23 @@ def test_cli_swap_status_rollback(fleet):
     refused = subprocess.run([sys.executable, "-m", "fastpath", "swap", "text_embedding", "2", "--url", url],
                              env={**env, "FASTPATH_ADMIN_KEY": "wrong"}, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 1 and "admin key" in refused.stderr
+
+
+def test_cli_fleet_rollback_with_a_replica_down_rolls_back_nothing(fleet):
+    """`fastpath rollback --url A,DOWN` reads every replica's status before rolling any back: with the second
+    replica down it exits 1 naming it and "nothing rolled back", and A stays on the version it was swapped to
+    (before, A was rolled back and only the connection error was printed)."""
+    env = dict(os.environ, FASTPATH_ADMIN_KEY=KEY)
+    url, down = fleet[2].http_url, f"127.0.0.1:{free_ports(1)[0]}"
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "fastpath", *args], env=env, capture_output=True, text=True, timeout=300)
+
+    assert cli("swap", "text_embedding", "2", "--url", url).returncode == 0
+    try:
+        refused = cli("rollback", "text_embedding", "--url", f"{url},{down}")
+        assert refused.returncode == 1 and f"{down}: " in refused.stderr and "nothing rolled back" in refused.stderr
+        assert _versions([fleet[2]]) == [2]
+    finally:
+        cli("swap", "text_embedding", "1", "--url", url)
+    assert _versions([fleet[2]]) == [1]

@@ -67,6 +67,8 @@ def _run(args: argparse.Namespace) -> int:
             host_port(url)
         if args.command == "swap" and len(urls) > 1:
             return _rolling_swap(args, urls)
+        if args.command == "rollback" and len(urls) > 1:
+            return _fleet_rollback(args, urls)
         replies: dict[str, Any] = {}
         for url in urls:
             with Client(url, protocol=args.protocol, admin_key=_key(url)) as client:
@@ -107,6 +109,37 @@ def _rolling_swap(args: argparse.Namespace, urls: list[str]) -> int:
         signal.signal(signal.SIGTERM, previous)
     print(json.dumps(result.__dict__, indent=2))
     return 0 if result.ok else 1
+
+
+def _fleet_rollback(args: argparse.Namespace, urls: list[str]) -> int:
+    """``fastpath rollback`` over several replicas: every replica's status is read first (reachable, the model
+    live; when one fails, nothing is rolled back), then each is rolled back in turn.
+    A failure part-way stops there and says which replicas were rolled back and which were not attempted, as
+    JSON on stdout (``rolled_back``: url -> reply, ``failed``: url -> error, ``not_attempted``); exit 1."""
+    from fastpath.cli.common import error_line
+    from fastpath_client import Client, FastPathClientError
+
+    def line(exc: Exception) -> str:
+        return error_line(exc, args.protocol, url_given=True) if isinstance(exc, FastPathClientError) else str(exc)
+
+    for url in urls:
+        try:
+            with Client(url, protocol=args.protocol, admin_key=_key(url)) as client:
+                _status(client, args.model)
+        except (FastPathClientError, NotLoadedError) as exc:
+            print(f"fastpath rollback: {url}: {line(exc)}; nothing rolled back", file=sys.stderr)
+            return 1
+    done: dict[str, Any] = {}
+    for index, url in enumerate(urls):
+        try:
+            with Client(url, protocol=args.protocol, admin_key=_key(url)) as client:
+                done[url] = client.rollback(args.model)
+        except (FastPathClientError, NotLoadedError) as exc:
+            print(f"fastpath rollback: {url}: {line(exc)}; rolled back before it: {list(done) or 'none'}", file=sys.stderr)
+            print(json.dumps({"rolled_back": done, "failed": {url: line(exc)}, "not_attempted": urls[index + 1:]}, indent=2))
+            return 1
+    print(json.dumps(done, indent=2))
+    return 0
 
 
 def register(subparsers: Any) -> None:
