@@ -304,6 +304,15 @@ def all_processes() -> list[int]:
     return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
 
 
+def _is_tritonserver(pid: int) -> bool:
+    """Whether process ``pid`` runs a tritonserver binary (its /proc cmdline's program name)."""
+    try:
+        program = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return False
+    return Path(program.decode(errors="replace")).name == "tritonserver"
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m fastpath.server.stubs --check``: exit 0 when every ready python-backend model has all its
     stubs and none has stalled, 1 (and a line per problem on stderr) when not or when Triton does not answer. For
@@ -320,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     servers = {stub.server_pid for stub in stubs}
     if args.server_pid is not None:
         stubs = [stub for stub in stubs if stub.server_pid == args.server_pid]
+        if not _is_tritonserver(args.server_pid):  # else every model would read "0 of N stubs alive"
+            print(f"--server-pid {args.server_pid} is not a running tritonserver (the ones running stubs: "
+                  f"{sorted(servers) or 'none'}); pass the one listening on port {args.http_port}", file=sys.stderr)
+            return 1
     elif len(servers) > 1:
         print(f"stubs of {len(servers)} tritonservers are running (pids {sorted(servers)}); pass --server-pid", file=sys.stderr)
         return 1

@@ -32,3 +32,14 @@ def test_an_http_port_variable_that_is_no_number_is_a_usage_error(monkeypatch, c
         _parse([])
     assert exit_info.value.code == 2
     assert "HTTP_PORT='abc' is not a port number" in capsys.readouterr().err
+
+
+def test_a_server_pid_that_is_no_tritonserver_is_named(capsys):
+    """--server-pid of a process that is not a tritonserver (here this test's own) exits 1 saying so, instead of
+    reporting "0 of N python-backend stubs alive" for every ready model."""
+    import os
+
+    from fastpath.server.stubs import main
+
+    assert main(["--check", "--http-port", "1", "--server-pid", str(os.getpid())]) == 1
+    assert f"--server-pid {os.getpid()} is not a running tritonserver" in capsys.readouterr().err
