@@ -74,14 +74,20 @@ def list_stubs(pids: Iterable[int]) -> list[Stub]:
     load, failed or not, looked like a stub death (seen in a failed reload)."""
     stubs = []
     for pid in pids:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:  # gone meanwhile
-            continue
-        stub = parse_stub_cmdline(pid, [part.decode(errors="replace") for part in argv if part])
+        argv = process_argv(pid)
+        stub = parse_stub_cmdline(pid, argv) if argv is not None else None  # None: gone meanwhile
         if stub is not None and stub.instance != stub.model:
             stubs.append(stub)
     return stubs
+
+
+def process_argv(pid: int) -> list[str] | None:
+    """Process ``pid``'s command line from /proc (empty parts dropped), or None when it is gone or unreadable."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return [part.decode(errors="replace") for part in argv if part]
 
 
 def stub_progress(stub: Stub) -> ProgressRecord | None:
@@ -305,12 +311,9 @@ def all_processes() -> list[int]:
 
 
 def _is_tritonserver(pid: int) -> bool:
-    """Whether process ``pid`` runs a tritonserver binary (its /proc cmdline's program name)."""
-    try:
-        program = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")[0]
-    except OSError:
-        return False
-    return Path(program.decode(errors="replace")).name == "tritonserver"
+    """Whether process ``pid`` runs a tritonserver binary (its command line's program name)."""
+    argv = process_argv(pid)
+    return bool(argv) and Path(argv[0]).name == "tritonserver"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,11 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     stubs = list_stubs(all_processes())
     servers = {stub.server_pid for stub in stubs}
     if args.server_pid is not None:
-        stubs = [stub for stub in stubs if stub.server_pid == args.server_pid]
         if not _is_tritonserver(args.server_pid):  # else every model would read "0 of N stubs alive"
             print(f"--server-pid {args.server_pid} is not a running tritonserver (the ones running stubs: "
                   f"{sorted(servers) or 'none'}); pass the one listening on port {args.http_port}", file=sys.stderr)
             return 1
+        stubs = [stub for stub in stubs if stub.server_pid == args.server_pid]
     elif len(servers) > 1:
         print(f"stubs of {len(servers)} tritonservers are running (pids {sorted(servers)}); pass --server-pid", file=sys.stderr)
         return 1

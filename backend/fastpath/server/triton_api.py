@@ -165,10 +165,16 @@ def unreachable(port: int, exc: OSError) -> str:
 def add_http_port(parser: Any) -> None:
     """``--http-port`` for the probes and hooks run beside a server: default ``$HTTP_PORT`` (the variable
     `make serve` and `fastpath serve` read), else Triton's 8000; a ``$HTTP_PORT`` that is no number is a usage error."""
+    import argparse
+
+    from fastpath.cli.common import port_number  # stdlib only: no cycle
+
     text = os.environ.get("HTTP_PORT", "").strip()
-    if text and not text.isdigit():
-        parser.error(f"HTTP_PORT={text!r} is not a port number")
-    parser.add_argument("--http-port", type=int, default=int(text or 8000),
+    try:
+        default = port_number(text) if text else 8000
+    except argparse.ArgumentTypeError:
+        parser.error(f"HTTP_PORT={text!r} is not a port number (1-65535)")
+    parser.add_argument("--http-port", type=port_number, default=default,
                         help="Triton's HTTP port (default: $HTTP_PORT, the variable make serve reads, else 8000)")
 
 
