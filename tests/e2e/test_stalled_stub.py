@@ -130,6 +130,7 @@ def test_a_stopped_stub_fails_liveness_is_reloaded_and_serves_again(tmp_path, mo
         assert (recovery["cause"], recovery["outcome"], recovery["pid"], recovery["instance"]) == (
             "stalled", "reloaded", stub.pid, stub.instance)
         assert re.match(STALLED, recovery["detail"]), recovery
+        assert (recovery["triton_version"], recovery["serving_version"]) == (stub.version, None)  # no live swaps here
         # the new stub's record, once a heartbeat (every second) has counted the one request it answered
         assert wait_for(lambda: [p["answered"] for p in _status(server, capsys)["progress"].values()] == [1], timeout_s=30)
         (progress,) = _status(server, capsys)["progress"].values()

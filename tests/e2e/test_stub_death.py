@@ -19,6 +19,7 @@ from fastpath.server.process import group_members
 from fastpath.server.stubs import list_stubs
 from fastpath.server.stubs import main as check_stubs
 from fastpath.server.triton_api import main as unload_all
+from fastpath.swaps.control import ControlPlane, instance_key
 from tests.conftest import start_server, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -55,6 +56,7 @@ def test_a_killed_stub_is_replaced_by_a_reload_and_the_model_serves_again(tmp_pa
         assert check_stubs(probe) == 0
         supervisor.check()  # its first look (start() takes it too): the stub is alive
         (stub,) = [s for s in list_stubs(group_members(server.pid)) if s.model == MODEL]
+        serving = ControlPlane(server.state_dir, MODEL).instances()[instance_key(stub.instance, stub.pid)]["active_version"]
         os.kill(stub.pid, signal.SIGKILL)
         # what Triton 2.51 does on its own: the model stays ready and every request fails
         assert wait_for(lambda: "is not healthy" in (_error(client, texts) or ""), timeout_s=1.5, poll_s=0.1)
@@ -69,6 +71,10 @@ def test_a_killed_stub_is_replaced_by_a_reload_and_the_model_serves_again(tmp_pa
         (new,) = [s for s in list_stubs(group_members(server.pid)) if s.model == MODEL]
         assert new.pid != stub.pid and new.instance == stub.instance
         assert check_stubs(probe) == 0
+        # the journal names both versions: Triton's version directory, and the FastPath version the dead stub served
+        (recovery,) = ControlPlane(server.state_dir, MODEL).recoveries()
+        assert (recovery["cause"], recovery["outcome"], recovery["instance"], recovery["pid"]) == ("died", "reloaded", stub.instance, stub.pid)
+        assert (recovery["triton_version"], recovery["serving_version"]) == (stub.version, serving)
         # the Kubernetes preStop hook: unload (drain) every model before the SIGTERM
         supervisor.stop()
         assert unload_all(["--unload-all", "--http-port", str(server.options.http_port)]) == 0

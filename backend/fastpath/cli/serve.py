@@ -271,13 +271,15 @@ def stub_supervisor(server: TritonServer) -> StubSupervisor:
     it records each reload in ``server``'s state directory, where the admin ``status`` reads it."""
     from fastpath.server.process import group_members
     from fastpath.server.stubs import StubSupervisor, list_stubs
-    from fastpath.swaps.control import ControlPlane
+    from fastpath.swaps.control import ControlPlane, instance_key
 
     pid, state = server.pid, server.state_dir
 
     def journal(model: str, event: dict) -> None:
-        if state is not None:
-            ControlPlane(state, model).note_recovery(event)
+        if state is not None:  # the FastPath version the instance served, from its last report (None without live swaps)
+            plane = ControlPlane(state, model)
+            report = plane.last_report(instance_key(event["instance"], event["pid"]))
+            plane.note_recovery({**event, "serving_version": report.get("active_version")})
 
     return StubSupervisor(lambda: list_stubs(group_members(pid)), server.api(), journal=journal)
 

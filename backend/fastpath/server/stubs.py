@@ -214,7 +214,7 @@ class StubSupervisor(threading.Thread):
             replaced.append(self._known.pop(other).pid)  # the model's other instances are replaced by the reload too
             self._missing_since.pop(other, None)
         event = {"at": time.time(), "cause": cause, "detail": detail, "instance": stub.instance, "pid": stub.pid,
-                 "version": stub.version}
+                 "triton_version": stub.version}
         if len(recent) > self.max_reloads:
             self.failure = (f"the python-backend stub of model '{stub.model}' died or stalled {len(recent)} times within "
                             f"{self.window_s:.0f} s; not reloading it again")

@@ -45,6 +45,12 @@ def state_dir(model_repository: str | Path) -> Path:
     return Path(tempfile.gettempdir()) / f"fastpath-state-{key}"
 
 
+def instance_key(instance: str, pid: int) -> str:
+    """The control-plane name of one model instance's process: Triton's ``model_instance_name`` and the pid (during
+    a reload the old and the new stub of one instance name both report)."""
+    return f"{instance}.pid{pid}"
+
+
 def _write_json_atomic(path: Path, document: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -147,6 +153,11 @@ class ControlPlane:
             if status and now - float(status.get("heartbeat", 0)) <= STALE_AFTER_S and _process_exists(status.get("pid")):
                 live[status["instance"]] = status
         return live
+
+    def last_report(self, instance: str) -> dict[str, Any]:
+        """The last status ``instance`` (an :func:`instance_key`) published, live or not ({} when it never reported
+        or the file is damaged): a stub that died leaves it behind, so its serving version can still be read."""
+        return _read_json(self.instances_dir / f"{instance}.json") or {}
 
     def note_recovery(self, event: dict[str, Any]) -> None:
         """The stub supervisor reloaded the model (or gave up): ``event`` holds when (``at``, epoch seconds),

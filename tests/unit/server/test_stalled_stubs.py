@@ -58,7 +58,7 @@ def test_a_stalled_stub_gets_its_stacks_dumped_then_killed_and_its_model_reloade
     ((model, event),) = stalls.events
     assert model == "text_detection" and event["cause"] == "stalled" and event["outcome"] == "reloaded"
     assert event["detail"].startswith("3 requests in flight and no response sent and no batch finished for 31 s")
-    assert (event["instance"], event["pid"], event["version"]) == ("text_detection_0_0", 10, "1")
+    assert (event["instance"], event["pid"], event["triton_version"]) == ("text_detection_0_0", 10, "1")
     script.stubs = []  # the killed stub is gone: not a second death
     script.now = 140.0
     stalls.supervisor.check()

@@ -17,7 +17,7 @@ from fastpath.models.text_embedding.config import TextEmbeddingConfig
 from fastpath.models.text_embedding.golden import check_engine_io, load_text_version, validate_text_version
 from fastpath.models.text_embedding.pipeline import TextEmbedder
 from fastpath.swaps.agent import SwapAgent
-from fastpath.swaps.control import ControlPlane, state_dir
+from fastpath.swaps.control import ControlPlane, instance_key, state_dir
 from fastpath.swaps.record import VersionRecord, read_record, record_path
 from fastpath.swaps.slots import EngineSlots
 
@@ -73,8 +73,7 @@ class VersionedEmbedder:
         self.slots: EngineSlots[TextEmbedder] = EngineSlots(active, self.initial, on_release=release_freed_heap,
                                                             previous_version=record.previous_version if record else None)
         plane = ControlPlane(state_dir(self.model_dir.parent), model_name)
-        # keyed by process too: during a reload the old and the new stub of one instance name both report
-        self.agent = SwapAgent(plane, f"{instance}.pid{os.getpid()}", self.slots, self._load, self._validate, details=self._details,
+        self.agent = SwapAgent(plane, instance_key(instance, os.getpid()), self.slots, self._load, self._validate, details=self._details,
                                record_path=self.record_path, record=record, serving=serving).start()
         self._stop = threading.Event()
         self._preverifier = threading.Thread(target=self._preverify, name=f"fastpath-verify-{instance}", daemon=True)
