@@ -27,6 +27,7 @@ from fastpath_client.errors import (
     ServerConnectionError,
     ServerError,
     UnavailableError,
+    WrongPortError,
 )
 from fastpath_client.retry import NO_RETRY, RetryPolicy
 from fastpath_client.tensors import ModelSpec, TensorSpec
@@ -51,4 +52,5 @@ __all__ = [
     "ServerError",
     "TensorSpec",
     "UnavailableError",
+    "WrongPortError",
 ]

@@ -21,6 +21,8 @@ ServerBusyError             503 / UNAVAILABLE "Exceeds maximum queue     yes, un
                             size" (the server's queue is full)
 ServerConnectionError       connection refused / reset                   yes
 ProtocolMismatchError       the port answers the other protocol          no
+WrongPortError              the port answers HTTP, not Triton's API      no
+                            (405, or an empty 200: the metrics port)
 RequestTimeoutError         504 / DEADLINE_EXCEEDED, client timeout      no
 ServerError                 500 and anything else                        no
 ==========================  ===========================================  ======================
@@ -114,6 +116,12 @@ class ProtocolMismatchError(ServerConnectionError):
     retryable = False
 
 
+class WrongPortError(ProtocolMismatchError):
+    """The port answers HTTP, but not Triton's HTTP API: HTTP 405 to an inference POST, or an empty HTTP 200
+    where the API answers JSON. Triton's metrics port (default 8002) answers so (seen with Triton 2.51). Not
+    retried; the message names the HTTP (8000) and gRPC (8001) ports."""
+
+
 class RequestTimeoutError(FastPathClientError, TimeoutError):
     """The call did not finish within its ``timeout_s`` (or a gateway answered 504); not retried."""
 
@@ -149,6 +157,14 @@ def _mismatch(url: str, model: str | None, got: str, reply: str, status: str | N
     return ProtocolMismatchError(text, server_message=reply, status=status, url=url, model=model)
 
 
+def _wrong_port(url: str, model: str | None, answered: str, status: str | None = None) -> WrongPortError:
+    """A :class:`WrongPortError`: ``url`` answered HTTP (``answered`` says how), but not as Triton's HTTP API."""
+    text = (f"{_where(url, model)}: {url} does not serve Triton's HTTP API (it answered {answered}, as Triton's "
+            f"metrics port does); use its HTTP port (default {DEFAULT_PORTS['HTTP']}), or protocol='grpc' with its "
+            f"gRPC port (default {DEFAULT_PORTS['gRPC']})")
+    return WrongPortError(text, server_message=answered, status=status, url=url, model=model)
+
+
 QUEUE_FULL = "Exceeds maximum queue size"
 CONNECTION_QUESTION = "is tritonserver running and listening there?"  # ends every ServerConnectionError's message
 STUB_UNHEALTHY = re.compile(r"Stub process '[^']*' is not healthy")
@@ -180,6 +196,8 @@ def _from_server(exc, url: str, model: str | None) -> FastPathClientError:
     where = _where(url, model)
     if status == "UNAVAILABLE" and any(marker in message for marker in _NOT_GRPC):
         return _mismatch(url, model, "HTTP", message, status)
+    if status == "405":  # the client sends each endpoint's own method: a 405 is not Triton's HTTP API answering
+        return _wrong_port(url, model, f"HTTP 405 {message}".strip(), status)
     if message == EMPTY_BODY_MESSAGE:
         text = (f"HTTP {status} with an empty body from {where}: something between the client and Triton "
                 "(a proxy or load balancer) answered, not Triton itself; check that proxy and its upstream")
@@ -224,6 +242,8 @@ def from_exception(exc: BaseException, *, url: str, model: str | None = None,
     text = str(getattr(exc, "message", "") or (exc.args[0] if exc.args else exc))
     if names & {"HTTPParseError", "ClientResponseError"} and any(marker in text for marker in _NOT_HTTP):
         return _mismatch(url, model, "gRPC", f"{type(exc).__name__}: {text}")
+    if "JSONDecodeError" in names and "empty" in text:  # HTTP 200 with no body where Triton's API answers JSON
+        return _wrong_port(url, model, "an empty HTTP 200 where Triton answers JSON")
     if isinstance(exc, OSError) or names & {"HTTPConnectionClosed", "HTTPParseError", "ClientConnectionError"}:
         return ServerConnectionError(f"{where}: connection failed: {type(exc).__name__}: {exc}; {CONNECTION_QUESTION}",
                                      server_message=str(exc), url=url, model=model)

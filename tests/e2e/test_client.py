@@ -233,6 +233,35 @@ def test_an_http_client_on_the_grpc_port_fails_at_once(triton_server, mode):
         wait(triton_server.http_url, "grpc", 1.0)
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_client_on_the_metrics_port_is_told_to_use_the_http_port(triton_server, mode):
+    """Triton's metrics port answers an empty HTTP 200 to any GET but /metrics and 405 to a POST, where the
+    HTTP API answers JSON. Invariant: a call there raises WrongPortError at once (not retried), naming the
+    HTTP port, not a JSON parse error or "HTTP 405 ... Method Not Allowed"; the CLI says the same."""
+    from fastpath.cli import main as cli
+    from fastpath_client import WrongPortError
+
+    url = f"127.0.0.1:{triton_server.options.metrics_port}"
+
+    def embed():
+        if mode == "sync":
+            with Client(url, "http") as client:
+                return client.embed(["hello"])
+
+        async def run():
+            async with AsyncClient(url, "http") as client:
+                return await client.embed(["hello"])
+        return asyncio.run(run())
+
+    start = time.monotonic()
+    with pytest.raises(WrongPortError) as info:
+        embed()
+    assert time.monotonic() - start < 10 and not info.value.retryable
+    assert f"{url} does not serve Triton's HTTP API" in str(info.value) and "HTTP port (default 8000)" in str(info.value)
+    if mode == "sync":
+        assert cli.main(["status", "text_embedding", "--url", url]) == 1
+
+
 def _bench(capsys, *argv):
     from fastpath.cli import main as cli
 

@@ -139,8 +139,11 @@ def error_line(error: Exception, protocol: str, *, url_given: bool = True) -> st
     (``url_given``) port that is not the protocol's default. Without ``--url`` the address is
     :func:`default_url`'s, the port `make serve` opened for that protocol, so only the server's absence is
     left to ask about, and the client's message asks it."""
-    from fastpath_client import ProtocolMismatchError, ServerConnectionError
+    from fastpath_client import ProtocolMismatchError, ServerConnectionError, WrongPortError
 
+    if isinstance(error, WrongPortError):
+        return (f"{error.url} does not serve Triton's HTTP API (it answered {error.server_message}, as Triton's metrics "
+                f"port does); {port_hint(protocol)}")
     if isinstance(error, ProtocolMismatchError):
         other = "grpc" if protocol == "http" else "http"
         return (f"{error.url} did not answer in {PROTOCOL_NAMES[protocol]} (it looks like Triton's "

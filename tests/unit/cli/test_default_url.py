@@ -65,7 +65,7 @@ def test_a_failed_connection_names_the_port_to_check_only_off_the_protocols_defa
     should be only when --url is not the protocol's default port (on it, the hint would say nothing new); a port
     that answered in the other protocol always gets the hint."""
     from fastpath.cli.common import error_line
-    from fastpath_client import ProtocolMismatchError, ServerConnectionError
+    from fastpath_client import ProtocolMismatchError, ServerConnectionError, WrongPortError
 
     refused = "connection failed: ConnectionRefusedError; is tritonserver running and listening there?"
     assert error_line(ServerConnectionError(refused, url="localhost:8000"), "http") == refused
@@ -74,6 +74,9 @@ def test_a_failed_connection_names_the_port_to_check_only_off_the_protocols_defa
     assert error_line(ServerConnectionError(refused, url="localhost:8001"), "grpc") == refused
     other = error_line(ProtocolMismatchError("not HTTP", url="localhost:8001"), "http")
     assert other.endswith("for the gRPC port use --protocol grpc")
+    metrics = error_line(WrongPortError("x", server_message="HTTP 405 Method Not Allowed", url="localhost:8002"), "http")
+    assert metrics == ("localhost:8002 does not serve Triton's HTTP API (it answered HTTP 405 Method Not Allowed, as "
+                       "Triton's metrics port does); is --url the HTTP port (default 8000)? for the gRPC port use --protocol grpc")
 
 
 def test_without_url_a_failed_connection_gets_no_port_hint():

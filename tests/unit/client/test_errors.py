@@ -117,3 +117,22 @@ def test_an_http_client_on_the_grpc_port_is_a_protocol_mismatch():
                           "or protocol='grpc' for this one")
     truncated = _map(HTTPParseError("invalid chunk size", 3))  # another parse failure stays a connection error
     assert type(truncated) is errors.ServerConnectionError and truncated.retryable
+
+
+def test_a_405_or_an_empty_200_is_a_wrong_port_naming_the_http_port():
+    """The client sends each endpoint's own method and Triton's HTTP API answers JSON, so HTTP 405 or an empty
+    body where JSON is due means the port is not the API (Triton's metrics port answers both ways). Invariant:
+    WrongPortError (a ProtocolMismatchError, not retried) whose message names the HTTP and gRPC ports."""
+    import rapidjson
+
+    not_allowed = _map(InferenceServerException(msg="Method Not Allowed", status="405"))
+    try:
+        rapidjson.loads("")
+    except rapidjson.JSONDecodeError as exc:
+        empty = _map(exc)
+    for error, answered in ((not_allowed, "HTTP 405 Method Not Allowed"), (empty, "an empty HTTP 200 where Triton answers JSON")):
+        assert type(error) is errors.WrongPortError and isinstance(error, errors.ProtocolMismatchError)
+        assert not error.retryable and error.server_message == answered
+        assert str(error) == (f"model 'text_embedding' at {URL}: {URL} does not serve Triton's HTTP API (it answered "
+                              f"{answered}, as Triton's metrics port does); use its HTTP port (default 8000), or "
+                              "protocol='grpc' with its gRPC port (default 8001)")
