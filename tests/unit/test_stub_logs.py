@@ -117,3 +117,26 @@ def test_a_swap_is_logged_at_info_while_other_info_records_stay_quiet():
             "logging.getLogger('fastpath.models.x').info('routine detail')\n")
     stderr = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr.splitlines()
     assert len(stderr) == 1 and stderr[0].endswith("fastpath INFO fastpath.swaps.agent: text_embedding_0_0: swap to version 2 done")
+
+
+def test_swap_outcomes_at_info_are_never_left_out_while_a_looping_error_of_the_same_logger_is():
+    """Each swap or rollback answers one admin command, and both share one template: invariant, every INFO
+    record of the swaps loggers passes, so the log shows each version an instance served; an error of the
+    same logger that loops (a failing poll) is still limited."""
+    clock, stream = Clock(), io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.addFilter(RepeatFilter(handler.handle, max_per_window=3, window_s=10.0, clock=clock))
+    logger = logging.getLogger("fastpath.swaps.test_stub_logs")
+    logger.addHandler(handler)
+    logger.propagate, logger.level = False, logging.INFO
+    try:
+        for n in range(8):
+            logger.info("%s: %s to version %s done in %.3f s", "m_0_0", ("swap", "rollback")[n % 2], 1 + n % 2, 0.5)
+            logger.error("swap agent %s: poll failed", "m_0_0")
+    finally:
+        logger.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    assert [line for line in lines if line.startswith("INFO")] == [
+        f"INFO m_0_0: {('swap', 'rollback')[n % 2]} to version {1 + n % 2} done in 0.500 s" for n in range(8)]
+    assert [line for line in lines if line.startswith("ERROR")] == ["ERROR swap agent m_0_0: poll failed"] * 3

@@ -7,7 +7,7 @@ everything else and fills disks. :func:`configure_stub_logging` (called by every
 ``initialize``) gives the ``fastpath`` logger one stderr handler, at the level it had (WARNING
 unless configured), with a :class:`RepeatFilter`: of the records of one logger with one message
 template (``record.msg`` before its arguments are filled in) at one level, the first
-``max_per_window`` within ``window_s`` pass; the rest are counted, and one line says how many were
+``max_per_window`` within ``window_s`` pass (INFO records of the event loggers, a swap's outcome, always pass); the rest are counted, and one line says how many were
 left out when the next one of them comes after the window, or at :meth:`RepeatFilter.flush`
 (the heartbeat calls it every second, :mod:`fastpath.triton.heartbeat`).
 """
@@ -27,6 +27,8 @@ WINDOW_S = 60.0
 MAX_TEMPLATES = 256  # templates tracked at once; the one seen least recently is dropped beyond it
 # Loggers whose INFO records are events an operator expects in Triton's log at its default verbosity, as Triton's own
 # "successfully loaded" lines are: a live version swap, done or refused, once per instance. A level set for them wins.
+# Their INFO records are never left out: each answers one admin command (a swap, a rollback), so they cannot loop,
+# and with one template for swaps and rollbacks a limit would hide which versions the instance served.
 EVENT_LOGGERS = ("fastpath.swaps",)
 
 _Key = tuple[str, int, str]  # logger name, level, message template
@@ -64,7 +66,7 @@ class RepeatFilter(logging.Filter):
         self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if getattr(record, "fastpath_summary", False):
+        if getattr(record, "fastpath_summary", False) or (record.levelno == logging.INFO and _is_event(record.name)):
             return True
         key = (record.name, record.levelno, str(record.msg))
         now = self._clock()
@@ -110,6 +112,11 @@ class RepeatFilter(logging.Filter):
                                     None)
         summary.fastpath_summary = True
         return summary
+
+
+def _is_event(name: str) -> bool:
+    """Whether logger ``name`` is one of :data:`EVENT_LOGGERS` or below one."""
+    return any(name == event or name.startswith(event + ".") for event in EVENT_LOGGERS)
 
 
 _configured: list[RepeatFilter] = []
