@@ -35,11 +35,21 @@ def embed_on(device_id: int):
     return TextEmbedder.from_directory(bundle_dir(), config)
 
 
+def _weights(torch, model) -> list:
+    """Every weight tensor of a torch-runtime ``BertEmbedder`` (a plain object, not an ``nn.Module``): the
+    embeddings, their norm and each layer's (weight, bias) pairs, an fp8 weight as its data and scale."""
+    values = [model.word, model.position, model.token_type, *model.embedding_norm]
+    for layer in model.layers:
+        for pair in layer.values():
+            values.extend(pair)
+    return [t for v in values for t in ((v,) if isinstance(v, torch.Tensor) else (v.data, v.scale))]
+
+
 def check_engine_on(torch, embedder, device_id: int) -> np.ndarray:
     runner = embedder.engine.runner
     assert runner.device == torch.device("cuda", device_id)
     assert runner._stream.device == torch.device("cuda", device_id)
-    assert {p.device for p in embedder.engine.model.parameters()} <= {torch.device("cuda", device_id)}
+    assert {w.device for w in _weights(torch, embedder.engine.model)} == {torch.device("cuda", device_id)}
     assert runner.captured, "no CUDA graph was captured"
     result = embedder.embed(["hello world", "Triton places this instance on its GPU."])
     assert sum(runner.replays.values()) >= 1
