@@ -193,6 +193,20 @@ def test_8000x8000_page_is_accepted(server):
     assert boxes.shape == (0, 4, 2) and counts.tolist() == [0]
 
 
+def test_8000x8000_page_mixed_with_small_images_equals_each_alone(server):
+    """An 8000x8000 page of text (page.png scaled 3x and tiled, gray PNG) between a 33x50 and a 641x479 image in one
+    request (64.3 Mpx, under max_request_pixels) gets 200, and each image's BOXES and SCORES rows equal,
+    exactly, what that image gets sent alone; the page has boxes."""
+    files = [png_bytes(_crop(33, 50)), png_bytes(_crop(8000, 8000)[..., 0]), png_bytes(_crop(641, 479))]
+    boxes, scores, counts = detect_bytes(server, "grpc", files)
+    _assert_typed(boxes, scores, counts, len(files))
+    assert counts[1] > 0
+    for data, (part_boxes, part_scores) in zip(files, _split(boxes, scores, counts)):
+        alone_boxes, alone_scores, _ = detect_bytes(server, "grpc", [data])
+        np.testing.assert_array_equal(part_boxes, alone_boxes)
+        np.testing.assert_array_equal(part_scores, alone_scores)
+
+
 def test_grayscale_rgba_and_16_bit_equal_rgb(server):
     page = skimage_rgb("page.png")
     expected, _, _ = detect_array(server, "http", page[None])

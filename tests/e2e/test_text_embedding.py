@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import threading
 import urllib.error
 import urllib.request
 
@@ -62,6 +63,42 @@ def test_empty_text_keeps_row_order(triton_server, reference):
     texts = ["first sentence", "second one", ""]
     embedding, _, _ = _embed(triton_server, "grpc", texts)
     assert _cosine(embedding, reference(texts)).min() >= 0.9999
+
+
+BLANK_TEXTS = ["", "   ", "\t\n"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("text", BLANK_TEXTS, ids=["empty", "spaces", "tab-newline"])
+def test_blank_text_alone_is_one_unit_row_of_two_tokens_matching_reference(triton_server, reference, text, protocol):
+    """A blank text as a request of its own (shape [1, 1]) gets one row: EMBEDDING [1, 384] of unit L2 norm,
+    TOKEN_COUNT 2 ([CLS] [SEP]), TRUNCATED false, and cosine >= 0.9999 with sentence-transformers' vector
+    for the same text."""
+    embedding, token_count, truncated = _embed(triton_server, protocol, [text])
+    assert embedding.shape == (1, 384) and np.isfinite(embedding).all()
+    assert abs(float(np.linalg.norm(embedding[0])) - 1.0) <= 1e-5
+    assert token_count.reshape(-1).tolist() == [2] and truncated.reshape(-1).tolist() == [False]
+    assert float(_cosine(embedding, reference([text]))[0]) >= 0.9999
+
+
+def test_concurrent_single_text_requests_ending_in_empty_equal_each_alone(triton_server):
+    """Three one-text requests sent at once, the last of them "" (the scheduler may batch them together),
+    over several rounds and both protocols: each response's EMBEDDING row equals, within 1e-5, and its
+    TOKEN_COUNT equals exactly what the same text gets sent alone."""
+    texts = ["A quick brown fox jumps over the lazy dog.", "Triton serves models.", ""]
+    alone = {text: _embed(triton_server, "http", [text]) for text in texts}
+
+    def send_together(text, protocol, start):
+        start.wait(timeout=30)  # the three leave together
+        return _embed(triton_server, protocol, [text])
+
+    for round_index in range(16):
+        protocol, start = ("http", "grpc")[round_index % 2], threading.Barrier(len(texts))
+        with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
+            answers = list(pool.map(lambda text, p=protocol, b=start: send_together(text, p, b), texts))
+        for text, (embedding, token_count, _) in zip(texts, answers):
+            np.testing.assert_allclose(embedding, alone[text][0], atol=1e-5, err_msg=f"round {round_index}: {text!r}")
+            assert token_count.tolist() == alone[text][1].tolist(), (round_index, text)
 
 
 def test_hello_world_independent_of_neighbours(triton_server):
@@ -156,6 +193,67 @@ def test_zero_sized_binary_request_gets_400(triton_server):
         client.infer(MODEL, [tensor])
     assert "inference input 'TEXT'" in info.value.message() and "got 0" in info.value.message()
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
+
+
+ZERO_SIZED = {  # shape -> what Triton's refusal says about it
+    (0, 1): "got 0",
+    (1, 0): "Expected [-1,1], got [1,0]",
+}
+
+
+def _send_zero_sized(server, protocol, shape):
+    """A BYTES TEXT tensor of ``shape`` (one dimension 0), binary data over HTTP; the refusal it gets."""
+    module, client = _client(server, protocol)
+    tensor = module.InferInput("TEXT", list(shape), "BYTES")
+    if protocol == "http":
+        tensor.set_data_from_numpy(np.empty(shape, dtype=np.object_), binary_data=True)
+    else:
+        tensor.set_data_from_numpy(np.empty(shape, dtype=np.object_))
+    with pytest.raises(InferenceServerException) as info:
+        client.infer(MODEL, [tensor])
+    return info.value
+
+
+def _health_ready_status(server) -> int:
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready", timeout=10) as reply:
+        return reply.status
+
+
+@pytest.mark.parametrize(("protocol", "shape"), [("http", (0, 1)), ("grpc", (1, 0))])
+def test_zero_sized_tensor_gets_400_naming_the_tensor(triton_server, protocol, shape):
+    """TEXT of shape [0, 1] as HTTP binary data, and [1, 0] over gRPC, is refused with 400 /
+    INVALID_ARGUMENT (not 413 or 500) naming the input TEXT and the size it got; the server stays ready."""
+    error = _send_zero_sized(triton_server, protocol, shape)
+    assert error.status() in ("400", "StatusCode.INVALID_ARGUMENT"), error
+    assert "input 'TEXT'" in error.message() and ZERO_SIZED[shape] in error.message(), error.message()
+    assert _health_ready_status(triton_server) == 200
+
+
+def test_zero_sized_requests_among_good_ones_fail_alone(triton_server, reference, sentences):
+    """20 zero-sized requests ([0, 1] and [1, 0], HTTP and gRPC) sent concurrently with 20 one-text
+    requests: every zero-sized one gets 400 / INVALID_ARGUMENT, every good one 200 with cosine >= 0.9999
+    against sentence-transformers, and /v2/health/ready answers 200 afterwards."""
+    good = sentences[:20]
+    expected = reference(good)
+    jobs = []  # (protocol, index, zero-sized?): each protocol sends both shapes, interleaved with good requests
+    for i in range(20):
+        jobs += [(("http", "grpc")[i % 2], i, True), (("grpc", "http")[i % 2], i, False)]
+
+    def send(job):
+        protocol, index, zero = job
+        if zero:
+            return _send_zero_sized(triton_server, protocol, list(ZERO_SIZED)[index // 2 % 2])
+        return _embed(triton_server, protocol, [good[index]])[0]
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(send, jobs))
+    for (_, index, zero), outcome in zip(jobs, results):
+        if zero:
+            assert outcome.status() in ("400", "StatusCode.INVALID_ARGUMENT"), outcome
+            assert "input 'TEXT'" in outcome.message(), outcome.message()
+        else:
+            assert float(_cosine(outcome, expected[index : index + 1])[0]) >= 0.9999
+    assert _health_ready_status(triton_server) == 200
 
 
 def test_too_many_texts_gets_400(triton_server):

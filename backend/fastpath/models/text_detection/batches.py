@@ -59,7 +59,9 @@ def feed_bytes(batch_size: int, shape_hw: tuple[int, int]) -> int:
 
 
 def check_staging_fits(pool: BlockPool, largest_batch: int, largest_resized_pixels: int) -> None:
-    """Refuse a configuration whose largest batch can never be staged.
+    """Refuse a configuration whose largest batch can never be staged; warn when the pool holds only one of
+    its blocks (batch N+1 is then staged only after N's block comes back: no overlap, and a wait longer than
+    ``staging_wait_timeout_s`` answers 503).
 
     Args:
         largest_batch: most images per engine call.
@@ -78,6 +80,12 @@ def check_staging_fits(pool: BlockPool, largest_batch: int, largest_resized_pixe
             f"largest block ({pool.config.max_block_bytes} bytes); raise staging_capacity_bytes or lower batch_buckets, "
             "limit_side_len_px or max_resized_pixels"
         )
+    block = pool.size_class(needed)
+    if 2 * block > pool.config.capacity_bytes:
+        LOG.warning("config.pbtxt parameter 'staging_capacity_bytes' = %d holds one %d-byte block of the largest batch "
+                    "(%d images of %d resized pixels), not two: the next batch is staged only after the running one's "
+                    "block comes back, and a wait over staging_wait_timeout_s answers 503; give it at least %d bytes",
+                    pool.config.capacity_bytes, block, largest_batch, largest_resized_pixels, 2 * block)
 
 
 class DetectionBatchHandler:

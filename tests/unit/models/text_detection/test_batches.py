@@ -7,6 +7,7 @@ must equal the same image detected alone (``TextDetector.detect([image])``), byt
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import numpy as np
@@ -165,7 +166,17 @@ def test_warm_up_seeds_the_cost_model_per_batch_size_and_shape(detector):
     assert pool.stats().outstanding == 0
 
 
-def test_staging_pool_too_small_for_the_largest_batch_refuses_to_load():
+def test_staging_pool_too_small_for_the_largest_batch_refuses_to_load(caplog):
+    """Invariant: below one block of the largest batch the model refuses to load; with room for one block but
+    not two it loads with a warning naming the bytes for two (staging N+1 while N runs needs two)."""
     with pytest.raises(ConfigError, match="batch of 8 images of 921600 resized pixels needs 88473600 bytes"):
         check_staging_fits(make_pool(capacity_bytes=64 * MIB), 8, 960 * 960)
-    check_staging_fits(make_pool(capacity_bytes=128 * MIB), 8, 960 * 960)
+    with caplog.at_level(logging.WARNING, logger="fastpath.models.text_detection.batches"):
+        check_staging_fits(make_pool(capacity_bytes=128 * MIB), 8, 960 * 960)
+        assert [r.getMessage() for r in caplog.records] == [
+            f"config.pbtxt parameter 'staging_capacity_bytes' = {128 * MIB} holds one {128 * MIB}-byte block of the "
+            "largest batch (8 images of 921600 resized pixels), not two: the next batch is staged only after the running "
+            f"one's block comes back, and a wait over staging_wait_timeout_s answers 503; give it at least {256 * MIB} bytes"]
+        caplog.clear()
+        check_staging_fits(make_pool(capacity_bytes=256 * MIB), 8, 960 * 960)
+        assert caplog.records == []
