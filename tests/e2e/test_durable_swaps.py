@@ -237,3 +237,44 @@ def test_a_dangling_record_link_in_the_model_directory_never_stops_the_server(tm
         assert _swap(server, 2)["active_version"] == 2
     finally:
         server.stop()
+
+
+def test_a_swap_to_the_version_already_serving_rewrites_a_record_that_names_a_lost_one(tmp_path):
+    """Versions 1-3; swaps to 2 then 3; version 3 is deleted and the server restarts: it serves 2, the previous
+    version in the record, says so in Triton's log, and reports no previous version (the record's previous, 2,
+    is the one serving). A swap to 2 then changes no engine but rewrites the record, so once version 3 is back
+    a restart still serves 2. Invariant: after a successful swap to V, a reload or restart serves V."""
+    import shutil
+
+    v1 = MODELS / MODEL / "1"
+    repository = make_swap_repository(tmp_path, {1: v1, 2: V2 if (V2 / "manifest.json").exists() else v1, 3: v1})
+    versions, record = tmp_path / "versions", tmp_path / "versions" / f"{MODEL}.json"
+    for run in ("first", "second", "third"):
+        (tmp_path / run).mkdir()
+    server = start_server(tmp_path / "first", repository=repository, admin_key=KEY, version_state_dir=versions)
+    try:
+        assert _swap(server, 2)["active_version"] == 2 and _swap(server, 3)["active_version"] == 3
+    finally:
+        server.stop()
+    aside = tmp_path / "version-3-aside"
+    shutil.move(repository / MODEL / "3", aside)
+    server = start_server(tmp_path / "second", repository=repository, admin_key=KEY, version_state_dir=versions)
+    try:
+        status = _status(server)
+        (instance,) = status["instances"].values()
+        assert status["active_version"] == 2 and _served_versions(server) == {2}
+        assert instance["restore"]["version"] == 2 and instance["restore"]["ok"] is False
+        assert instance["previous_version"] is None, instance
+        assert (f"{MODEL}: serving version 2, the previous version in {record}, instead of version 3 (swap at"
+                in (tmp_path / "second" / "tritonserver.log").read_text())
+        assert json.loads(record.read_text())["version"] == 3  # a restore does not rewrite the record
+        assert _swap(server, 2)["active_version"] == 2
+        assert json.loads(record.read_text())["version"] == 2
+    finally:
+        server.stop()
+    shutil.move(aside, repository / MODEL / "3")
+    server = start_server(tmp_path / "third", repository=repository, admin_key=KEY, version_state_dir=versions)
+    try:
+        assert _status(server)["active_version"] == 2 and _served_versions(server) == {2}
+    finally:
+        server.stop()

@@ -157,8 +157,9 @@ class SwapAgent:
             if command != "swap":
                 raise SwapError(f"unknown command {command!r}; expected swap (a rollback is posted as a swap to the previous version)")
             version = int(desired["version"])
-            if version == self.slots.active_version:
-                seconds = 0.0
+            if version == self.slots.active_version:  # nothing to flip; the record may still name another version
+                seconds = 0.0  # (one that could not be restored): it now names this one, so a reload comes back here
+                self._record(version, self.slots.previous_version, None, generation, ok=True)
             else:
                 seconds = self.slots.swap(version, self._load, self._validate,
                                           commit=lambda new, old: self._record(new, old, reason, generation, ok=True))

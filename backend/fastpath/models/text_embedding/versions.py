@@ -70,8 +70,10 @@ class VersionedEmbedder:
         self.restore: dict[str, Any] | None = None  # what reading the record at load found (None: no record)
         record = self._read_record()
         active, serving = self._restore(version, record)
+        # the recorded previous version is this one's only when the recorded version is the one serving
+        previous = record.previous_version if record is not None and record.version == active else None
         self.slots: EngineSlots[TextEmbedder] = EngineSlots(active, self.initial, on_release=release_freed_heap,
-                                                            previous_version=record.previous_version if record else None)
+                                                            previous_version=previous)
         plane = ControlPlane(state_dir(self.model_dir.parent), model_name)
         self.agent = SwapAgent(plane, instance_key(instance, os.getpid()), self.slots, self._load, self._validate, details=self._details,
                                record_path=self.record_path, record=record, serving=serving).start()
@@ -109,9 +111,14 @@ class VersionedEmbedder:
             self.initial.close()
             self.initial = embedder
             self.restore = {"version": version, "ok": version == record.version, "error": "; ".join(errors) or None}
-            RESTORE_LOG.info("%s: serving version %s from %s (%s at %s)", self.model_dir.name, version, self.record_path,
-                             record.reason, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.since)))
-            return version, ({"since": record.since, "reason": record.reason} if version == record.version else serving)
+            recorded_at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.since))
+            if version == record.version:
+                RESTORE_LOG.info("%s: serving version %s from %s (%s at %s)", self.model_dir.name, version,
+                                 self.record_path, record.reason, recorded_at)
+                return version, {"since": record.since, "reason": record.reason}
+            LOG.error("%s: serving version %s, the previous version in %s, instead of version %s (%s at %s), which "
+                      "cannot be restored", self.model_dir.name, version, self.record_path, record.version, record.reason, recorded_at)
+            return version, serving
         self.restore = {"version": loaded, "ok": False, "error": "; ".join(errors)}
         LOG.error("%s: serving version %s, the one Triton loaded, instead of version %s recorded in %s",
                   self.model_dir.name, loaded, record.version, self.record_path)
