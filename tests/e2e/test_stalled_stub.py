@@ -112,8 +112,19 @@ def test_a_stopped_stub_fails_liveness_is_reloaded_and_serves_again(tmp_path, mo
         # reply reached Triton makes Triton fail it like a new one: rare, also Triton's doing, not FastPath's.)
         assert outcome in ([], [f"[500] Stub process '{stub.instance}' is not healthy."]), outcome
 
-        supervisor.start()
-        assert wait_for(lambda: supervisor.reloaded == [MODEL], timeout_s=120, poll_s=0.25), supervisor.failure
+        starting = threading.Thread(target=supervisor.start)  # its first look finds the stall and reloads the model
+        starting.start()
+        said: list[tuple[int, str]] = []  # `fastpath status` while the model is away: it says a reload is under way
+
+        def reloaded() -> bool:
+            capsys.readouterr()
+            said.append((cli.main(["status", MODEL, "--url", server.http_url]), capsys.readouterr().err))
+            return supervisor.reloaded == [MODEL]
+
+        assert wait_for(reloaded, timeout_s=120, poll_s=0.1), supervisor.failure
+        starting.join(timeout=30)
+        assert any(code == 1 and f"{MODEL} at {server.http_url} is being reloaded: its python-backend stub (pid {stub.pid}) "
+                   "stalled at" in err for code, err in said), said
         assert supervisor.failure is None
         logged = [r.getMessage() for r in caplog.records if r.name == "fastpath.server.stubs"]
         assert any(re.match(rf"model '{MODEL}' instance {stub.instance} \(stub pid {stub.pid}\) stopped answering: "

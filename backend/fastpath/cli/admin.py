@@ -15,6 +15,7 @@ import argparse
 import json
 import signal
 import sys
+import time
 from typing import Any
 
 from fastpath.cli.common import URL_DEFAULT, plain_help
@@ -46,9 +47,15 @@ def _status(client: Any, model: str) -> dict[str, Any]:
     reply = client.status(model)
     if reply.get("instances") or reply.get("progress"):
         return reply
+    last = (reply.get("recoveries") or [{}])[-1]
+    if last.get("outcome") == "reloading":
+        since = time.strftime("%H:%M:%S", time.localtime(float(last.get("at", 0))))
+        raise NotLoadedError(f"model {model} at {client.url} is being reloaded: its python-backend stub (pid {last.get('pid')}) "
+                             f"{last.get('cause')} at {since} and `fastpath serve` reloads the model (about 5-9 s); retry then")
     if client.ready(model):
-        raise NotLoadedError(f"model {model} at {client.url} has no live FastPath instances: it is loaded, but it is not "
-                             "a FastPath model with live swaps or a progress record (text_embedding and text_detection are)")
+        raise NotLoadedError(f"model {model} at {client.url} has no live FastPath instances: it is loaded, but its stub may "
+                             "have just died (`fastpath serve` reloads the model within seconds: retry), or it is not a "
+                             "FastPath model with live swaps or a progress record (text_embedding and text_detection are)")
     raise NotLoadedError(f"model {model} is not loaded at {client.url}: it has no live FastPath instances "
                          f"(`fastpath serve --model {model}` loads it; only FastPath models, such as text_embedding "
                          "and text_detection, have instances to report)")

@@ -224,6 +224,7 @@ class StubSupervisor(threading.Thread):
         LOG.error("the python-backend stub of model '%s' (instance %s, pid %d) %s while Triton kept the model ready; "
                   "Triton 2.51 does not restart it, so every request would fail: reloading '%s'",
                   stub.model, stub.instance, stub.pid, cause, stub.model)
+        self._note(stub.model, {**event, "outcome": "reloading"})  # status says so while the model is away
         if self._api.reload(stub.model):
             self.reloaded.append(stub.model)
             for pid in replaced:

@@ -160,10 +160,14 @@ class ControlPlane:
         return _read_json(self.instances_dir / f"{instance}.json") or {}
 
     def note_recovery(self, event: dict[str, Any]) -> None:
-        """The stub supervisor reloaded the model (or gave up): ``event`` holds when (``at``, epoch seconds),
-        the ``cause`` (``died`` or ``stalled``) and ``detail``, the stub, and the ``outcome``. The last
-        ``RECOVERIES_KEPT`` are kept; one process (``fastpath serve``) writes them."""
-        _write_json_atomic(self.recoveries_path, {"recoveries": (self.recoveries() + [event])[-RECOVERIES_KEPT:]})
+        """The stub supervisor reloads the model (or gave up): ``event`` holds when (``at``, epoch seconds),
+        the ``cause`` (``died`` or ``stalled``) and ``detail``, the stub (``pid``), and the ``outcome``
+        (``reloading`` while the reload runs). An event of the same ``at`` and ``pid`` replaces the earlier one
+        (the reload's outcome replaces ``reloading``). The last ``RECOVERIES_KEPT`` are kept; one process
+        (``fastpath serve``) writes them."""
+        key = (event.get("at"), event.get("pid"))
+        kept = [entry for entry in self.recoveries() if None in key or (entry.get("at"), entry.get("pid")) != key]
+        _write_json_atomic(self.recoveries_path, {"recoveries": (kept + [event])[-RECOVERIES_KEPT:]})
 
     def recoveries(self) -> list[dict[str, Any]]:
         """The recorded reloads, oldest first ([] when none, or the file is damaged)."""

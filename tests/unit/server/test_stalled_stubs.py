@@ -55,7 +55,8 @@ def test_a_stalled_stub_gets_its_stacks_dumped_then_killed_and_its_model_reloade
     stalls.supervisor.check()
     assert stalls.signals == [(10, signal.SIGUSR1), (10, signal.SIGKILL)] and stalls.sleeps == [0.5, 0.0]
     assert api.reloads == ["text_detection"] and stalls.supervisor.reloaded == ["text_detection"]
-    ((model, event),) = stalls.events
+    (model, started), (_, event) = stalls.events  # journalled as the reload starts, then its outcome
+    assert started == {**event, "outcome": "reloading"}
     assert model == "text_detection" and event["cause"] == "stalled" and event["outcome"] == "reloaded"
     assert event["detail"].startswith("3 requests in flight and no response sent and no batch finished for 31 s")
     assert (event["instance"], event["pid"], event["triton_version"]) == ("text_detection_0_0", 10, "1")
@@ -111,7 +112,7 @@ def test_stalls_count_toward_max_reloads_with_deaths():
     stalls.supervisor.check()
     assert api.reloads == ["m"] and "'m' died or stalled 2 times" in stalls.supervisor.failure
     assert [(event["cause"], event["outcome"].split(":")[0]) for _, event in stalls.events] == [
-        ("died", "reloaded"), ("stalled", "not reloaded")]
+        ("died", "reloading"), ("died", "reloaded"), ("stalled", "not reloaded")]
 
 
 def test_the_liveness_check_names_a_stalled_stub_of_a_ready_model():
@@ -144,6 +145,17 @@ def test_stub_progress_finds_the_record_through_the_stubs_own_state_dir(tmp_path
         process.kill()
         process.wait()
     assert stub_progress(stub) is None  # gone
+
+
+def test_a_reloads_outcome_replaces_its_reloading_entry(tmp_path):
+    """Invariant: one entry per recovery, keyed by (at, pid): the outcome replaces the entry written as the reload
+    started; another recovery's entry stays."""
+    plane = ControlPlane(tmp_path, "m")
+    plane.note_recovery({"at": 1.0, "pid": 7, "cause": "died", "outcome": "reloaded"})
+    plane.note_recovery({"at": 5.0, "pid": 9, "cause": "stalled", "outcome": "reloading"})
+    assert [e["outcome"] for e in plane.recoveries()] == ["reloaded", "reloading"]
+    plane.note_recovery({"at": 5.0, "pid": 9, "cause": "stalled", "outcome": "reloaded"})
+    assert [(e["pid"], e["outcome"]) for e in plane.recoveries()] == [(7, "reloaded"), (9, "reloaded")]
 
 
 def test_recoveries_keep_the_last_ten_and_a_damaged_file_reads_as_none(tmp_path):
