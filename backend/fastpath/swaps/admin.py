@@ -12,6 +12,7 @@ compared in constant time.
 from __future__ import annotations
 
 import hmac
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from fastpath.swaps.control import ControlPlane
 from fastpath.swaps.record import read_record, record_path
 from fastpath.triton.progress import live_progress
 
+LOG = logging.getLogger(__name__)
 MUTATING = ("swap", "rollback")
 COMMANDS = (*MUTATING, "status", "versions")
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")  # a directory name: at most 255 bytes, not . or ..
@@ -45,13 +47,23 @@ class AdminService:
         self.timeout_s, self._clock, self._sleep = timeout_s, clock, sleep
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Run one command; returns the reply document.
+        """Run one command; returns the reply document. A refused swap or rollback is logged (WARNING, in
+        Triton's log) with its reason, whether the admin model or an instance refused it.
 
         Raises:
             InvalidInputError: malformed request, unknown model or version (HTTP 400).
             PermissionDeniedError: missing or wrong key for swap/rollback.
             fastpath.swaps.slots.SwapError: an instance refused the new version (the reason is included).
         """
+        try:
+            return self._handle(request)
+        except Exception as exc:
+            if request.get("command") in MUTATING:
+                LOG.warning("%s of model %r to version %r refused: %s", request["command"], request.get("model"),
+                            request.get("version", "previous"), exc)
+            raise
+
+    def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
         if "command" not in request:
             raise InvalidInputError(f"REQUEST: 'command' is required, one of {', '.join(COMMANDS)}")
         command = request["command"]

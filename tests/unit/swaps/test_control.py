@@ -1,6 +1,7 @@
 """Control plane, swap agent and admin service together, over a real state directory and threads."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fastpath.errors import InvalidInputError, PermissionDeniedError, SwapError
+from fastpath.errors import FastPathError, InvalidInputError, PermissionDeniedError, SwapError
 from fastpath.swaps import agent as agent_module
 from fastpath.swaps.admin import AdminService
 from fastpath.swaps.agent import SwapAgent
@@ -72,6 +73,25 @@ def test_swap_without_the_key_is_refused(setup, key):
     with pytest.raises(PermissionDeniedError, match="admin key missing or wrong"):
         service.handle({"command": "swap", "model": "m", "version": 2, "key": key})
     assert slots.active_version == 1
+
+
+def test_a_refused_swap_or_rollback_is_logged_with_its_reason_and_never_the_key(setup, caplog):
+    """Invariant: every swap or rollback the admin service refuses leaves one WARNING naming the command, the
+    model, the version and the reason, so failed admin attempts show in the server's log; the key never does."""
+    service, _ = setup
+    attempts = [({"command": "swap", "model": "m", "version": 2, "key": "wrong"}, "admin key missing or wrong"),
+                ({"command": "swap", "model": "m", "version": 9, "key": "s3cret"}, "version 9 of m is not in the repository"),
+                ({"command": "rollback", "model": "m", "key": "s3cret"}, "nothing to roll back to")]
+    with caplog.at_level(logging.WARNING, logger="fastpath.swaps.admin"):
+        for request, _ in attempts:
+            with pytest.raises(FastPathError):
+                service.handle(request)
+        service.handle({"command": "status", "model": "m"})  # reads are not logged
+    lines = [record.getMessage() for record in caplog.records if record.name == "fastpath.swaps.admin"]
+    assert [line.split(": ", 1)[0] for line in lines] == [
+        "swap of model 'm' to version 2 refused", "swap of model 'm' to version 9 refused",
+        "rollback of model 'm' to version 'previous' refused"]
+    assert all(reason in line for line, (_, reason) in zip(lines, attempts)) and not any("s3cret" in line for line in lines)
 
 
 @pytest.mark.parametrize(
