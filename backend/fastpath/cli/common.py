@@ -126,10 +126,12 @@ URL_DEFAULT = ("Default: $HOST:$HTTP_PORT ($GRPC_PORT with --protocol grpc), the
                "localhost for an unset or wildcard HOST, 8000 (8001) for an unset port.")
 
 
-def port_hint(protocol: str) -> str:
-    """What to check when ``--url`` did not answer in ``--protocol``: the port of the other protocol."""
+def port_hint(protocol: str, *, url_given: bool = True) -> str:
+    """What to check when ``--url`` (without it, the port variable :func:`default_url` read) did not answer in
+    ``--protocol``: the port of the other protocol."""
     other = "grpc" if protocol == "http" else "http"
-    return (f"is --url the {PROTOCOL_NAMES[protocol]} port (default {default_port(protocol)})? "
+    where = "--url" if url_given else f"${'GRPC_PORT' if protocol == 'grpc' else 'HTTP_PORT'} (no --url given)"
+    return (f"is {where} the {PROTOCOL_NAMES[protocol]} port (default {default_port(protocol)})? "
             f"for the {PROTOCOL_NAMES[other]} port use --protocol {other}")
 
 
@@ -143,11 +145,11 @@ def error_line(error: Exception, protocol: str, *, url_given: bool = True) -> st
 
     if isinstance(error, WrongPortError):
         return (f"{error.url} does not serve Triton's HTTP API (it answered {error.server_message}, as Triton's metrics "
-                f"port does); {port_hint(protocol)}")
+                f"port does); {port_hint(protocol, url_given=url_given)}")
     if isinstance(error, ProtocolMismatchError):
         other = "grpc" if protocol == "http" else "http"
         return (f"{error.url} did not answer in {PROTOCOL_NAMES[protocol]} (it looks like Triton's "
-                f"{PROTOCOL_NAMES[other]} port); {port_hint(protocol)}")
+                f"{PROTOCOL_NAMES[other]} port); {port_hint(protocol, url_given=url_given)}")
     text = " ".join(str(error).split())  # a ServerConnectionError already asks whether tritonserver runs there
     if isinstance(error, ServerConnectionError) and url_given and error.url.rpartition(":")[2] != str(default_port(protocol)):
         text += f"; if it does, {port_hint(protocol)}"  # on the protocol's default port that hint says nothing new

@@ -89,6 +89,17 @@ def test_without_url_a_failed_connection_gets_no_port_hint():
     assert error_line(ServerConnectionError(refused, url="localhost:18510"), "http", url_given=False) == refused
 
 
+def test_without_url_a_port_of_the_other_protocol_names_the_port_variable():
+    """Without --url the address came from $HTTP_PORT / $GRPC_PORT: the hint names that variable, not --url."""
+    from fastpath.cli.common import error_line
+    from fastpath_client import ProtocolMismatchError
+
+    line = error_line(ProtocolMismatchError("not HTTP", url="localhost:18101"), "http", url_given=False)
+    assert line.endswith("is $HTTP_PORT (no --url given) the HTTP port (default 8000)? for the gRPC port use --protocol grpc")
+    line = error_line(ProtocolMismatchError("not gRPC", url="localhost:18100"), "grpc", url_given=False)
+    assert line.endswith("is $GRPC_PORT (no --url given) the gRPC port (default 8001)? for the HTTP port use --protocol http")
+
+
 @pytest.mark.parametrize(("url", "message"), [
     (",", "--url ',' names no replica; expected HOST:PORT"),
     ("127.0.0.1:notaport", "port 'notaport' is not a number in 1-65535"),
