@@ -141,12 +141,15 @@ class AsyncClient(ClientCore):
             RequestTimeoutError: not ready after ``timeout_s``, naming what was not ready (each model with
                 its state from the repository index, or from the unrestricted API without the admin key).
             ProtocolMismatchError: the url answers the other protocol (raised at once: waiting cannot help).
+            WrongPortError: the url answers HTTP but not as Triton's API (e.g. its metrics port).
         """
         deadline = self._clock() + timeout_s
         poll = 0
         while True:
             waiting = [m for m in ((None,) + tuple(models)) if not await self._ready(m, min(5.0, timeout_s))]
             if not waiting:
+                if self.protocol == "http":  # raises WrongPortError where only readiness looked like Triton's
+                    await self._call(None, lambda c: c.get_server_metadata(), 5.0, retry=False)
                 return
             now = self._clock()
             if now >= deadline:

@@ -132,12 +132,16 @@ class Client(ClientCore):
             RequestTimeoutError: not ready after ``timeout_s``; the message names what was not ready (the
                 server: unreachable or starting; or each model that is not ready, with its state).
             ProtocolMismatchError: the url answers the other protocol (raised at once: waiting cannot help).
+            WrongPortError: the url answers HTTP but not as Triton's API, e.g. its metrics port (whose empty
+                200s pass for readiness: the server metadata, which that port does not answer, tells them apart).
         """
         deadline = self._clock() + timeout_s
         poll = 0
         while True:
             waiting = [m for m in ((None,) + tuple(models)) if not self._ready(m, min(5.0, timeout_s))]
             if not waiting:
+                if self.protocol == "http":  # raises WrongPortError where only readiness looked like Triton's
+                    self._call(None, lambda c, kw: c.get_server_metadata(**kw), 5.0, retry=False)
                 return
             now = self._clock()
             if now >= deadline:

@@ -236,8 +236,8 @@ def test_an_http_client_on_the_grpc_port_fails_at_once(triton_server, mode):
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_client_on_the_metrics_port_is_told_to_use_the_http_port(triton_server, mode):
     """Triton's metrics port answers an empty HTTP 200 to any GET but /metrics and 405 to a POST, where the
-    HTTP API answers JSON. Invariant: a call there raises WrongPortError at once (not retried), naming the
-    HTTP port, not a JSON parse error or "HTTP 405 ... Method Not Allowed"; the CLI says the same."""
+    HTTP API answers JSON. Invariant: wait_ready and a call there raise WrongPortError at once (not retried),
+    naming the HTTP port, not a JSON parse error or "HTTP 405 ... Method Not Allowed"; the CLI says the same."""
     from fastpath.cli import main as cli
     from fastpath_client import WrongPortError
 
@@ -253,7 +253,19 @@ def test_a_client_on_the_metrics_port_is_told_to_use_the_http_port(triton_server
                 return await client.embed(["hello"])
         return asyncio.run(run())
 
+    def wait_ready():
+        if mode == "sync":
+            with Client(url, "http") as client:
+                return client.wait_ready(timeout_s=30, models=["text_embedding"])
+
+        async def run():
+            async with AsyncClient(url, "http") as client:
+                return await client.wait_ready(timeout_s=30, models=["text_embedding"])
+        return asyncio.run(run())
+
     start = time.monotonic()
+    with pytest.raises(WrongPortError):
+        wait_ready()  # the port's empty 200s pass for readiness; the server metadata tells it apart
     with pytest.raises(WrongPortError) as info:
         embed()
     assert time.monotonic() - start < 10 and not info.value.retryable
