@@ -118,8 +118,12 @@ def default_url(protocol: str) -> str:
         host = "localhost"
     elif ":" in host and not host.startswith("["):  # an IPv6 address
         host = f"[{host}]"
-    name = "GRPC_PORT" if protocol == "grpc" else "HTTP_PORT"
-    return f"{host}:{env_int(name, default_port(protocol))}"
+    return f"{host}:{env_int(port_variable(protocol), default_port(protocol))}"
+
+
+def port_variable(protocol: str) -> str:
+    """The environment variable of ``protocol``'s port that `make serve` and `fastpath serve` read."""
+    return "GRPC_PORT" if protocol == "grpc" else "HTTP_PORT"
 
 
 URL_DEFAULT = ("Default: $HOST:$HTTP_PORT ($GRPC_PORT with --protocol grpc), the variables `make serve` reads; "
@@ -130,7 +134,7 @@ def port_hint(protocol: str, *, url_given: bool = True) -> str:
     """What to check when ``--url`` (without it, the port variable :func:`default_url` read) did not answer in
     ``--protocol``: the port of the other protocol."""
     other = "grpc" if protocol == "http" else "http"
-    where = "--url" if url_given else f"${'GRPC_PORT' if protocol == 'grpc' else 'HTTP_PORT'} (no --url given)"
+    where = "--url" if url_given else f"${port_variable(protocol)} (no --url given)"
     return (f"is {where} the {PROTOCOL_NAMES[protocol]} port (default {default_port(protocol)})? "
             f"for the {PROTOCOL_NAMES[other]} port use --protocol {other}")
 

@@ -7,8 +7,9 @@ everything else and fills disks. :func:`configure_stub_logging` (called by every
 ``initialize``) gives the ``fastpath`` logger one stderr handler, at the level it had (WARNING
 unless configured), with a :class:`RepeatFilter`: of the records of one logger with one message
 template (``record.msg`` before its arguments are filled in) at one level, the first
-``max_per_window`` within ``window_s`` pass (INFO records of the event loggers, a swap's outcome, always pass); the rest are counted, and one line says how many were
-left out when the next one of them comes after the window, or at :meth:`RepeatFilter.flush`
+``max_per_window`` within ``window_s`` pass (INFO records of the event loggers, a swap's outcome,
+always pass); the rest are counted, and one line says how many were left out when the next one of
+them comes after the window, or at :meth:`RepeatFilter.flush`
 (the heartbeat calls it every second, :mod:`fastpath.triton.heartbeat`).
 """
 
