@@ -44,6 +44,13 @@ def _error(client, texts) -> str | None:
     return None
 
 
+def _why_not_reloaded(supervisor, server) -> str:
+    """What a failed wait for the reload shows: the supervisor's state, its journal, and the end of Triton's log."""
+    log = server.log_path.read_text(errors="replace")[-4000:] if server.log_path else ""
+    return (f"reloaded={supervisor.reloaded} failure={supervisor.failure!r} alive={supervisor.is_alive()} "
+            f"recoveries={ControlPlane(server.state_dir, MODEL).recoveries()}\n--- tritonserver log ---\n{log}")
+
+
 def test_a_killed_stub_is_replaced_by_a_reload_and_the_model_serves_again(tmp_path, sentences, monkeypatch):
     server = start_server(tmp_path, models=(MODEL,), admin_key=KEY)
     supervisor = stub_supervisor(server)
@@ -134,7 +141,7 @@ def test_under_load_the_replaced_generations_other_stubs_are_killed_and_serving_
         time.sleep(2)
         os.kill(before["text_embedding_0_0"][0], signal.SIGKILL)
         supervisor.start()
-        assert wait_for(lambda: supervisor.reloaded == [MODEL], timeout_s=120, poll_s=0.25)
+        assert wait_for(lambda: supervisor.reloaded == [MODEL], timeout_s=120, poll_s=0.25), _why_not_reloaded(supervisor, server)
         survivors = sorted(before["text_embedding_0_1"] + before["text_embedding_0_2"])
         assert wait_for(lambda: all(len(pids) == 1 for pids in stubs().values()) and len(stubs()) == 3, timeout_s=60)
         phase["after_reload"] = True

@@ -3,7 +3,9 @@
 Triton 2.51 keeps such a model ready while its requests fail ("Stub process ... is not healthy") or hang, and
 never restarts the stub; only unload + load brings it back (docs/known-issues.md). :class:`StubSupervisor`, a
 thread of ``fastpath serve``, lists tritonserver's stubs every ``poll_s``: an instance whose stub has been gone
-for ``grace_s`` with none in its place while Triton still reports the model version ready has died; one whose
+for ``grace_s`` with none in its place while Triton still reports the model version ready has died (a readiness
+question Triton leaves unanswered, as a busy server can, is asked again at the next look, never taken for "not
+ready", which would leave the dead stub unnoticed for good); one whose
 progress record says it stalled (:meth:`~fastpath.triton.progress.ProgressRecord.stalled`) is sent ``SIGUSR1``
 (its stacks into Triton's log) and killed. Either way the model is unloaded and loaded again, and the cause is
 recorded for ``status`` (:meth:`fastpath.swaps.control.ControlPlane.note_recovery`). The model's other stubs of the
@@ -144,6 +146,7 @@ class StubSupervisor(threading.Thread):
         self._known: dict[tuple[str, str, str], Stub] = {}  # (model, version, instance) -> the last stub seen
         self._missing_since: dict[tuple[str, str, str], float] = {}
         self._reloads: dict[str, list[float]] = {}
+        self._unanswered: set[int] = set()  # stubs whose model's readiness Triton did not answer (warned once)
         self.orphan_drain_s = orphan_drain_s
         self._orphans: dict[int, tuple[str, float]] = {}  # pid -> (model, when to kill it): a replaced generation's stubs
         self.killed_orphans: list[int] = []
@@ -182,17 +185,30 @@ class StubSupervisor(threading.Thread):
             if key in live or self.failure is not None:
                 continue
             since = self._missing_since.setdefault(key, now)
-            if now - since < self.grace_s:
-                continue
+            if now - since < self.grace_s or (ready := self._ready(stub)) is None:
+                continue  # no answer from Triton: the stub stays missing, and the next look asks again
             del self._known[key], self._missing_since[key]
-            if self._api.is_ready(stub.model, stub.version):  # unloaded models are not ready: nothing to do
+            if ready:  # unloaded models are not ready: nothing to do
                 self._recover(stub, now, "died", "its process is gone")
+
+    def _ready(self, stub: Stub) -> bool | None:
+        """Whether Triton has ``stub``'s model version ready; None when it did not answer (logged)."""
+        try:
+            ready = self._api.is_ready(stub.model, stub.version)
+        except OSError as exc:  # TimeoutError: a busy or stopping tritonserver
+            if stub.pid not in self._unanswered:  # once per stub, not at every look
+                self._unanswered.add(stub.pid)
+                LOG.warning("stub supervisor: cannot tell whether model '%s' is ready (its stub pid %d is gone or stalled): "
+                            "%s; asking again at each look", stub.model, stub.pid, exc)
+            return None
+        self._unanswered.discard(stub.pid)
+        return ready
 
     def _check_progress(self, stub: Stub, now: float) -> None:
         """Kill ``stub`` and reload its model if its progress record says it stalled while its model is ready."""
         record = self._progress(stub)
         why = record.stalled(now) if record is not None else None
-        if why is None or not self._api.is_ready(stub.model, stub.version):
+        if why is None or not self._ready(stub):  # not ready, or no answer: the next look checks it again
             return
         LOG.error("model '%s' instance %s (stub pid %d) stopped answering: %s; Triton 2.51 keeps it ready, so its requests "
                   "would hang or fail: printing its threads' stacks into tritonserver's log (SIGUSR1), then killing it "

@@ -108,19 +108,26 @@ class RepositoryApi:
         """The model version's configuration as Triton has it (GET .../config), JSON."""
         return self._json("GET", f"/v2/models/{model}/versions/{version}/config")  # type: ignore[return-value]
 
-    def is_ready(self, model: str, version: str) -> bool:
-        return self._call("GET", f"/v2/models/{model}/versions/{version}/ready", 2.0) == 200
+    def is_ready(self, model: str, version: str, timeout_s: float = 2.0) -> bool:
+        """Whether Triton has ``model`` version ``version`` ready (GET .../versions/<version>/ready).
 
-    def is_loaded(self, model: str) -> bool:
-        """Whether any version of ``model`` is still ready (GET /v2/models/<model>/ready)."""
-        return self._call("GET", f"/v2/models/{model}/ready", 2.0) == 200
+        Raises:
+            TimeoutError: no answer within ``timeout_s`` (a loaded server can be slow; a refused connection counts
+                too): no answer is not "not ready", so the caller asks again rather than acting on it.
+        """
+        status = self._call("GET", f"/v2/models/{model}/versions/{version}/ready", timeout_s)
+        if status == 0:
+            raise TimeoutError(f"Triton at {self.base} gave no answer within {timeout_s:.0f} s to whether model '{model}' "
+                               f"version {version} is ready")
+        return status == 200
 
     def reload(self, model: str, unload_timeout_s: float = 60.0, load_timeout_s: float = 600.0) -> bool:
         """Unload ``model``, wait until Triton no longer has it ready, load it; True if the load succeeded."""
         if self._call("POST", f"/v2/repository/models/{model}/unload", 30.0) != 200:
             return False
         deadline = time.monotonic() + unload_timeout_s
-        while self.is_loaded(model) and time.monotonic() < deadline:
+        # until Triton says the model is no longer ready: no answer (0) is no such word
+        while self._call("GET", f"/v2/models/{model}/ready", 2.0) in (0, 200) and time.monotonic() < deadline:
             time.sleep(0.2)
         return self._call("POST", f"/v2/repository/models/{model}/load", load_timeout_s) == 200
 

@@ -22,8 +22,12 @@ class Api:
 
     def __init__(self, ready: set[tuple[str, str]], reload_ok: bool = True) -> None:
         self.ready, self.reload_ok, self.reloads = ready, reload_ok, []
+        self.unanswered = 0  # the next this many readiness questions get no answer (RepositoryApi raises TimeoutError)
 
     def is_ready(self, model: str, version: str) -> bool:
+        if self.unanswered:
+            self.unanswered -= 1
+            raise TimeoutError(f"no answer to whether model '{model}' version {version} is ready")
         return (model, version) in self.ready
 
     def reload(self, model: str) -> bool:
@@ -93,6 +97,26 @@ def test_a_stub_gone_while_its_model_stays_ready_gets_the_model_reloaded_after_t
     script.stubs = [Stub(11, "text_embedding", "1", "text_embedding_0_0")]  # the reload's stub
     supervisor.check()
     assert supervisor.failure is None
+
+
+def test_a_readiness_question_triton_leaves_unanswered_is_asked_again_and_the_death_still_reloads(caplog):
+    """A busy tritonserver may not answer GET .../ready within its timeout. Invariant: no answer is never taken
+    for "not ready" (which would forget the dead stub and leave every request failing for good): the stub stays
+    missing, the next look asks again and reloads its model once; the warning is logged once per stub."""
+    script, api = Script(), Api({("text_embedding", "1")})
+    supervisor = _supervisor(script, api, grace_s=2.0)
+    script.stubs = [Stub(10, "text_embedding", "1", "text_embedding_0_0")]
+    supervisor.check()
+    script.stubs, api.unanswered = [], 2
+    for now in (1.0, 3.5, 4.0):  # gone at 1.0; past the grace at 3.5 and 4.0, without an answer
+        script.now = now
+        supervisor.check()
+    assert api.reloads == [] and api.unanswered == 0
+    script.now = 4.5
+    supervisor.check()
+    assert api.reloads == ["text_embedding"] and supervisor.failure is None
+    warnings = [r.getMessage() for r in caplog.records if "cannot tell whether model 'text_embedding' is ready" in r.getMessage()]
+    assert len(warnings) == 1 and "stub pid 10" in warnings[0]
 
 
 def test_an_unload_and_a_reload_are_not_deaths():
