@@ -108,8 +108,9 @@ class RepositoryApi:
         """The model version's configuration as Triton has it (GET .../config), JSON."""
         return self._json("GET", f"/v2/models/{model}/versions/{version}/config")  # type: ignore[return-value]
 
-    def is_ready(self, model: str, version: str, timeout_s: float = 2.0) -> bool:
-        """Whether Triton has ``model`` version ``version`` ready (GET .../versions/<version>/ready).
+    def is_ready(self, model: str, version: str, timeout_s: float = 10.0) -> bool:
+        """Whether Triton has ``model`` version ``version`` ready (GET .../versions/<version>/ready); asked only
+        when a stub is gone or stalled, so a slow answer is waited for rather than missed.
 
         Raises:
             TimeoutError: no answer within ``timeout_s`` (a loaded server can be slow; a refused connection counts
