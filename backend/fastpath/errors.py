@@ -7,6 +7,19 @@ with HTTP 400 / gRPC INVALID_ARGUMENT and an overloaded server with 503 / UNAVAI
 
 from __future__ import annotations
 
+# Longest error message a response carries, in characters: gRPC sends the message in a header, and clients refuse
+# headers past 8 KiB (grpc-core's default soft limit, on the percent-encoded bytes), which would replace the
+# real code and message with a transport error (RESOURCE_EXHAUSTED).
+MAX_MESSAGE_CHARS = 2000
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters plus a note of its length, for echoing a client's value
+    (a request id, a parameter) or a long message back without the echo outgrowing the response."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... (cut; {len(text)} characters in all)"
+
 
 class FastPathError(Exception):
     """Root of every FastPath exception.

@@ -183,6 +183,25 @@ def test_an_error_starts_with_the_request_id_as_tritons_own_do(triton_server, pr
     assert info.value.message().startswith("TEXT[0] is not valid UTF-8"), info.value.message()
 
 
+def test_a_long_request_id_or_parameter_value_comes_back_cut_short_with_the_real_error(triton_server):
+    """gRPC clients refuse an error message past 8 KiB (its header), and answer RESOURCE_EXHAUSTED instead of the
+    real code. Invariant: a 100,000-character request id and a 50,000-character fastpath_priority still get their
+    INVALID_ARGUMENT, with the id cut to 200 characters and the value to 80, each with its length."""
+    module, client = _client(triton_server, "grpc")
+    data = np.array([[b"\xff"]], dtype=np.object_)
+    tensor = module.InferInput("TEXT", [1, 1], "BYTES")
+    tensor.set_data_from_numpy(data)
+    with pytest.raises(InferenceServerException) as info:
+        client.infer(MODEL, [tensor], request_id="r" * 100_000)
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT", info.value.message()
+    assert info.value.message().startswith("[request id: " + "r" * 200 + "... (cut; 100000 characters in all)] TEXT[0] is not valid UTF-8")
+    tensor.set_data_from_numpy(np.array([[b"fine"]], dtype=np.object_))
+    with pytest.raises(InferenceServerException) as info:
+        client.infer(MODEL, [tensor], parameters={"fastpath_priority": "9" * 50_000})
+    assert info.value.status() == "StatusCode.INVALID_ARGUMENT", info.value.message()
+    assert "(cut; 50002 characters in all) is a string" in info.value.message() and len(info.value.message()) < 1000
+
+
 def test_zero_sized_binary_request_gets_400(triton_server):
     """A zero-sized [0, 1] BYTES tensor through gRPC is refused with INVALID_ARGUMENT naming the tensor, by
     Triton 2.51 itself before the model (its wording; the model's own zero-size check is the backstop)."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from fastpath.errors import ConfigError, FastPathError, InvalidInputError
+from fastpath.errors import MAX_MESSAGE_CHARS, ConfigError, FastPathError, InvalidInputError, clipped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,16 +91,21 @@ def input_rows(pb_utils: Any, request: Any, name: str) -> int | None:
     return int(shape[0]) if len(shape) else 0
 
 
+REQUEST_ID_CHARS = 200  # of a client's request id echoed in an error message
+
+
 def error_response(pb_utils: Any, error: BaseException, request_id: str = "") -> Any:
     """An ``InferenceResponse`` carrying only ``error``, with the Triton code its type maps to.
 
     FastPath errors map to their ``triton_code`` (INVALID_ARG -> HTTP 400 / gRPC INVALID_ARGUMENT,
     UNAVAILABLE -> 503 / UNAVAILABLE); anything else is INTERNAL (500). A request's ``request_id`` (the
-    client's ``id``) starts the message as Triton starts its own errors: ``[request id: <id>] ...``.
+    client's ``id``) starts the message as Triton starts its own errors: ``[request id: <id>] ...``. The id is
+    cut to :data:`REQUEST_ID_CHARS` characters and the message to ``MAX_MESSAGE_CHARS``, so that the error
+    reaches a gRPC client whole (:data:`fastpath.errors.MAX_MESSAGE_CHARS`).
     """
     code_name = error.triton_code if isinstance(error, FastPathError) else "INTERNAL"
     code = getattr(pb_utils.TritonError, code_name, pb_utils.TritonError.INTERNAL)
-    message = str(error) if isinstance(error, FastPathError) else f"{type(error).__name__}: {error}"
+    message = clipped(str(error) if isinstance(error, FastPathError) else f"{type(error).__name__}: {error}", MAX_MESSAGE_CHARS)
     if request_id:
-        message = f"[request id: {request_id}] {message}"
+        message = f"[request id: {clipped(request_id, REQUEST_ID_CHARS)}] {message}"
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, code))

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fastpath.errors import InvalidInputError
+from fastpath.errors import InvalidInputError, clipped
 from fastpath.scheduling.config import SchedulerConfig
 from fastpath.triton.heartbeat import Progress
 from fastpath.triton.io import error_response
@@ -48,9 +49,9 @@ def priority_level(request: Any, sched: SchedulerConfig) -> int:
                  else "priorities are off here (priority_levels = 0): every request runs at the default level")
         kind = ("a negative integer" if isinstance(raw, int) and not isinstance(raw, bool)
                  else f"a {JSON_KINDS.get(type(raw), type(raw).__name__)}")
-        if isinstance(raw, float) and abs(raw) >= 2.0**63:  # Triton keeps an integer parameter past int64 as a double
-            kind += " (an integer of 2^63 or more does not fit Triton's int64 parameter and arrives as one)"
-        raise InvalidInputError(f"request parameter {PRIORITY_PARAMETER} = {json.dumps(raw)} is {kind}: expected a non-negative integer, "
+        if isinstance(raw, float) and math.isfinite(raw) and raw >= 2.0**63:  # Triton keeps an integer past int64 as a double
+            kind += " (if it was sent as an integer: one of 2^63 or more does not fit Triton's int64 parameter and arrives as a float)"
+        raise InvalidInputError(f"request parameter {PRIORITY_PARAMETER} = {clipped(json.dumps(raw), 80)} is {kind}: expected a non-negative integer, "
                                 f"sent as an integer parameter (int64_param over gRPC, a JSON number over HTTP) ({scale})")
     return raw if 1 <= raw <= levels else default
 
