@@ -42,13 +42,12 @@ class BaselineDetectionModel(TextDetectionModel):
             self.detector = TextDetector(engine, self.config)
         else:
             self.detector = TextDetector.from_directory(version_dir, self.config)
-        self.decoders = None  # TextDetectionModel._input_values: decode in execute()
 
     def execute(self, requests):
         pb, responses = self._pb, []
         for request in requests:
             try:
-                boxes, scores, counts = concatenate(self.detector.detect(self._decode(*self._input_values(request))))
+                boxes, scores, counts = concatenate(self.detector.detect(self.images(request)))
                 responses.append(pb.InferenceResponse(output_tensors=[
                     pb.Tensor("BOXES", boxes), pb.Tensor("SCORES", scores), pb.Tensor("BOX_COUNTS", counts)]))
             except Exception as exc:  # a bad request fails alone

@@ -184,13 +184,26 @@ def small_queue_server(tmp_path_factory):
         server.stop()
 
 
+def _png_header(height: int, width: int) -> bytes:
+    """The first bytes of a PNG of ``height`` x ``width`` 8-bit gray pixels: its signature, a valid IHDR chunk and
+    an empty IDAT chunk (where a reader of the header stops)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)) + chunk(b"IDAT", b"")
+
+
 def test_a_full_queue_rejects_before_decoding_with_retryable_unavailable(small_queue_server):
     """execute() checks for room in the queue before it decodes a call's images, so a 503 comes at once,
     not 5-20 s late. A burst of 8 requests x 16 images into a 16-image queue: the overflow is
     answered UNAVAILABLE naming images, the accepted requests get their boxes, the server stays ready.
-    A request that is wrong in itself (a negative priority), of 16 images sent once the queue has
-    overflowed (no room for them while any image is queued), is still a 400 naming the parameter, never a
-    retryable 503 a client would send again unchanged."""
+    Requests wrong in themselves, of 16 images sent once the queue has overflowed (no room for them while any
+    image is queued), are still 400s naming what is wrong, never a retryable 503 a client would send again
+    unchanged: a negative priority, an IMAGE of 7 channels (its shape), and IMAGE_BYTES with an empty element,
+    bytes that are no image, or a PNG whose header says 9000x9000 (its headers)."""
     page = skimage_rgb("page.png")
     batch = np.repeat(np.stack([page, page, page], axis=-1)[np.newaxis] if page.ndim == 2 else page[np.newaxis], 16, axis=0)
     overflowed = threading.Event()
@@ -203,29 +216,41 @@ def test_a_full_queue_rejects_before_decoding_with_retryable_unavailable(small_q
                 overflowed.set()
             return None, exc
 
-    def send_bad(_):
+    huge_png = _png_header(9000, 9000)
+    bad_requests = {  # 16 images each: no room for them while any image is queued
+        "fastpath_priority = -1 is a negative integer": ("IMAGE", batch, {"fastpath_priority": -1}),
+        "expected [N, H, W, C] with C = 1 (gray)": ("IMAGE", np.zeros((16, 8, 8, 7), np.uint8), {}),
+        "input IMAGE_BYTES element 3 is empty (0 bytes)": ("IMAGE_BYTES", [huge_png[:0] if i == 3 else png_bytes(page) for i in range(16)], {}),
+        "is not a PNG or JPEG file": ("IMAGE_BYTES", [b"hello"] * 16, {}),
+        "element 0 is 9000x9000 = 81000000 pixels, above the limit": ("IMAGE_BYTES", [huge_png] * 16, {}),
+    }
+
+    def send_bad(kind):
         assert overflowed.wait(120), "the burst never filled the queue"
+        name, data, parameters = bad_requests[kind]
+        array = np.array(data, dtype=np.object_) if name == "IMAGE_BYTES" else data
         client = grpcclient.InferenceServerClient(small_queue_server.grpc_url)
-        tensor = grpcclient.InferInput("IMAGE", list(batch.shape), "UINT8")  # 16 images: no room while any is queued
-        tensor.set_data_from_numpy(batch)
+        tensor = grpcclient.InferInput(name, list(array.shape), "BYTES" if name == "IMAGE_BYTES" else "UINT8")
+        tensor.set_data_from_numpy(array)
         try:
-            client.infer(MODEL, [tensor], parameters={"fastpath_priority": -1})
+            client.infer(MODEL, [tensor], parameters=parameters)
         except InferenceServerException as exc:
             return exc
         finally:
             client.close()
         return None
 
-    with concurrent.futures.ThreadPoolExecutor(11) as pool:
-        bad = [pool.submit(send_bad, index) for index in range(3)]
+    with concurrent.futures.ThreadPoolExecutor(13) as pool:
+        bad = {kind: pool.submit(send_bad, kind) for kind in bad_requests}
         results = list(pool.map(send, range(8)))
-        bad_errors = [future.result() for future in bad]
+        bad_errors = {kind: future.result() for kind, future in bad.items()}
     errors = [error for _, error in results if error is not None]
     assert errors, "8 x 16 images into a 16-image queue must overflow it"
     assert {error.status() for error in errors} == {"StatusCode.UNAVAILABLE"}
     assert all("Exceeds maximum queue size" in e.message() and "images queued" in e.message() for e in errors)
     good = [outputs for outputs, error in results if error is None]
     assert good and all(counts.shape == (16,) and counts.min() > 0 for _, _, counts in good)
-    assert all(error is not None and error.status() == "StatusCode.INVALID_ARGUMENT" for error in bad_errors), bad_errors
-    assert all("fastpath_priority = -1 is a negative integer" in error.message() for error in bad_errors)
+    for kind, error in bad_errors.items():
+        assert error is not None and error.status() == "StatusCode.INVALID_ARGUMENT", (kind, error)
+        assert kind in error.message(), (kind, error.message())
     assert small_queue_server.is_ready(models=[MODEL])

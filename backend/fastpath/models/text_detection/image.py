@@ -249,13 +249,19 @@ def to_rgb8(image: np.ndarray, *, channel_order: str, where: str) -> np.ndarray:
 
 
 def images_from_array(batch: np.ndarray, *, max_image_pixels: int, max_request_pixels: int, max_images: int) -> list[np.ndarray]:
-    """Images of an ``IMAGE`` tensor: uint8 ``[N, H, W, C]`` -> N uint8 RGB ``[H, W, 3]``.
-
-    Limits are checked on the shape before any conversion.
+    """Images of an ``IMAGE`` tensor: uint8 ``[N, H, W, C]`` -> N uint8 RGB ``[H, W, 3]``, the shape checked first
+    (:func:`check_array`).
 
     Raises:
-        InvalidInputError: wrong rank, dtype or channel count; zero-sized; above a limit.
+        InvalidInputError: wrong rank or channel count; zero-sized; above a limit.
     """
+    check_array(batch, max_image_pixels=max_image_pixels, max_request_pixels=max_request_pixels, max_images=max_images)
+    return [to_rgb8(batch[i], channel_order="rgb", where=f"input {ARRAY_INPUT} image {i}") for i in range(batch.shape[0])]
+
+
+def check_array(batch: np.ndarray, *, max_image_pixels: int, max_request_pixels: int, max_images: int) -> None:
+    """Check an ``IMAGE`` tensor's shape (uint8 ``[N, H, W, C]``, C = 1-4) against the limits, reading no pixel;
+    raises InvalidInputError: wrong rank or channel count, zero-sized, above a limit."""
     if batch.ndim != 4:
         raise InvalidInputError(f"input {ARRAY_INPUT} has shape {list(batch.shape)}; expected [N, H, W, C] (uint8, channels last)")
     count, height, width, channels = batch.shape
@@ -266,7 +272,6 @@ def images_from_array(batch: np.ndarray, *, max_image_pixels: int, max_request_p
         raise InvalidInputError(f"input {ARRAY_INPUT} has shape {list(batch.shape)}: no images (N = 0)")
     check_pixel_limits([(height, width)] * count, tensor=ARRAY_INPUT, max_image_pixels=max_image_pixels,
                        max_request_pixels=max_request_pixels, max_images=max_images)
-    return [to_rgb8(batch[i], channel_order="rgb", where=f"input {ARRAY_INPUT} image {i}") for i in range(count)]
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -355,6 +360,10 @@ class ProbedRequest:
                                     + "; ".join(named) + more)
         return results
 
+    def decode(self) -> list[np.ndarray]:
+        """Every file decoded on the CPU into uint8 RGB ``[H, W, 3]`` (:func:`decode_encoded`); raises as :meth:`decode_each`."""
+        return self.decode_each(lambda index, data, size: decode_encoded(data, index=index, expected_hw=size))
+
 
 def probe_request(values: np.ndarray, *, max_image_pixels: int, max_request_pixels: int, max_images: int) -> ProbedRequest:
     """The files of an ``IMAGE_BYTES`` tensor (BYTES ``[N]``) and their (height, width) from the headers,
@@ -387,5 +396,5 @@ def images_from_bytes(values: np.ndarray, *, max_image_pixels: int, max_request_
     Raises:
         InvalidInputError: an element is not a PNG/JPEG file, is corrupt, or is above a limit.
     """
-    probed = probe_request(values, max_image_pixels=max_image_pixels, max_request_pixels=max_request_pixels, max_images=max_images)
-    return probed.decode_each(lambda index, data, size: decode_encoded(data, index=index, expected_hw=size))
+    return probe_request(values, max_image_pixels=max_image_pixels, max_request_pixels=max_request_pixels,
+                         max_images=max_images).decode()

@@ -41,9 +41,10 @@ from fastpath.models.text_detection.device_batches import DeviceBatchHandler, wa
 from fastpath.models.text_detection.image import (
     ARRAY_INPUT,
     BYTES_INPUT,
+    ProbedRequest,
+    check_array,
     check_image_count,
     images_from_array,
-    images_from_bytes,
     probe_request,
 )
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
@@ -206,30 +207,27 @@ class TextDetectionModel(ScheduledModel):
         arrival_s = self.runner.clock.now()  # the call's requests wait while earlier ones decode: timeouts count from here
         replies = Replies(pb, requests, "sender", self.progress)
         for index, request in enumerate(requests):
-            try:  # what can be checked without reading the images is a 400 whatever the queue holds, never a retryable 503
+            try:  # what can be checked without decoding the images is a 400 whatever the queue holds, never a retryable 503
                 count = self._image_count(request)
                 name = self._input_name(request)
                 options = (priority_level(request, self.scheduler_config), request_timeout_s(request, self.scheduler_config),
                            requested_outputs(request), request.is_cancelled, replies.request_id(index) or "request")
+                checked = self._check(read_input(pb, request, name), name)
             except Exception as exc:  # a bad request fails alone
                 self.metrics.invalid_request()
                 replies.fail(index, exc)
                 continue
-            try:  # a full queue answers 503 before the images are copied and decoded, not 5-20 s late after them
-                self.runner.check_room(count)
-            except Exception as exc:
-                replies.fail(index, exc)
-                continue
-            try:
-                values = self._input_values(request, name)
-            except Exception as exc:  # a bad request fails alone
-                self.metrics.invalid_request()
-                replies.fail(index, exc)
-                continue
+            if not (isinstance(checked, ProbedRequest) and checked.errors):  # a file known bad takes no queue room
+                try:  # a full queue answers 503 before the images are copied and decoded, not 5-20 s late after them
+                    self.runner.check_room(count)
+                except Exception as exc:
+                    replies.fail(index, exc)
+                    continue
             if self.decoders is None:
-                self._accept(replies, index, values, name, options, arrival_s)
-            else:  # the request's tensors are copies by now: the decode thread may outlive execute()
-                self.decoders.submit(self._accept, replies, index, values, name, options, arrival_s)
+                self._accept(replies, index, checked, name, options, arrival_s)
+            else:  # the decode thread may outlive execute(): an IMAGE is copied out of the request's memory
+                checked = np.array(checked, copy=True) if name == ARRAY_INPUT else checked
+                self.decoders.submit(self._accept, replies, index, checked, name, options, arrival_s)
         return None
 
     def _input_name(self, request: Any) -> str:
@@ -244,19 +242,36 @@ class TextDetectionModel(ScheduledModel):
                                     f"(BYTES [N], PNG/JPEG files); the request has {present or 'neither'}")
         return present[0]
 
-    def _input_values(self, request: Any, name: str) -> np.ndarray:
-        """The request's input ``name`` as a numpy array it owns (not a view of the request's memory)."""
-        values = read_input(self._pb, request, name)
-        if name == ARRAY_INPUT and self.decoders is not None:
-            values = np.array(values, copy=True)
-        return values
+    def _check(self, values: np.ndarray, name: str) -> np.ndarray | ProbedRequest:
+        """What can be checked of input ``name`` without decoding: an ``IMAGE``'s shape (the array is returned), or
+        each ``IMAGE_BYTES`` file's header (:class:`ProbedRequest`; an unreadable header is kept as its element's
+        error, raised with the decode's by :meth:`_decode`).
 
-    def _accept(self, replies: Replies, index: int, values: np.ndarray, name: str, options: tuple, arrival_s: float) -> None:
-        """Decode, check and resize request ``index``'s images and queue them; a failure is the request's answer."""
+        Raises:
+            InvalidInputError: a wrong shape, no images, or a limit exceeded.
+        """
+        if name == ARRAY_INPUT:
+            check_array(values, **self._limits)
+            return values
+        return probe_request(values, **self._limits)
+
+    def images(self, request: Any) -> list[Any]:
+        """The request's images, checked and decoded in the calling thread (a model without the scheduler).
+
+        Raises:
+            InvalidInputError: as :meth:`_check` and :meth:`_decode`.
+        """
+        name = self._input_name(request)
+        return self._decode(self._check(read_input(self._pb, request, name), name), name)
+
+    def _accept(self, replies: Replies, index: int, checked: np.ndarray | ProbedRequest, name: str, options: tuple,
+                arrival_s: float) -> None:
+        """Decode and resize request ``index``'s images (checked by :meth:`_check`) and queue them; a failure is the
+        request's answer."""
         level, timeout_s, wanted, is_cancelled, label = options
         mark = PROFILE.start()
         try:
-            prepared = [self._prepare(image) for image in self._decode(values, name)]
+            prepared = [self._prepare(image) for image in self._decode(checked, name)]
         except Exception as exc:  # a bad request fails alone
             self.metrics.invalid_request()
             replies.fail(index, exc)
@@ -274,15 +289,19 @@ class TextDetectionModel(ScheduledModel):
         except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
             ticket.fail(exc)  # through the ticket: the request is answered once, whatever the queue kept
 
-    def _decode(self, values: np.ndarray, name: str) -> list[Any]:
+    @property
+    def _limits(self) -> dict[str, int]:
         config = self.config
-        limits = {"max_image_pixels": config.max_image_pixels, "max_request_pixels": config.max_request_pixels,
-                  "max_images": config.max_images_per_request}
+        return {"max_image_pixels": config.max_image_pixels, "max_request_pixels": config.max_request_pixels,
+                "max_images": config.max_images_per_request}
+
+    def _decode(self, checked: np.ndarray | ProbedRequest, name: str) -> list[Any]:
+        """The images of what :meth:`_check` returned: uint8 RGB arrays, or device tensors for JPEGs decoded on the GPU."""
         if name == ARRAY_INPUT:
-            return images_from_array(values, **limits)
+            return images_from_array(checked, **self._limits)
         if self.device_decoder is not None:  # JPEGs to device tensors [3, H, W]; the rest decoded here
-            return self.device_decoder.images(probe_request(values, **limits))
-        return images_from_bytes(values, **limits)
+            return self.device_decoder.images(checked)
+        return checked.decode()
 
     def _image_count(self, request: Any) -> int:
         """Images in the request by its input's batch dimension, without decoding (0 if malformed: _input_name says why).
