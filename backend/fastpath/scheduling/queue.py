@@ -26,7 +26,7 @@ from fastpath.errors import UnavailableError
 from fastpath.scheduling.batch import Batch, Decision
 from fastpath.scheduling.costs import CostModel
 from fastpath.scheduling.policy import BatchPolicy, BucketSpec, ItemBucket
-from fastpath.scheduling.tickets import WorkItem, rank_key
+from fastpath.scheduling.tickets import Ticket, WorkItem, rank_key
 
 
 class BatchQueue:
@@ -179,6 +179,25 @@ class BatchQueue:
                 f"Exceeds maximum queue size: {self._count} {self.unit} queued + {count} in this request > "
                 f"max_queue_{self.unit}={self.max_items}; the server is overloaded, retry later (parameter max_queue_{self.unit})"
             )
+
+    def waiting_tickets(self, arrived_by_s: float) -> list[Ticket]:
+        """The distinct tickets with items queued that arrived by ``arrived_by_s``, none of their items dispatched
+        and not answered, oldest first (the ones a full queue asks whether their client cancelled)."""
+        tickets: dict[int, tuple[float, Ticket]] = {}
+        for bucket in self._buckets.values():
+            for item in bucket.items:
+                ticket = item.ticket
+                if item.arrival_s <= arrived_by_s and not (ticket.started or ticket.done):
+                    tickets.setdefault(id(ticket), (item.arrival_s, ticket))
+        return [ticket for _, ticket in sorted(tickets.values(), key=lambda pair: pair[0])]
+
+    def drop_answered(self) -> None:
+        """Take out the items whose ticket is already answered (e.g. cancelled while queued): their room is free."""
+        for bucket in self._buckets.values():
+            if any(item.ticket.done for item in bucket.items):
+                keep = [item for item in bucket.items if not item.ticket.done]
+                self._count -= len(bucket.items) - len(keep)
+                bucket.items = keep
 
     def close(self) -> None:
         """Refuse new items; queued ones are dispatched without waiting (the policies' rule ``drain``)."""

@@ -126,20 +126,41 @@ class BatchRunner(InlineClaims):
         Raises:
             UnavailableError: queue full or shutting down (the caller answers the request itself).
         """
-        with self._cond:
+        def attempt() -> None:  # under the lock
             now = self.clock.now()
             start_s = now if arrival_s is None else min(arrival_s, now)
             for item in items:
                 item.arrival_s = start_s
                 item.deadline_s = start_s + timeout_s if timeout_s else None
-            try:
-                busy = bool(self._running) or self._slot is not None or self._staging is not None
-                self.queue.submit(items, now, engine_busy=busy)
-            except UnavailableError:
-                self.observer.rejected("shutdown" if self.queue.closed else "queue_full", len(items))
-                raise
+            busy = bool(self._running) or self._slot is not None or self._staging is not None
+            self.queue.submit(items, now, engine_busy=busy)
             if not self._inline and self._may_act_on_new_texts(now, timeout_s):
                 self._cond.notify_all()
+
+        self._with_room(len(items), attempt)
+
+    def _with_room(self, count: int, attempt: Callable[[], None]) -> None:
+        """Run ``attempt`` under the lock; if the queue is full, first answer the queued requests whose clients
+        cancelled (they would hold their room until a batch forms: ``BatchPreparer.sweep_due``) and try once more.
+
+        Raises:
+            UnavailableError: still full, or shutting down (counted as rejected).
+        """
+        swept = False
+        while True:
+            with self._cond:
+                try:
+                    attempt()
+                    return
+                except UnavailableError:
+                    tickets = [] if swept or self.queue.closed else self._answers.sweep_due(self.clock.now())
+                    if not tickets:
+                        self.observer.rejected("shutdown" if self.queue.closed else "queue_full", count)
+                        raise
+            swept = True
+            if self._answers.fail_cancelled(tickets):  # outside the lock: each ask is a round trip to Triton
+                with self._cond:
+                    self.queue.drop_answered()
 
     def _may_act_on_new_texts(self, now: float, timeout_s: float | None) -> bool:
         """Under the lock: whether a thread could act on texts just queued before its next timed wake-up.
@@ -157,17 +178,13 @@ class BatchRunner(InlineClaims):
         return now >= min(end_s for _, end_s in self._running.values()) - self.stage_lead_s
 
     def check_room(self, count: int) -> None:
-        """Raise (and count as rejected) what :meth:`submit` would for ``count`` more items, before costly preparation.
+        """Raise (and count as rejected) what :meth:`submit` would for ``count`` more items, before costly preparation
+        (a full queue first answers its cancelled requests, as :meth:`submit` does).
 
         Raises:
             UnavailableError: queue full or shutting down.
         """
-        with self._cond:
-            try:
-                self.queue.check_room(count)
-            except UnavailableError:
-                self.observer.rejected("shutdown" if self.queue.closed else "queue_full", count)
-                raise
+        self._with_room(count, lambda: self.queue.check_room(count))
 
     # -- shutdown ---------------------------------------------------------------------------------
 

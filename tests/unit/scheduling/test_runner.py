@@ -464,6 +464,44 @@ def test_check_room_refuses_before_preparation_and_counts_the_rejection(clock, h
     runner.close(drain_timeout_s=0.0)
 
 
+def test_a_full_queue_answers_its_cancelled_requests_and_takes_the_new_one(clock, handler, answers):
+    """Requests whose clients cancelled hold their queue room until a batch forms, and a long batch would turn
+    new requests away meanwhile. Invariant: a full queue asks its requests that waited cancel_check_after_s
+    (oldest first, not the younger ones) whether they were cancelled, answers each cancelled one exactly once
+    (CANCELLED), frees its room and accepts the new request; asks again only after CANCEL_SWEEP_INTERVAL_S."""
+    from fastpath.scheduling.answers import CANCEL_SWEEP_INTERVAL_S
+
+    asked: list[str] = []
+
+    def probe(label: str, cancelled: bool):
+        return lambda: asked.append(label) or cancelled
+
+    runner = BatchRunner(make_queue(CPU, max_texts=4), handler, clock=clock, observer=Recorder(), cancel_check_after_s=0.25)
+    gone = request(answers, [10, 10], cancelled=probe("gone", True), label="gone")
+    kept = request(answers, [10], cancelled=probe("kept", False), label="kept")
+    runner.submit(gone)
+    runner.submit(kept)
+    clock.advance(0.3)
+    young = request(answers, [10], cancelled=probe("young", True), label="young")
+    runner.submit(young)  # full now: 4 of 4
+    runner.check_room(2)  # room after the sweep: the cancelled request's two texts left
+    assert asked == ["gone", "kept"] and len(runner.queue) == 2
+    assert answers.count(gone[0].ticket) == 1 and isinstance(answers.of(gone[0].ticket)[1], RequestCancelledError)
+    assert runner.observer.rejections == [("cancelled", 2)]
+    runner.submit(request(answers, [10, 10], label="new"))
+    clock.advance(0.1)  # the next sweep is not due yet
+    with pytest.raises(UnavailableError, match="Exceeds maximum queue size"):
+        runner.check_room(1)
+    assert asked == ["gone", "kept"] and runner.observer.rejections == [("cancelled", 2), ("queue_full", 1)]
+    clock.advance(CANCEL_SWEEP_INTERVAL_S)
+    runner.check_room(1)
+    assert asked == ["gone", "kept", "kept", "young"] and answers.count(young[0].ticket) == 1
+    runner.start()
+    runner.close(drain_timeout_s=10)
+    answers.wait_for(4)
+    assert all(answers.count(items[0].ticket) == 1 for items in (gone, kept, young))
+
+
 def test_a_timeout_counts_from_the_given_arrival(clock, handler, answers):
     """submit(arrival_s=...) starts the timeout (and the queue delay) where the request reached the model."""
     runner = BatchRunner(make_queue(CPU, max_texts=64), handler, clock=clock, observer=Recorder())
