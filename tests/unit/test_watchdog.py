@@ -1,9 +1,11 @@
 """fastpath.triton.watchdog: a stub whose server dies is killed; a stub that exits leaves no watcher."""
 
+import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.conftest import process_alive as _alive
 from tests.conftest import wait_for as _wait
@@ -36,3 +38,28 @@ def test_the_watcher_ends_with_a_stub_that_exits_normally():
     stub = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     watcher = int(stub.stdout.strip())
     assert _wait(lambda: not _alive(watcher), 10)
+
+
+def test_the_watcher_ends_with_a_killed_stub_its_server_never_reaps():
+    """Triton 2.51 never reaps a python-backend stub killed under it: the stub stays a zombie (state Z) whose
+    /proc stat still names the server as its parent. Invariant: the watcher ends anyway (it looped once a second
+    until the server stopped), and the server is left alone."""
+    server = subprocess.Popen([sys.executable, "-c", SERVER, STUB], stdout=subprocess.PIPE, text=True)
+    try:
+        stub, watcher = (int(x) for x in server.stdout.readline().split())
+        assert _alive(watcher)
+        os.kill(stub, signal.SIGKILL)
+        assert _wait(lambda: _state(stub) == "Z", 10), "the killed stub should stay a zombie: its server never waits for it"
+        assert _wait(lambda: not _alive(watcher), 10), "the watcher of a zombie stub kept running"
+        assert server.poll() is None
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _state(pid: int) -> str:
+    """The state letter of process ``pid`` (field 3 of /proc/<pid>/stat), "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return ""

@@ -12,7 +12,8 @@ So the watchdog is a separate process, a POSIX ``sh`` loop started from the stub
 reads the stub's ``/proc/<pid>/stat`` (with the shell's own ``read``, not ``cut``: the only process it
 starts per second is ``sleep``); when the stub's parent is no longer the tritonserver that
 started it, it sends SIGKILL to the stub, but only if the process is still the same stub (same start
-time, so a reused PID is never touched). When the stub exits normally the loop ends by itself.
+time, so a reused PID is never touched). When the stub exits, normally or killed (a zombie its server
+never reaps), the loop ends by itself.
 (``PR_SET_PDEATHSIG`` in the stub would fire when the *thread* of tritonserver that spawned it ends,
 not when the process does.)
 """
@@ -29,11 +30,13 @@ LOG = logging.getLogger(__name__)
 _started = threading.Event()
 
 # $1 stub pid, $2 tritonserver pid, $3 the stub's start time (field 22 of /proc/<pid>/stat).
-# fields(): the parent pid (field 4) and start time (field 22) of process $1, empty once it is gone;
+# fields(): the parent pid (field 4) and start time (field 22) of process $1, empty once it is gone or a zombie
+# (state Z: killed, and never reaped by a tritonserver that no longer waits for it);
 # the fields after "pid (comm) " are split, so a comm holding spaces or parentheses cannot shift them.
 WATCH_SCRIPT = r"""
 set -f
-fields() { ppid=; start=; IFS= read -r line 2>/dev/null < "/proc/$1/stat" || return 0; set -- ${line##*) }; ppid=$2; start=${20}; }
+fields() { ppid=; start=; IFS= read -r line 2>/dev/null < "/proc/$1/stat" || return 0; set -- ${line##*) }; ppid=$2; start=${20}
+  case $1 in Z|X) ppid=; start=;; esac; }
 fields "$1"
 while [ "$ppid" = "$2" ]; do sleep 1; fields "$1"; done
 if [ "$start" = "$3" ]; then kill -9 "$1"; fi
