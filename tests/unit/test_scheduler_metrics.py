@@ -11,7 +11,7 @@ import os
 from pytest import approx
 
 from fastpath.scheduling import Batch, Ticket, WorkItem
-from fastpath.triton.metrics import MetricsFlusher, SchedulerMetrics
+from fastpath.triton.metrics import MetricsFlusher, SchedulerMetrics, execution_labels
 
 
 class RecordingMetric:
@@ -91,6 +91,21 @@ def test_buffered_metrics_publish_nothing_until_flush_then_everything_once():
     metrics.dispatched(_batch(1, 5, 1, 16), [0.001])
     metrics.flush()  # closed: buffered updates are dropped, nothing is sent
     assert RecordingPbUtils.calls == []
+
+
+def test_engine_time_series_are_bounded_by_batch_buckets_and_powers_of_two():
+    """A CPU batch runs its real rows padded to its longest text, so exact labels would make a series for every
+    (rows, length) pair. Invariant: a call is labelled with the smallest batch bucket holding its rows and its
+    length rounded up to a power of two; calls of 3-4 rows and lengths 9-16 share one series."""
+    RecordingPbUtils.calls.clear()
+    metrics = SchedulerMetrics(RecordingPbUtils, model="m", version="1", batch_sizes=(1, 2, 4, 8), buffered=False)
+    for rows, length in ((3, 9), (4, 16), (3, 13)):
+        metrics.batch_done(_batch(rows, length, rows, length), 0.002, None)
+    metrics.batch_done(_batch(5, 17, 5, 17), 0.004, None)
+    assert _metric("fastpath_batch_execution_seconds", batch_size="4", seq_length="16").observations == [0.002] * 3
+    assert _metric("fastpath_batch_execution_seconds", batch_size="8", seq_length="32").observations == [0.004]
+    assert [execution_labels(n, length, (1, 2, 4)) for n, length in ((1, 1), (4, 256), (6, 257))] == [(1, 1), (4, 256), (6, 512)]
+    metrics.close()
 
 
 def test_unbuffered_metrics_publish_on_the_calling_thread():

@@ -41,6 +41,15 @@ def stub_labels() -> dict[str, str]:
     return {"pid": str(os.getpid())}
 
 
+def execution_labels(batch_size: int, length: int, batch_sizes: Sequence[int]) -> tuple[int, int]:
+    """The (batch_size, seq_length) labels of an engine call of ``batch_size`` rows padded to ``length``: the
+    smallest of ``batch_sizes`` that holds the rows (the rows themselves past the largest), and the length rounded
+    up to a power of two. Exact values (a CPU batch runs its real rows, padded to its longest text) made up to
+    64 x 256 series of 12 lines per stub; these are at most len(batch_sizes) x ~12."""
+    bucket = next((size for size in batch_sizes if size >= batch_size), batch_size)
+    return bucket, 1 << max(length - 1, 0).bit_length()
+
+
 class SchedulerMetrics(SchedulerObserver):
     """Publishes scheduler events as Triton custom metrics.
 
@@ -96,6 +105,7 @@ class SchedulerMetrics(SchedulerObserver):
             for reason in REJECT_REASONS
         }
         self._execution: dict[tuple[int, int], Any] = {}
+        self._batch_sizes = sorted(batch_sizes)
 
     def _increment(self, metric: Any, value: float) -> None:
         if not self._buffered:
@@ -145,13 +155,14 @@ class SchedulerMetrics(SchedulerObserver):
         if error is not None:
             self._increment(self._failures, 1.0)
             return
-        key = (batch.batch_size, batch.length)
+        key = execution_labels(batch.batch_size, batch.length, self._batch_sizes)
         with self._lock:
             metric = self._execution.get(key)
             if metric is None:
                 metric = self._execution[key] = self._make(
-                    "fastpath_batch_execution_seconds", "Engine time per call by batch bucket and padded length, seconds",
-                    self._histogram, SECONDS_BUCKETS, batch_size=str(key[0]), seq_length=str(key[1]))
+                    "fastpath_batch_execution_seconds", "Engine time per call by batch bucket and padded length "
+                    "(rounded up to a power of two), seconds", self._histogram, SECONDS_BUCKETS,
+                    batch_size=str(key[0]), seq_length=str(key[1]))
         self._observe(metric, seconds)
         if batch.texts:
             self._increment(self._text_execution[_path(inline)], seconds * batch.texts)
