@@ -32,7 +32,7 @@ def gpu_config():
 
 
 def decode(data: bytes) -> np.ndarray:
-    from fastpath.models.text_detection.image import images_from_bytes
+    from fastpath.models.text_detection.probe import images_from_bytes
 
     return images_from_bytes(np.array([data], dtype=object), max_image_pixels=1 << 30, max_request_pixels=1 << 30, max_images=1)[0]
 

@@ -16,8 +16,8 @@ import pytest
 from fastpath.memory import PoolConfig, create_host_pool
 from fastpath.models.text_detection.config import UINT8_ARTIFACT, TextDetectionConfig
 from fastpath.models.text_detection.device_batches import DeviceBatchHandler
-from fastpath.models.text_detection.image import ProbedRequest
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector
+from fastpath.models.text_detection.probe import ProbedRequest
 from tests.gpu.torch_support import REPO_ROOT
 from tests.unit.models.text_detection.reference import skimage_rgb
 
@@ -148,7 +148,7 @@ def test_nvjpeg_leaves_png_to_the_cpu_decoder_and_a_cut_jpeg_gets_the_cpu_paths_
     import cv2
 
     from fastpath.errors import InvalidInputError
-    from fastpath.models.text_detection.image import images_from_bytes
+    from fastpath.models.text_detection.probe import images_from_bytes
 
     image = skimage_rgb("page.png")
     ok, png = cv2.imencode(".png", image)

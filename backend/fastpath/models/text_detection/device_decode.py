@@ -25,9 +25,10 @@ import numpy as np
 
 from fastpath.errors import ConfigError, InvalidInputError
 from fastpath.models.text_detection.config import TextDetectionConfig
-from fastpath.models.text_detection.image import BYTES_INPUT, SIGNATURES, ProbedRequest, decode_encoded
+from fastpath.models.text_detection.image import BYTES_INPUT, SIGNATURES, decode_encoded
 from fastpath.models.text_detection.pipeline import PreparedImage
 from fastpath.models.text_detection.preprocess import resized_shape
+from fastpath.models.text_detection.probe import ProbedRequest
 
 JPEG_SIGNATURE = next(signature for signature, kind in SIGNATURES.items() if kind == "JPEG")
 JPEG_END = b"\xff\xd9"  # EOI: a file cut short lacks it, and the CPU decoder refuses such a file (400)
@@ -112,7 +113,7 @@ class DeviceJpegDecoder:
     def images(self, probed: ProbedRequest) -> list[Any]:
         """The request's images: JPEGs as device tensors uint8 [3, H, W], the rest as numpy uint8 RGB [H, W, 3].
 
-        ``probed`` comes from :func:`~fastpath.models.text_detection.image.probe_request`.
+        ``probed`` comes from :func:`~fastpath.models.text_detection.probe.probe_request`.
 
         Raises:
             InvalidInputError: naming every bad element: a header that could not be read, a corrupt file (the CPU

@@ -18,13 +18,11 @@ allocated.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import re
 import struct
 import warnings
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 import cv2
 import numpy as np
@@ -39,8 +37,6 @@ SIGNATURES = {b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG"}
 # one full-image pass fewer (0.89-0.95x the time per photo: docs/benchmarks/detection_decode_cpu.md). PNG keeps
 # IMREAD_UNCHANGED for its alpha and 16-bit samples.
 JPEG_FLAGS = cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION
-NAMED_ERRORS = 8  # bad elements one error message names (max_images_per_request defaults to 16)
-R = TypeVar("R")
 # Pillow's readers, opened directly to learn why a file failed: Image.open hides their error behind
 # "cannot identify image file <_io.BytesIO object at 0x...>"
 READERS = {"PNG": PngImagePlugin.PngImageFile, "JPEG": JpegImagePlugin.JpegImageFile}
@@ -76,19 +72,28 @@ def check_pixel_limits(sizes_hw: Sequence[tuple[int, int]], *, tensor: str, max_
         InvalidInputError: naming the image, its size and the limit.
     """
     check_image_count(len(sizes_hw), tensor=tensor, max_images=max_images)
-    noun = "element" if tensor == BYTES_INPUT else "image"  # as every other message names an item of that input
-    total = 0
     for index, (height, width) in enumerate(sizes_hw):
-        if height <= 0 or width <= 0:
-            raise InvalidInputError(f"input {tensor} {noun} {index} is {height}x{width} pixels (height x width); an image needs at least 1x1")
-        pixels = height * width
-        if pixels > max_image_pixels:
-            raise InvalidInputError(f"input {tensor} {noun} {index} is {height}x{width} = {pixels} pixels, above the limit of "
-                                    f"{max_image_pixels} pixels (config.pbtxt parameter max_image_pixels); downscale it (sizes are height x width)")
-        total += pixels
+        check_image_pixels(index, height, width, tensor=tensor, max_image_pixels=max_image_pixels)
+    check_request_pixels(sum(height * width for height, width in sizes_hw), len(sizes_hw), tensor=tensor,
+                         max_request_pixels=max_request_pixels)
+
+
+def check_request_pixels(total: int, count: int, *, tensor: str, max_request_pixels: int, also: str = "") -> None:
+    """Refuse a request of ``count`` images and ``total`` pixels above ``max_request_pixels`` (InvalidInputError,
+    its message followed by ``also``: what else is wrong with the request)."""
     if total > max_request_pixels:
-        raise InvalidInputError(f"input {tensor} carries {total} pixels in {len(sizes_hw)} images, above the limit of "
-                                f"{max_request_pixels} pixels per request (max_request_pixels); split the request")
+        raise InvalidInputError(f"input {tensor} carries {total} pixels in {count} images, above the limit of "
+                                f"{max_request_pixels} pixels per request (max_request_pixels); split the request{also}")
+
+
+def check_image_pixels(index: int, height: int, width: int, *, tensor: str, max_image_pixels: int) -> None:
+    """Refuse image ``index`` of input ``tensor`` when it is empty or above ``max_image_pixels`` (InvalidInputError)."""
+    noun = "element" if tensor == BYTES_INPUT else "image"  # as every other message names an item of that input
+    if height <= 0 or width <= 0:
+        raise InvalidInputError(f"input {tensor} {noun} {index} is {height}x{width} pixels (height x width); an image needs at least 1x1")
+    if height * width > max_image_pixels:
+        raise InvalidInputError(f"input {tensor} {noun} {index} is {height}x{width} = {height * width} pixels, above the limit of "
+                                f"{max_image_pixels} pixels (config.pbtxt parameter max_image_pixels); downscale it (sizes are height x width)")
 
 
 def probe_encoded(data: bytes, *, index: int, max_image_pixels: int | None = None) -> tuple[int, int]:
@@ -321,80 +326,3 @@ def decode_encoded(data: bytes, *, index: int, expected_hw: tuple[int, int]) -> 
         raise InvalidInputError(f"{where} decoded to {decoded.shape[0]}x{decoded.shape[1]} pixels but its header says "
                                 f"{expected_hw[0]}x{expected_hw[1]}; the file is corrupt")
     return decoded if jpeg else to_rgb8(decoded, channel_order="bgr", where=where)
-
-
-@dataclasses.dataclass
-class ProbedRequest:
-    """The files of an ``IMAGE_BYTES`` request after :func:`probe_request`: each one's (height, width) by its header
-    (None where the header could not be read) and the errors found so far, by element index.
-
-    :meth:`decode_each` decodes the rest and raises one error naming every bad element, header and data faults
-    alike, so a user who fixes one does not learn of the next only on the next try.
-    """
-
-    elements: list[bytes]
-    sizes_hw: list[tuple[int, int] | None]
-    errors: dict[int, str] = dataclasses.field(default_factory=dict)
-
-    def decode_each(self, decode: Callable[[int, bytes, tuple[int, int]], R]) -> list[R]:
-        """``decode(index, data, size_hw)`` for every element whose header was read, in order.
-
-        Raises:
-            InvalidInputError: an element failed here or at its header: the one error's message, or "N of M elements
-                of input IMAGE_BYTES are bad: ..." with the first :data:`NAMED_ERRORS` of them by index.
-        """
-        results, errors = [], dict(self.errors)  # the header errors stay as probed: a second call gives the same answer
-        for index, (data, size) in enumerate(zip(self.elements, self.sizes_hw)):
-            if size is None:
-                continue
-            try:
-                results.append(decode(index, data, size))
-            except InvalidInputError as exc:
-                errors[index] = str(exc)
-        if len(errors) == 1:
-            raise InvalidInputError(next(iter(errors.values())))
-        if errors:
-            named = [errors[index] for index in sorted(errors)[:NAMED_ERRORS]]
-            more = f"; and {len(errors) - NAMED_ERRORS} more" if len(errors) > NAMED_ERRORS else ""
-            raise InvalidInputError(f"{len(errors)} of {len(self.elements)} elements of input {BYTES_INPUT} are bad: "
-                                    + "; ".join(named) + more)
-        return results
-
-    def decode(self) -> list[np.ndarray]:
-        """Every file decoded on the CPU into uint8 RGB ``[H, W, 3]`` (:func:`decode_encoded`); raises as :meth:`decode_each`."""
-        return self.decode_each(lambda index, data, size: decode_encoded(data, index=index, expected_hw=size))
-
-
-def probe_request(values: np.ndarray, *, max_image_pixels: int, max_request_pixels: int, max_images: int) -> ProbedRequest:
-    """The files of an ``IMAGE_BYTES`` tensor (BYTES ``[N]``) and their (height, width) from the headers,
-    every limit checked before anything is decoded. A header that cannot be read is kept as an error of its
-    element (raised by :meth:`ProbedRequest.decode_each`, with the rest).
-
-    Raises:
-        InvalidInputError: no elements, or a limit exceeded (by the headers that could be read).
-    """
-    elements = [value if isinstance(value, bytes) else bytes(value) for value in values.reshape(-1)]
-    if not elements:
-        raise InvalidInputError(f"input {BYTES_INPUT} has shape {list(values.shape)}: no images")
-    check_image_count(len(elements), tensor=BYTES_INPUT, max_images=max_images)  # before probing any header
-    probed = ProbedRequest(elements, [None] * len(elements))
-    for index, data in enumerate(elements):
-        try:
-            probed.sizes_hw[index] = probe_encoded(data, index=index, max_image_pixels=max_image_pixels)
-        except InvalidInputError as exc:
-            probed.errors[index] = str(exc)
-    check_pixel_limits([size or (1, 1) for size in probed.sizes_hw], tensor=BYTES_INPUT, max_image_pixels=max_image_pixels,
-                       max_request_pixels=max_request_pixels, max_images=max_images)
-    return probed
-
-
-def images_from_bytes(values: np.ndarray, *, max_image_pixels: int, max_request_pixels: int, max_images: int) -> list[np.ndarray]:
-    """Images of an ``IMAGE_BYTES`` tensor: BYTES ``[N]`` (object array of ``bytes``) -> N uint8 RGB ``[H, W, 3]``.
-
-    Every header is read and every limit checked before the first image is decoded (:func:`probe_request`).
-
-    Raises:
-        InvalidInputError: an element is not a PNG/JPEG file, is corrupt, or is above a limit.
-    """
-    return probe_request(values, max_image_pixels=max_image_pixels, max_request_pixels=max_request_pixels,
-                         max_images=max_images).decode()

@@ -38,16 +38,9 @@ from fastpath.models.text_detection.batches import DetectionBatchHandler, check_
 from fastpath.models.text_detection.budget import MemoryBudget, peak_budget
 from fastpath.models.text_detection.config import NETWORK_STRIDE_PX, DetectionSchedulerConfig, TextDetectionConfig
 from fastpath.models.text_detection.device_batches import DeviceBatchHandler, warm_up_device
-from fastpath.models.text_detection.image import (
-    ARRAY_INPUT,
-    BYTES_INPUT,
-    ProbedRequest,
-    check_array,
-    check_image_count,
-    images_from_array,
-    probe_request,
-)
+from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, check_array, check_image_count, images_from_array
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
+from fastpath.models.text_detection.probe import ProbedRequest, probe_request
 from fastpath.profiling import PROFILE
 from fastpath.scheduling import BatchQueue, ExactShapePolicy, Ticket, WorkItem
 from fastpath.triton.io import TensorSpec, input_rows, read_input

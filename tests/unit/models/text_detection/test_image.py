@@ -11,7 +11,9 @@ from PIL import Image
 
 from fastpath.errors import InvalidInputError
 from fastpath.models.text_detection import image as image_module
-from fastpath.models.text_detection.image import images_from_array, images_from_bytes, probe_encoded, to_rgb8
+from fastpath.models.text_detection import probe as probe_module
+from fastpath.models.text_detection.image import images_from_array, probe_encoded, to_rgb8
+from fastpath.models.text_detection.probe import images_from_bytes
 from tests.unit.models.text_detection.reference import (
     blank_png,
     jpeg_bytes,
@@ -201,7 +203,7 @@ def test_not_an_image_is_refused(data, match):
 def test_one_error_names_every_bad_element_of_a_request_header_and_decode_faults_alike(coffee):
     """Invariant: a request with several bad files gets one 400 that names each bad element by index (a header
     that cannot be read, data cut short), in order, so a user fixing them learns of all at once; with more than
-    image.NAMED_ERRORS bad elements the rest are counted."""
+    probe.NAMED_ERRORS bad elements the rest are counted."""
     jpeg = jpeg_bytes(coffee)
     files = [jpeg, jpeg, jpeg, jpeg[: len(jpeg) // 2], jpeg, jpeg, b"\xff\xd8\xff" + b"x" * 50]
     with pytest.raises(InvalidInputError) as info:
@@ -301,11 +303,11 @@ def test_huge_png_is_refused_from_its_header_without_decoding():
     with mock.patch.object(cv2, "imdecode", wraps=cv2.imdecode) as decode:
         with pytest.raises(InvalidInputError, match=r"IMAGE_BYTES element 1 is 12000x12000 = 144000000 pixels, above the limit of 67108864"):
             images_from_bytes(np.array([blank_png(8, 8), bomb], dtype=object), **LIMITS)
-    assert decode.call_count == 0  # not even the small first image was decoded
+    assert decode.call_count == 1  # the small first image, for its own faults; never the bomb
 
 
 def test_too_many_encoded_images_are_refused_before_probing():
-    with mock.patch.object(image_module, "probe_encoded") as probe:
+    with mock.patch.object(probe_module, "probe_encoded") as probe:
         with pytest.raises(InvalidInputError, match="carries 17 images; at most 16"):
             images_from_bytes(np.array([b"x"] * 17, dtype=object), **LIMITS)
     assert probe.call_count == 0
@@ -358,3 +360,19 @@ def test_to_rgb8_of_bgr_and_gray_is_the_channel_swap_and_the_replication_exactly
         expected = np.repeat(planes, 3, axis=2) if planes.shape[2] == 1 else planes[..., ::-1] if order == "bgr" else planes
         assert got.flags.c_contiguous and got.dtype == np.uint8
         np.testing.assert_array_equal(got, expected)
+
+
+def test_an_element_over_the_pixel_limit_is_named_beside_every_other_bad_element():
+    """A header over max_image_pixels is one element's fault like an unreadable one. Invariant: the 400 names every
+    bad element (over the limit, not an image, empty), whatever the order; a request over max_request_pixels names
+    its elements' faults after its own."""
+    good, huge = blank_png(8, 8), blank_png(9000, 9000)
+    with pytest.raises(InvalidInputError) as caught:
+        images_from_bytes(np.array([good, b"garbage!", huge, b""], dtype=object), **LIMITS)
+    message = str(caught.value)
+    assert message.startswith("3 of 4 elements of input IMAGE_BYTES are bad: ")
+    assert all(f"element {index}" in message for index in (1, 2, 3)) and "9000x9000 = 81000000 pixels" in message
+    tight = {**LIMITS, "max_request_pixels": 100}
+    with pytest.raises(InvalidInputError, match=r"carries 128 pixels in 3 images, above the limit of 100 pixels per request "
+                                                r"\(max_request_pixels\); split the request; besides, input IMAGE_BYTES element 2 \(8 bytes"):
+        images_from_bytes(np.array([good, good, b"garbage!"], dtype=object), **tight)
