@@ -100,13 +100,25 @@ def _withdraw_admin_key(key: str, ports: tuple[int, ...]) -> None:
             continue
 
 
+# tritonserver flags fastpath serve sets and relies on, with what to use instead of --triton-arg
+MANAGED_TRITON_FLAGS = {
+    **dict.fromkeys(("--http-port", "--grpc-port", "--metrics-port"), "use fastpath serve's flag of that name"),
+    **dict.fromkeys(("--http-address", "--grpc-address"), "use --host"),
+    "--model-repository": "use --model-repository", "--load-model": "use --model", "--log-verbose": "use --log-verbose",
+    "--model-config-name": "use --device",
+    **dict.fromkeys(("--model-control-mode", "--strict-readiness", "--exit-on-error", "--allow-metrics", "--backend-directory",
+                     "--http-restricted-api", "--grpc-restricted-protocol"), "its supervision, swaps and admin key need it"),
+}
+
+
 def serve_options(args: argparse.Namespace, admin_key: str, probe: Callable[[], CudaReport] | None = None) -> ServerOptions:
     """The tritonserver options of ``fastpath serve args``: models, ports, admin key, and for
     ``--device cuda`` (or ``auto`` finding CUDA) ``--model-config-name=gpu``; logs the device chosen
     and the configuration file each model loads.
 
     Raises:
-        ServerError: a ``--model`` the model repository lacks; two of the three ports equal; ``--device
+        ServerError: a ``--model`` the model repository lacks; an empty ``--host``; a ``--triton-arg`` of a flag
+            FastPath sets (:data:`MANAGED_TRITON_FLAGS`); two of the three ports equal; ``--device
             cuda`` where torch sees no CUDA device (the message names what is missing), or none of the
             models has a GPU configuration.
     """
@@ -119,6 +131,13 @@ def serve_options(args: argparse.Namespace, admin_key: str, probe: Callable[[], 
     if unknown:
         raise ServerError(f"--model {', '.join(unknown)}: not in the model repository {args.model_repository}, "
                           f"which holds {', '.join(available)}")
+    if not args.host.strip():
+        raise ServerError("--host is empty; give the address to bind to (0.0.0.0: every interface; 127.0.0.1: this machine)")
+    for flag in args.triton_arg or ():
+        name = flag.split("=", 1)[0].split()[0] if flag.strip() else flag
+        if name in MANAGED_TRITON_FLAGS:
+            raise ServerError(f"--triton-arg={flag}: fastpath serve sets {name} itself ({MANAGED_TRITON_FLAGS[name]}); "
+                              "a second value would leave it waiting on the wrong port or mode")
     ports = {"--http-port": args.http_port, "--grpc-port": args.grpc_port, "--metrics-port": args.metrics_port}
     if len(set(ports.values())) < len(ports):
         raise ServerError("HTTP, gRPC and metrics need a port each; got " + ", ".join(f"{k} {v}" for k, v in ports.items()))

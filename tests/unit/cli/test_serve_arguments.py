@@ -34,6 +34,28 @@ def test_a_model_the_repository_lacks_is_refused_naming_the_ones_it_holds():
         serve.serve_options(parse("--model", "text_embedding", "--model", "nope"), "key", probe=lambda: CudaReport(()))
 
 
+@pytest.mark.parametrize(("flag", "hint"), [("--http-port=18203", "use fastpath serve's flag of that name"),
+                                           ("--grpc-address=127.0.0.2", "use --host"),
+                                           ("--model-control-mode=poll", "its supervision, swaps and admin key need it"),
+                                           ("--load-model text_detection", "use --model")])
+def test_a_triton_arg_of_a_flag_fastpath_sets_is_refused_naming_what_to_use(flag, hint):
+    """Before, --triton-arg=--http-port=18203 started Triton on 18203 while fastpath serve waited on its own port,
+    silently, until its ready timeout. Invariant: such a flag is refused before anything starts, naming it and the
+    option that sets it; other Triton flags pass through."""
+    with pytest.raises(ServerError, match=f"--triton-arg={flag}: fastpath serve sets {flag.split('=')[0].split()[0]} itself "
+                                          rf"\({hint}\)"):
+        serve.serve_options(parse(f"--triton-arg={flag}", "--model", "text_embedding"), "key", probe=lambda: CudaReport(()))
+    options = serve.serve_options(parse("--triton-arg=--metrics-config=summary_latencies=true", "--model", "text_embedding"),
+                                  "key", probe=lambda: CudaReport(()))
+    assert options.extra_args == ("--metrics-config=summary_latencies=true",)
+
+
+def test_an_empty_host_is_refused():
+    """Before, --host "" loaded every model and then failed with Triton's misleading 'Socket :18201 already in use'."""
+    with pytest.raises(ServerError, match="--host is empty; give the address to bind to"):
+        serve.serve_options(parse("--host", "", "--model", "text_embedding"), "key", probe=lambda: CudaReport(()))
+
+
 def test_one_port_for_two_protocols_is_refused():
     with pytest.raises(ServerError, match="HTTP, gRPC and metrics need a port each; got --http-port 18100, --grpc-port 18100"):
         serve.serve_options(parse("--http-port", "18100", "--grpc-port", "18100", "--metrics-port", "18102"), "key",
