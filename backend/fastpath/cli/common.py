@@ -32,6 +32,20 @@ def env_int(name: str, default: int) -> int:
         raise SystemExit(f"environment variable {name}={value!r} is not a port number (1-65535)") from None
 
 
+def env_port_option(name: str, default: int) -> dict:
+    """``type`` and ``default`` of a port option whose default is environment variable ``name`` (else ``default``):
+    the default stays text that argparse converts only when the option is not given, so a bad variable stops only a
+    command that uses the port, an explicit option wins over it, and the error names the variable."""
+
+    def port(text: str) -> int:
+        try:
+            return port_number(text)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{exc} (from environment variable {name})" if text == os.environ.get(name) else str(exc)) from None
+
+    return {"type": port, "default": os.environ.get(name) or str(default)}
+
+
 def port_number(text: str) -> int:
     """argparse type of a TCP port: an integer in 1-65535.
 

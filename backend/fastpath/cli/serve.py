@@ -23,8 +23,7 @@ from fastpath.cli.common import (
     DEFAULT_REPOSITORY,
     MIN_ADMIN_KEY_CHARS,
     bounded,
-    env_int,
-    port_number,
+    env_port_option,
     positive_seconds,
 )
 from fastpath.server.triton_api import admin_key_file
@@ -310,11 +309,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help=f"the Triton model repository to serve (default: {DEFAULT_REPOSITORY})")
     serve.add_argument("--model", action="append", default=None,
                        help="model to load (repeatable; default: every model of the model repository)")
-    serve.add_argument("--http-port", type=port_number, default=env_int("HTTP_PORT", 8000),
+    serve.add_argument("--http-port", **env_port_option("HTTP_PORT", 8000),
                        help="Triton's HTTP/REST port (default: $HTTP_PORT or 8000)")
-    serve.add_argument("--grpc-port", type=port_number, default=env_int("GRPC_PORT", 8001),
+    serve.add_argument("--grpc-port", **env_port_option("GRPC_PORT", 8001),
                        help="Triton's gRPC port (default: $GRPC_PORT or 8001)")
-    serve.add_argument("--metrics-port", type=port_number, default=env_int("METRICS_PORT", 8002),
+    serve.add_argument("--metrics-port", **env_port_option("METRICS_PORT", 8002),
                        help="Prometheus metrics port, /metrics (default: $METRICS_PORT or 8002)")
     serve.add_argument("--host", default="0.0.0.0",
                        help="address HTTP, gRPC and metrics bind to (default 0.0.0.0, Triton's: every interface; "

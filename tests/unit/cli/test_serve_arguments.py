@@ -196,3 +196,18 @@ def test_a_negative_max_restarts_is_an_argument_error(capsys):
     with pytest.raises(SystemExit) as info:
         parse("--max-restarts", "-1")
     assert info.value.code == 2 and "argument --max-restarts: must be >= 0 (restarts in 10 minutes), got '-1'" in capsys.readouterr().err
+
+
+def test_a_bad_port_variable_stops_only_a_serve_that_uses_it_and_names_the_variable(monkeypatch, capsys):
+    """Before, METRICS_PORT=abc made every command exit at parser build, `fastpath --help` and `build` included, and
+    beat an explicit --metrics-port. Invariants: the parser builds; an explicit option wins; a serve that falls
+    back on the variable is an argument error naming the value and the variable."""
+    monkeypatch.setenv("METRICS_PORT", "abc")
+    assert cli.build_parser().parse_args(["build", "--verify"]).command == "build"
+    assert parse("--metrics-port", "18202").metrics_port == 18202
+    with pytest.raises(SystemExit) as info:
+        parse()
+    assert info.value.code == 2
+    assert "argument --metrics-port: 'abc' is not a port number (an integer in 1-65535) (from environment variable METRICS_PORT)" in capsys.readouterr().err
+    monkeypatch.setenv("METRICS_PORT", "18302")
+    assert parse().metrics_port == 18302
