@@ -16,6 +16,8 @@ from config_text import with_parameter  # benchmarks/config_text.py (the importe
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "model_repository" / "text_embedding" / "1"
 BASELINES = REPO / "benchmarks" / "models"
+# what each version directory links: the served files and the manifest and golden set FastPath verifies them by
+VERSION_FILES = ("model.onnx", "tokenizer.json", "manifest.json", "golden.npz")
 SERVED = {"naive": "naive_embedding", "stack_pad": "stack_pad_embedding", "fastpath": "text_embedding",
           "echo": "echo_embedding", "fastpath_return": "text_embedding_rt", "fastpath_return_2x1": "text_embedding_rt2x1",
           "fastpath_2x1": "text_embedding_2x1", "fastpath_nospin": "text_embedding_ns", "fastpath_int8": "text_embedding_int8",
@@ -79,7 +81,7 @@ def reference_model(repository: Path, root: Path, ref: str) -> None:
         f"import sys\nsys.path.insert(0, {str(tree / 'backend')!r})\nimport fastpath  # noqa: E402\n"
         f"assert fastpath.__file__.startswith({str(tree)!r}), f'fastpath_ref imported {{fastpath.__file__}}'\n"
         "from fastpath.models.text_embedding.model import TextEmbeddingModel as TritonPythonModel  # noqa: E402,F401\n")
-    for artifact in ("model.onnx", "tokenizer.json"):
+    for artifact in VERSION_FILES:
         (version / artifact).symlink_to(ARTIFACTS / artifact)
 
 
@@ -95,14 +97,14 @@ def build_repository(root: Path, ref: str | None = None) -> Path:
         version.mkdir(parents=True)
         shutil.copy(source / "config.pbtxt", repository / name / "config.pbtxt")
         (version / "model.py").symlink_to(source / "1" / "model.py")
-        for artifact in ("model.onnx", "tokenizer.json"):
+        for artifact in VERSION_FILES:
             (version / artifact).symlink_to(ARTIFACTS / artifact)
     for name, (parameters, instances, delay_us, version) in FASTPATH_VARIANTS.items():
         shutil.copytree(repository / "text_embedding", repository / name, symlinks=True)
-        artifact = ARTIFACTS.parent / version / "model.onnx"
-        if version != "1" and artifact.exists():
-            (repository / name / "1" / "model.onnx").unlink()
-            (repository / name / "1" / "model.onnx").symlink_to(artifact)
+        if version != "1" and (ARTIFACTS.parent / version / "model.onnx").exists():
+            for artifact in VERSION_FILES:  # that version's model with its own manifest and golden set
+                (repository / name / "1" / artifact).unlink()
+                (repository / name / "1" / artifact).symlink_to(ARTIFACTS.parent / version / artifact)
         shipped = (repository / "text_embedding" / "config.pbtxt").read_text()
         (repository / name / "config.pbtxt").write_text(config_variant(shipped, name, parameters, instances, delay_us))
     if ref is not None:

@@ -36,7 +36,7 @@ def reload_server(tmp_path_factory):
     version.mkdir(parents=True)
     config = version.parent / "config.pbtxt"
     config.write_text((MODEL_REPOSITORY / MODEL / "config.pbtxt").read_text())
-    for name in ("model.py", "model.onnx", "tokenizer.json"):
+    for name in ("model.py", "model.onnx", "tokenizer.json", "manifest.json", "golden.npz"):
         (version / name).symlink_to(MODEL_REPOSITORY / MODEL / "1" / name)
     server = start_server(root, models=(MODEL,), repository=root / "repository", admin_key=KEY)
     try:

@@ -114,7 +114,7 @@ def _variant_server(tmp_path_factory, label, edit):
     version = root / "repository" / MODEL / "1"
     version.mkdir(parents=True)
     (version.parent / "config.pbtxt").write_text(edit((MODEL_REPOSITORY / MODEL / "config.pbtxt").read_text()))
-    for name in ("model.py", "model.onnx", "tokenizer.json"):
+    for name in ("model.py", "model.onnx", "tokenizer.json", "manifest.json", "golden.npz"):
         (version / name).symlink_to(MODEL_REPOSITORY / MODEL / "1" / name)
     server = start_server(root, models=(MODEL,), repository=root / "repository")
     try:

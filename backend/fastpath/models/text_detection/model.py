@@ -32,6 +32,7 @@ from fastpath.config import instance_device
 from fastpath.errors import ConfigError, InvalidInputError
 from fastpath.graphs import ImageSideBuckets
 from fastpath.graphs.buckets import Sizes
+from fastpath.manifest import verify_manifest
 from fastpath.memory import MemoryReturner, PoolConfig, create_host_pool, cuda_ordinal
 from fastpath.memory.cuda import use_blocking_sync
 from fastpath.models.text_detection.batches import DetectionBatchHandler, check_staging_fits, warm_up
@@ -113,7 +114,11 @@ class TextDetectionModel(ScheduledModel):
 
     def load(self, args: dict[str, str], model_config: dict[str, Any]) -> Sizes:
         """The detector (on the GPU Triton assigned a KIND_GPU instance: ONNX Runtime's CUDA EP,
-        ``gpu_artifact``, ``model.uint8.onnx`` by default), its staging pool and memory returner; the batch sizes, checked."""
+        ``gpu_artifact``, ``model.uint8.onnx`` by default), its staging pool and memory returner; the batch sizes, checked.
+
+        Raises:
+            ArtifactError: the artifact is not listed in its version's ``manifest.json``, or its size or sha256 differs.
+        """
         self.batch_sizes = check_scheduler_fits(self.config, self.scheduler_config)
         self.device = instance_device(args, None, runtime=self.config.runtime, gpu_runtimes=("onnxruntime",))
         self.gpu = self.device.startswith("cuda")
@@ -123,8 +128,10 @@ class TextDetectionModel(ScheduledModel):
             use_blocking_sync(cuda_ordinal(self.device) or 0)
         self.buckets = ImageSideBuckets(self.config.bucket_sides_px)
         self.device_decoder = self._device_decoder()
-        self.detector = TextDetector.from_directory(Path(args["model_repository"]) / self.model_version, self.config,
-                                                    device=self.device, batch_sizes=self.batch_sizes)
+        version_dir = Path(args["model_repository"]) / self.model_version
+        artifact = self.config.gpu_artifact if self.gpu else self.config.artifact
+        verify_manifest(version_dir, required=(artifact,), only_required=True)  # size and sha256, as built
+        self.detector = TextDetector.from_directory(version_dir, self.config, device=self.device, batch_sizes=self.batch_sizes)
         self.pool = create_host_pool(staging_pool_config(self.config), name="staging", device=self.device if self.gpu else None)
         check_staging_fits(self.pool, self.batch_sizes.largest, self.config.largest_resized_pixels)
         if not self.gpu:  # the budget's engine terms are the CPU engine's (on a GPU they are device memory)

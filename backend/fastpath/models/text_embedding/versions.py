@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from fastpath.errors import VersionRecordError
-from fastpath.manifest import ChecksumCache, verify_manifest
+from fastpath.manifest import ChecksumCache, read_manifest, verify_manifest
 from fastpath.memory import release_freed_heap
 from fastpath.models.text_embedding.config import TextEmbeddingConfig
-from fastpath.models.text_embedding.golden import check_engine_io, load_text_version, validate_text_version
+from fastpath.models.text_embedding.golden import check_engine_io, load_text_version, validate_text_version, verify_loaded_files
 from fastpath.models.text_embedding.pipeline import TextEmbedder
 from fastpath.swaps.agent import SwapAgent
 from fastpath.swaps.control import ControlPlane, instance_key, state_dir
@@ -42,7 +42,8 @@ def lower_thread_priority(increment: int = BACKGROUND_NICE) -> None:
 class VersionedEmbedder:
     """The active/standby text embedders of one model instance, swapped by the control plane.
 
-    The version Triton loaded is loaded first (no golden gate: Triton itself chose it). When the
+    The version Triton loaded is loaded first, the files it loads verified against its manifest
+    (``ArtifactError`` otherwise; no golden gate: Triton itself chose it). When the
     model's serving-version record (``fastpath.swaps.record``) names another version, that one is
     loaded and golden-checked like a swap and serves instead, so a reload or restart comes back on the
     version last swapped to; if it fails, the recorded previous version is tried, then Triton's, and
@@ -60,10 +61,13 @@ class VersionedEmbedder:
 
     def __init__(self, model_dir: Path, version: int, config: TextEmbeddingConfig, *, instance: str, model_name: str) -> None:
         self.model_dir, self.config = Path(model_dir), config
-        self.initial = TextEmbedder.from_directory(self.model_dir / str(version), config)
+        self.checksums = ChecksumCache()
+        version_dir = self.model_dir / str(version)
+        # the files this config loads must match the version's manifest, as a swap's must
+        verify_loaded_files(version_dir, read_manifest(version_dir), config, checksums=self.checksums)
+        self.initial = TextEmbedder.from_directory(version_dir, config)
         check_engine_io(self.initial)
         self.initial.check_lanes()  # warms each engine lane and checks it against the main session, as swaps do
-        self.checksums = ChecksumCache()
         self._tokenizer_sha256 = self.checksums.sha256(self.model_dir / str(version) / config.tokenizer)
         self.stages_s: dict[str, float] = {}  # the last swap's stages (seconds), reported with the status
         self.record_path = record_path(self.model_dir)
