@@ -69,7 +69,10 @@ def _unlink_unmapped(paths: set[str] | list[str]) -> list[str]:
     return removed
 
 
-STALE_SHM_AGE_S = 60.0  # a region this old that no process maps is left over (a starting server maps its own at once)
+# A region this old that no process maps is left over. The python backend maps a region in the call that creates
+# it (shm_open, truncate, mmap), so only a region made in the last moment may be unmapped and still a live server's;
+# 60 s left the regions of a server killed with `fastpath serve` in place when it was started again within a minute.
+STALE_SHM_AGE_S = 5.0
 
 
 def remove_stale_shm(min_age_s: float = STALE_SHM_AGE_S) -> list[str]:
