@@ -23,6 +23,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from fastpath.cli.common import DEFAULT_REPOSITORY, bounded
 from fastpath.errors import ArtifactError
 
 LOG = logging.getLogger("fastpath")
@@ -33,7 +34,7 @@ INT8_REQUIRED = ("model.onnx", "tokenizer.json", "golden.npz", "model.py")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``build`` command to the ``fastpath`` parser."""
-    from fastpath.cli.common import DEFAULT_REPOSITORY, plain_help
+    from fastpath.cli.common import plain_help
 
     build = subparsers.add_parser("build", help="build versioned model artifacts into the model repository",
                                   description=plain_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -41,9 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help=f"the Triton model repository to build into (default: {DEFAULT_REPOSITORY})")
     build.add_argument("--if-missing", action="store_true", help="skip versions whose manifest verifies")
     build.add_argument("--int8", action="store_true", help="also build text_embedding version 2 (INT8 QDQ, and bf16 weights for the torch runtime)")
-    build.add_argument("--calibration-texts", type=int, default=256, help="calibration-split sentences for INT8 calibration")
-    build.add_argument("--validation-texts", type=int, default=256, help="further calibration-split sentences to choose a recipe")
-    build.add_argument("--evaluation-texts", type=int, default=None, help="evaluation-split sentences for the gate (default: all)")
+    sentences = bounded(int, 1, False, "a number of sentences, 1 or more")
+    build.add_argument("--calibration-texts", type=sentences, default=256, help="calibration-split sentences for INT8 calibration")
+    build.add_argument("--validation-texts", type=sentences, default=256, help="further calibration-split sentences to choose a recipe")
+    build.add_argument("--evaluation-texts", type=sentences, default=None, help="evaluation-split sentences for the gate (default: all)")
     build.add_argument("--verify", action="store_true", help="only verify every version's manifest")
     build.set_defaults(func=cmd_build)
 
@@ -150,6 +152,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     """Run ``fastpath build``; exit status 1 with the reason when a build or verification fails."""
     if args.verify:
         return 1 if verify_repository(args.model_repository) else 0
+    if not args.model_repository.is_dir():  # a mistyped path: building there would leave models without config.pbtxt
+        LOG.error("fastpath build failed: --model-repository %s is not a directory; build into an existing model "
+                  "repository (a copy of %s holds every model's config.pbtxt)", args.model_repository, DEFAULT_REPOSITORY)
+        return 1
     from fastpath.artifacts.detection import ensure_text_detection
 
     try:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from fastpath.errors import ServerError
-from fastpath.swaps.record import RECORD_NAME
+from fastpath.swaps.record import RECORD_NAME, STATE_DIR_ENV
 
 LOG = logging.getLogger("fastpath")
 
@@ -33,20 +33,32 @@ def check_ports_free(host: str, ports: dict[str, int]) -> None:
                                   f"running there; stop it or choose other ports (HTTP_PORT, GRPC_PORT, METRICS_PORT)") from exc
 
 
-def check_state_dir(path: Path) -> None:
-    """Make ``path`` (``--state-dir`` / ``FASTPATH_STATE_DIR``) if missing.
+def check_state_dir(path: Path, *, what: str = "state directory", option: str = "--state-dir or FASTPATH_STATE_DIR") -> None:
+    """Make ``path`` (``--state-dir`` / ``FASTPATH_STATE_DIR``, or the directory ``option`` names) if missing.
 
     Raises:
-        ServerError: it cannot be made (a parent is a file or read-only, it is a file) or is not writable.
+        ServerError: it cannot be made (a parent is a file or read-only, it is a file) or is not writable,
+            naming ``what`` it is and the ``option`` that set it.
     """
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ServerError(f"state directory {path}: cannot create it ({exc.strerror or exc}); "
-                          "expected a writable directory (--state-dir or FASTPATH_STATE_DIR)") from None
+        raise ServerError(f"{what} {path}: cannot create it ({exc.strerror or exc}); "
+                          f"expected a writable directory ({option})") from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise ServerError(f"state directory {path} is not writable by this user; expected a writable directory "
-                          "(--state-dir or FASTPATH_STATE_DIR)")
+        raise ServerError(f"{what} {path} is not writable by this user; expected a writable directory ({option})")
+
+
+def check_version_state_dir(path: Path | None) -> None:
+    """Make the serving-version record directory (``FASTPATH_VERSION_STATE_DIR``; None or empty: each model's own
+    directory, not checked) if missing. Every live swap writes its record there first, so a directory that cannot
+    be written would refuse every swap, found only at the first one.
+
+    Raises:
+        ServerError: it cannot be made or is not writable.
+    """
+    if path is not None and str(path):
+        check_state_dir(path, what="serving-version record directory", option=f"{STATE_DIR_ENV}")
 
 
 def check_model_dirs(repository: Path, models: Iterable[str]) -> list[Path]:

@@ -36,8 +36,9 @@ from pathlib import Path
 from fastpath.errors import ServerError
 from fastpath.server.cleanup import SHM_GLOB, group_members, mapped_regions, reap_process_group, remove_stale_shm  # noqa: F401 (re-exported)
 from fastpath.server.malloc import malloc_environment
-from fastpath.server.preflight import check_model_dirs, check_ports_free, check_state_dir
+from fastpath.server.preflight import check_model_dirs, check_ports_free, check_state_dir, check_version_state_dir
 from fastpath.server.triton_api import ADMIN_HEADER, RepositoryApi
+from fastpath.swaps.record import STATE_DIR_ENV
 
 LOG = logging.getLogger("fastpath.server.process")
 
@@ -225,8 +226,8 @@ class TritonServer:
         Raises:
             ServerError: one of its ports is already taken (checked first: otherwise a second server
                 on the same ports would load its models while the first one answered the readiness
-                probe, and look ready until it failed to bind); ``options.state_dir`` cannot be made or
-                written, or a model directory holds a dangling symbolic link other than its serving-version
+                probe, and look ready until it failed to bind); ``options.state_dir`` or the serving-version
+                record directory (``FASTPATH_VERSION_STATE_DIR``) cannot be made or written, or a model directory holds a dangling symbolic link other than its serving-version
                 record, which is removed (:mod:`fastpath.server.preflight`); or ``options.malloc`` cannot be had
                 (:func:`fastpath.server.malloc.malloc_environment`).
         """
@@ -241,6 +242,8 @@ class TritonServer:
         else:
             check_state_dir(self.state_dir)
         try:
+            records = self.options.version_state_dir or os.environ.get(STATE_DIR_ENV) or None  # None: in the repository
+            check_version_state_dir(Path(records) if records else None)
             env = malloc_environment(server_environment(dist, admin_key=self.options.admin_key, state_dir=self.state_dir,
                                                         version_state_dir=self.options.version_state_dir),
                                      self.options.malloc, self.state_dir)
@@ -295,11 +298,18 @@ class TritonServer:
                 return
             code = self.poll()
             if code is not None:
-                raise ServerError(f"tritonserver exited with code {code} before becoming ready; see {self.log_path or 'its output'}")
+                raise ServerError(f"tritonserver exited with code {code} before becoming ready; see {self._output_hint()}")
             if self.is_ready():
                 return
             time.sleep(poll_s)
-        raise ServerError(f"tritonserver not ready after {timeout_s:.0f} s; see {self.log_path or 'its output'}")
+        raise ServerError(f"tritonserver not ready after {timeout_s:.0f} s; see {self._output_hint()}")
+
+    def _output_hint(self) -> str:
+        """Where Triton said why: its log file, or the output above (its lines starting with E name each
+        model that failed to load and the reason, and 'error: creating server' repeats the first)."""
+        if self.log_path:
+            return str(self.log_path)
+        return "tritonserver's output above: its E lines name each model that failed to load and why"
 
     def wait(self) -> int:
         """Block until the process exits; return its exit code."""

@@ -68,3 +68,18 @@ def test_int8_without_a_source_version_fails_with_the_reason(tmp_path, caplog):
 
     with pytest.raises(ArtifactError, match="manifest.json is missing"):
         build_int8_version(tmp_path / "text_embedding")
+
+
+def test_a_build_into_a_missing_repository_or_with_too_few_sentences_is_refused_before_anything_is_written(tmp_path, caplog, capsys):
+    """A mistyped --model-repository made a half repository (versions without any config.pbtxt Triton could serve),
+    and --calibration-texts -5 was taken: both are refused, nothing is created, and the message names the value."""
+    caplog.set_level(logging.INFO, logger="fastpath")
+    missing = tmp_path / "mistyped" / "repo"
+    assert main(["build", "--model-repository", str(missing)]) == 1
+    assert f"--model-repository {missing} is not a directory" in caplog.text and not (tmp_path / "mistyped").exists()
+    for option in ("--calibration-texts", "--validation-texts", "--evaluation-texts"):
+        with pytest.raises(SystemExit) as info:
+            main(["build", "--int8", option, "-5", "--model-repository", str(tmp_path)])
+        assert info.value.code == 2
+        assert f"argument {option}: must be >= 1 (a number of sentences, 1 or more), got '-5'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

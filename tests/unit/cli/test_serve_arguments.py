@@ -136,6 +136,28 @@ def test_a_state_directory_is_made_when_missing(tmp_path):
     assert (tmp_path / "new" / "state").is_dir()
 
 
+def test_a_version_record_directory_that_cannot_be_made_refuses_the_start_naming_the_variable(tmp_path, monkeypatch):
+    """Invariant: a FASTPATH_VERSION_STATE_DIR that cannot be made refuses the start before tritonserver runs, naming
+    the variable (every live swap writes its record there, and was refused only at the first swap), and leaves no
+    temporary state directory; one that can be made is made, and an empty value (records in the repository) is none."""
+    import tempfile
+
+    from fastpath.server.preflight import check_version_state_dir
+    from fastpath.server.process import ServerOptions, TritonServer
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "a_file").write_text("not a directory")
+    monkeypatch.setenv("FASTPATH_VERSION_STATE_DIR", str(tmp_path / "a_file" / "versions"))
+    server = TritonServer(ServerOptions(model_repository=tmp_path, http_port=1, grpc_port=2, metrics_port=3, host="127.0.0.1"))
+    with pytest.raises(ServerError, match=rf"serving-version record directory {tmp_path / 'a_file' / 'versions'}: cannot "
+                                          r"create it .*\(FASTPATH_VERSION_STATE_DIR\)"):
+        server.start()
+    assert not list(tmp_path.glob("fastpath-state-*"))
+    check_version_state_dir(tmp_path / "new" / "versions")
+    assert (tmp_path / "new" / "versions").is_dir()
+    check_version_state_dir(None)
+
+
 def test_a_short_admin_key_is_taken_with_a_warning_naming_the_minimum(monkeypatch, caplog):
     """Invariant: `fastpath serve` serves with any FASTPATH_ADMIN_KEY it is given, but one shorter than
     MIN_ADMIN_KEY_CHARS (the container entrypoint's minimum) logs a warning; a long enough key logs none."""
