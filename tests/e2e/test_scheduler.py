@@ -4,7 +4,6 @@ timeout rejections as UNAVAILABLE, custom metrics on the metrics port, and drain
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import re
 import shutil
 import time
@@ -17,6 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import MODEL_REPOSITORY, start_server
+from tests.e2e.callbacks import Callbacks
 
 pytestmark = pytest.mark.e2e
 MODEL = "text_embedding"
@@ -319,25 +319,16 @@ def test_cancelled_requests_fail_alone_and_queued_ones_never_run(ask_all_server)
     exactly one callback: the kept ones their embedding, the cancelled ones CANCELLED (or their
     embedding, if it came first); the server carries on. The cancel waits 0.2 s, so every request has
     reached the queue (cancelled earlier, Triton drops it before the model sees it)."""
-    import threading
-
     text = " ".join(["cancellation"] * 250)
     client = grpcclient.InferenceServerClient(ask_all_server.grpc_url)
     before = _metric_sum(_metrics(ask_all_server), "fastpath_rejected_texts_total", reason="cancelled")
-    done = threading.Condition()
-    results: dict[int, list[tuple[object, object]]] = {}
-
-    def callback(index, result, error):
-        with done:
-            results.setdefault(index, []).append((result, error))
-            done.notify_all()
-
-    calls = [client.async_infer(MODEL, _inputs(grpcclient, [text]), functools.partial(callback, i)) for i in range(48)]
+    callbacks = Callbacks()
+    results = callbacks.results
+    calls = [client.async_infer(MODEL, _inputs(grpcclient, [text]), callbacks.for_call(i)) for i in range(48)]
     time.sleep(0.2)
     for call in calls[8:]:
         call.cancel()
-    with done:
-        assert done.wait_for(lambda: len(results) == 48, timeout=180), f"{len(results)} of 48 answered"
+    assert callbacks.wait(48, timeout_s=180), f"{len(results)} of 48 answered"
     time.sleep(0.5)  # a second callback for any call would have arrived by now
     assert all(len(answers) == 1 for answers in results.values())
     for index in range(48):

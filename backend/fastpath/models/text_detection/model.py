@@ -29,7 +29,7 @@ import cv2
 import numpy as np
 
 from fastpath.config import instance_device
-from fastpath.errors import ConfigError, InvalidInputError
+from fastpath.errors import ConfigError, InvalidInputError, RequestCancelledError
 from fastpath.graphs import ImageSideBuckets
 from fastpath.graphs.buckets import Sizes
 from fastpath.manifest import verify_manifest
@@ -97,6 +97,14 @@ def _after_batch(memory: MemoryReturner, on_metrics: Any) -> None:
     memory.after_batch()
     if on_metrics is not None:
         on_metrics()
+
+
+def _cancelled(is_cancelled: Callable[[], bool]) -> bool:
+    """Whether Triton says the request's client cancelled it; False when the question fails (it runs, as it would)."""
+    try:
+        return bool(is_cancelled())
+    except Exception:  # noqa: BLE001 (a request Triton already released: the answer reports that)
+        return False
 
 
 class TextDetectionModel(ScheduledModel):
@@ -269,6 +277,10 @@ class TextDetectionModel(ScheduledModel):
         """Decode and resize request ``index``'s images (checked by :meth:`_check`) and queue them; a failure is the
         request's answer."""
         level, timeout_s, wanted, is_cancelled, label = options
+        if self.decoders is not None and _cancelled(is_cancelled):  # it waited for a decode thread; its client gave up
+            self.metrics.rejected("cancelled", len(checked.elements if isinstance(checked, ProbedRequest) else checked))
+            replies.fail(index, RequestCancelledError("the request was cancelled before its images were decoded"))
+            return
         mark = PROFILE.start()
         try:
             prepared = [self._prepare(image) for image in self._decode(checked, name)]
