@@ -301,8 +301,8 @@ class TextDetectionModel(ScheduledModel):
         except Exception as exc:  # queue full or shutting down: UNAVAILABLE, retryable
             ticket.fail(exc)  # through the ticket: the request is answered once, whatever the queue kept
 
-    @property
-    def _limits(self) -> dict[str, int]:
+    @functools.cached_property
+    def _limits(self) -> dict[str, int]:  # the config is fixed once loaded: one dict, not one per request
         config = self.config
         return {"max_image_pixels": config.max_image_pixels, "max_request_pixels": config.max_request_pixels,
                 "max_images": config.max_images_per_request}

@@ -101,6 +101,10 @@ class TextEmbeddingModel(ScheduledModel):
         if sched.inline_when_idle and not batched:
             LOG.warning("inline_when_idle is off for %s: it needs dynamic_batching in config.pbtxt "
                         "(max_queue_delay_microseconds: 0 adds no delay)", self.model_name)
+        beyond = [b for b in self.config.length_buckets_tokens if b > self.config.max_seq_length]
+        if beyond:  # texts are cut at max_seq_length tokens, so no batch is ever padded past it
+            LOG.warning("length_buckets_tokens %s of %s exceed max_seq_length %d: they serve as %d", ",".join(map(str, beyond)),
+                        self.model_name, self.config.max_seq_length, self.config.max_seq_length)
         set_tokenizer_parallelism(self.config.tokenizer_parallelism, self.config.tokenizer_threads)
         if sched.response_mode == "return" and self.config.concurrent_batches == 0:
             # execute() runs its batches one after another on the main session: lanes would sit unused
