@@ -13,6 +13,7 @@ from config_text import with_parameter  # benchmarks/config_text.py (the importe
 from detection_numerics import GPU_CONFIG, ROOT, VERSION_DIR
 
 from fastpath.artifacts.detection_fp16 import CANDIDATE_GLOB, DEFAULT_CANDIDATES, candidate_path
+from fastpath.manifest import MANIFEST_NAME, read_manifest, write_manifest
 
 INSTANCE_COUNT = "instance_group.count"  # a variant key that sets the instance group's count, not a parameter
 QUIET = {"opencv_threads": "1", "cuda_blocking_sync": "true"}  # no waiting thread spins (OpenCV's pool, CUDA's waits)
@@ -71,7 +72,8 @@ VARIANTS = {  # served beside text_detection when a cell names them: the shipped
 
 def build_repository(root: Path, variants: list[str], fp16_models: Path | None = None) -> Path:
     """text_detection (configs/gpu.pbtxt), the ``variants`` (of :data:`VARIANTS`) and naive_detection; the
-    ``model.uint8.fp16.*.onnx`` files in ``fp16_models`` (when given) are linked into every version directory."""
+    ``model.uint8.fp16.*.onnx`` files in ``fp16_models`` (when given) are linked into every version directory, and
+    listed in its own manifest."""
     repository = root / "repo"
     for name, source in (("text_detection", ROOT / "model_repository" / "text_detection"),
                          ("naive_detection", ROOT / "benchmarks" / "models" / "naive_detection")):
@@ -79,8 +81,14 @@ def build_repository(root: Path, variants: list[str], fp16_models: Path | None =
         (repository / name / "1" / "model.py").symlink_to(source / "1" / "model.py")  # linked: it imports beside itself
         for artifact in ("model.onnx", "model.uint8.onnx", "manifest.json"):
             (repository / name / "1" / artifact).symlink_to((VERSION_DIR / artifact).resolve())
-        for candidate in sorted(fp16_models.glob(CANDIDATE_GLOB)) if fp16_models else ():
+        candidates = sorted(fp16_models.glob(CANDIDATE_GLOB)) if fp16_models else []
+        for candidate in candidates:
             (repository / name / "1" / candidate.name).symlink_to(candidate.resolve())
+        if candidates:  # a model loads only a file its version's manifest lists: list the candidates beside the shipped files
+            shipped = read_manifest(VERSION_DIR)
+            (repository / name / "1" / MANIFEST_NAME).unlink()
+            write_manifest(repository / name / "1", [*shipped["files"], *(c.name for c in candidates)],
+                           {key: value for key, value in shipped.items() if key not in ("files", "sizes")})
     shutil.copy(GPU_CONFIG, repository / "text_detection" / "config.pbtxt")
     shutil.copy(ROOT / "benchmarks" / "models" / "naive_detection" / "config.pbtxt", repository / "naive_detection" / "config.pbtxt")
     for variant in variants:
