@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -70,6 +71,27 @@ def test_signal_stops_triton_cleanly(tmp_path, signum):
     # The stubs shut down without a crash: pb_utils metrics left to the interpreter's exit made every
     # unload end in "Fatal Python error: Segmentation fault" (faulthandler prints it into this log).
     assert "Fatal Python error" not in text and "Segmentation fault" not in text, text[-3000:]
+
+
+def test_sigterm_while_the_models_load_stops_with_exit_0_and_leaves_nothing_behind(tmp_path):
+    """Invariant: SIGTERM before the models are ready (an orchestrator giving up on a slow start) ends `fastpath serve`
+    with exit 0, like a stop after ready: Triton, which dies of the SIGINT it has no handler for yet, and every stub
+    are gone, and no shared-memory region of theirs is left (it exited 254 from Triton's -2)."""
+    env = _serve_env(tmp_path, free_ports(3))
+    before = set(Path("/dev/shm").glob("triton_python_backend_shm_region_*"))
+    with open(tmp_path / "serve.log", "w+") as log:
+        process = subprocess.Popen([sys.executable, "-m", "fastpath", "serve", "--host", "127.0.0.1"], env=env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+        assert _wait(lambda: "tritonserver pid" in (tmp_path / "serve.log").read_text(), 60)
+        triton_pid = int(re.search(r"tritonserver pid (\d+)", (tmp_path / "serve.log").read_text()).group(1))
+        time.sleep(1.0)  # its python-backend stubs are starting
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, (tmp_path / "serve.log").read_text()[-3000:]
+    text = (tmp_path / "serve.log").read_text()
+    assert "received SIGTERM" in text and "fastpath INFO ready:" not in text, text[-3000:]
+    assert "tritonserver was stopped while it loaded its models" in text, text[-3000:]
+    assert not _alive(triton_pid)
+    assert set(Path("/dev/shm").glob("triton_python_backend_shm_region_*")) <= before
 
 
 def test_a_stop_with_an_idle_keep_alive_client_still_drains_the_models_and_is_quick(tmp_path):

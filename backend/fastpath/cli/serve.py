@@ -269,6 +269,10 @@ def _serve_once(options: ServerOptions, ready_timeout_s: float, stop_requested: 
         supervisor.join(timeout=1.0)  # a reload under way goes on; server.stop() unloads what it loads
     died = server.poll() is not None and not stop_requested.is_set()
     code = server.stop()
+    if stop_requested.is_set() and supervisor is None and code == -signal.SIGINT:
+        # Triton installs its SIGINT handler only once its models have loaded: stopped before, it dies of the signal
+        LOG.info("tritonserver was stopped while it loaded its models")
+        code = 0
     LOG.info("tritonserver exited with code %s", code)
     if supervisor is not None and supervisor.failure is not None:
         return ServerRun(1, final=True)
