@@ -193,11 +193,7 @@ class BatchQueue:
 
     def drop_answered(self) -> None:
         """Take out the items whose ticket is already answered (e.g. cancelled while queued): their room is free."""
-        for bucket in self._buckets.values():
-            if any(item.ticket.done for item in bucket.items):
-                keep = [item for item in bucket.items if not item.ticket.done]
-                self._count -= len(bucket.items) - len(keep)
-                bucket.items = keep
+        self._take_out(None)
 
     def close(self) -> None:
         """Refuse new items; queued ones are dispatched without waiting (the policies' rule ``drain``)."""
@@ -248,23 +244,28 @@ class BatchQueue:
         A request's timeout covers its wait before execution starts, as in Triton: once one of its
         items has been dispatched (``ticket.started``), its other items no longer expire.
         """
+        expired = self._take_out(now)
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:  # the earliest deadline passed: expired now, or dispatched: never again
+            heapq.heappop(heap)
+        return expired
+
+    def _take_out(self, now: float | None) -> tuple[WorkItem, ...]:
+        """Drop the items whose ticket is answered and, unless ``now`` is None, take out and return those timed out."""
         expired: list[WorkItem] = []
         for bucket in self._buckets.values():
-            if not bucket.items or not any(item.ticket.done or _timed_out(item, now) for item in bucket.items):
+            if not bucket.items or not any(item.ticket.done or (now is not None and _timed_out(item, now)) for item in bucket.items):
                 continue
             keep = []
             for item in bucket.items:
                 if item.ticket.done:
                     continue
-                if _timed_out(item, now):
+                if now is not None and _timed_out(item, now):
                     expired.append(item)
                 else:
                     keep.append(item)
             self._count -= len(bucket.items) - len(keep)
             bucket.items = keep
-        heap = self._deadlines
-        while heap and heap[0][0] <= now:  # the earliest deadline passed: expired now, or dispatched: never again
-            heapq.heappop(heap)
         return tuple(expired)
 
 
