@@ -243,7 +243,11 @@ def main() -> int:
     started = time.monotonic()
     server.start()
     try:
-        server.wait_ready(timeout_s=500)
+        try:
+            server.wait_ready(timeout_s=500)
+        except Exception:  # the log goes with the temporary directory: show why the models did not load
+            print("".join(line for line in (root / "tritonserver.log").read_text().splitlines(True) if line.startswith("E")))
+            raise
         report["load_s"] = round(time.monotonic() - started, 1)
         report["numerics"] = {m: numerics(server.grpc_url, args.version_dir, m) for m in models if m.startswith("text_embedding")}
         print("load_s", report["load_s"], "numerics", report["numerics"], flush=True)
