@@ -180,11 +180,11 @@ class AsyncClient(ClientCore):
             return error
         return None
 
-    async def model_config(self, model: str, *, refresh: bool = False) -> ModelSpec:
-        """The model's inputs, outputs and max_batch_size (cached)."""
+    async def model_config(self, model: str, *, refresh: bool = False, timeout_s: float | None = None) -> ModelSpec:
+        """The model's inputs, outputs and max_batch_size (cached); ``timeout_s`` bounds the fetch like a request's."""
         if refresh or model not in self._specs:
             as_json = {} if self.protocol == "http" else {"as_json": True}
-            self._specs[model] = model_spec(await self._call(model, lambda c: c.get_model_config(model, **as_json)))
+            self._specs[model] = model_spec(await self._call(model, lambda c: c.get_model_config(model, **as_json), timeout_s))
         return self._specs[model]
 
     async def versions(self, model: str) -> list[dict[str, str]]:
@@ -288,7 +288,7 @@ class AsyncClient(ClientCore):
             FastPathClientError: the first chunk that failed after its retries (the others are cancelled).
         """
         texts = text_sequence(texts, name=TEXT_INPUT)
-        spec = await self.model_config(model)
+        spec = await self.model_config(model, timeout_s=timeout_s)
         batches = self._embed_batches(spec, texts)
 
         def chunk(offset: int, batch: np.ndarray) -> Callable[[], Awaitable[np.ndarray]]:
@@ -311,7 +311,7 @@ class AsyncClient(ClientCore):
         Raises:
             InvalidInputError: as :meth:`fastpath_client.Client.detect_text`, naming the image's index.
         """
-        spec = await self.model_config(model)
+        spec = await self.model_config(model, timeout_s=timeout_s)
         io, requests = self._detection_plan(spec, images)
 
         def one(index: int, inputs: dict) -> Callable[[], Awaitable[detection.Detection]]:

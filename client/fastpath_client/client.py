@@ -172,11 +172,12 @@ class Client(ClientCore):
             return error
         return None
 
-    def model_config(self, model: str, *, refresh: bool = False) -> ModelSpec:
-        """The model's inputs, outputs and max_batch_size from ``get_model_config`` (cached)."""
+    def model_config(self, model: str, *, refresh: bool = False, timeout_s: float | None = None) -> ModelSpec:
+        """The model's inputs, outputs and max_batch_size from ``get_model_config`` (cached); ``timeout_s`` bounds the
+        fetch like a request's (the client's default when None)."""
         if refresh or model not in self._specs:
             as_json = {} if self.protocol == "http" else {"as_json": True}
-            config = self._call(model, lambda c, kw: c.get_model_config(model, **as_json, **kw))
+            config = self._call(model, lambda c, kw: c.get_model_config(model, **as_json, **kw), timeout_s)
             self._specs[model] = model_spec(config)
         return self._specs[model]
 
@@ -299,7 +300,7 @@ class Client(ClientCore):
                 ``texts``, and the byte or size).
         """
         texts = text_sequence(texts, name=TEXT_INPUT)
-        spec = self.model_config(model)
+        spec = self.model_config(model, timeout_s=timeout_s)  # a model not ready fails within the call's timeout
         parts = []
         for offset, batch in self._embed_batches(spec, texts):
             with items_from(offset, (TEXT_INPUT,)):
@@ -320,7 +321,7 @@ class Client(ClientCore):
                 model cannot take (checked for all images before any is sent), or one the server refused;
                 the message names its index in ``images``.
         """
-        io, requests = self._detection_plan(self.model_config(model), images)
+        io, requests = self._detection_plan(self.model_config(model, timeout_s=timeout_s), images)
         found = []
         for index, inputs in enumerate(requests):
             with items_from(index, self._image_inputs(io)):

@@ -306,3 +306,37 @@ def test_status_of_a_model_that_is_not_loaded_fails_like_swap(triton_server, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("fastpath status: model text_detection is not loaded at ")
     assert cli.main(["status", "text_embedding", "--url", triton_server.http_url]) == 0
+
+
+
+def test_a_call_to_an_unloaded_model_gives_up_within_its_timeout(tmp_path):
+    """Invariant: timeout_s bounds the whole call, the model-config fetch that precedes the first request included:
+    embed of a model unloaded through the repository API raises ModelNotReadyError after about timeout_s=2 s, over
+    HTTP and gRPC, sync and async; the fetch was retried until the retry policy's own 30 s deadline instead."""
+    import tritonclient.http as httpclient
+
+    from fastpath_client import AsyncClient, Client
+    from fastpath_client.errors import ModelNotReadyError
+    from tests.conftest import start_server
+
+    server = start_server(tmp_path, models=("text_embedding",))
+    try:
+        admin = httpclient.InferenceServerClient(server.http_url)
+        admin.unload_model("text_embedding")
+        admin.close()
+        for protocol in ("http", "grpc"):
+            url = _url(server, protocol)
+            start = time.monotonic()
+            with pytest.raises(ModelNotReadyError), Client(url, protocol) as client:
+                client.embed(["x"], timeout_s=2.0)
+            assert time.monotonic() - start < 10, protocol
+
+            async def run(url=url, protocol=protocol):
+                async with AsyncClient(url, protocol) as client:
+                    await client.embed(["x"], timeout_s=2.0)
+            start = time.monotonic()
+            with pytest.raises(ModelNotReadyError):
+                asyncio.run(run())
+            assert time.monotonic() - start < 10, f"async {protocol}"
+    finally:
+        server.stop()
