@@ -3,7 +3,7 @@
 #   usage: bash scripts/install_perf_analyzer.sh [VENV]   (default .venv; `make perf-analyzer` runs it)
 # The binary ships inside the tritonclient 2.51.0 wheel (pyproject.toml pins it: the server's release), so pip
 # already put VENV/bin/perf_analyzer there. It links two libraries no wheel of ours brings; this puts them in
-# VENV/lib/perf_analyzer (benchmarks/perf_analyzer.py puts that folder on its LD_LIBRARY_PATH):
+# VENV/lib/perf_analyzer, beside the binary, which VENV/bin/perf_analyzer (a wrapper) runs:
 #   libcudart.so.12  from PyPI's nvidia-cuda-runtime-cu12 (unpacked there, not installed: a CUDA 12 runtime in
 #                    site-packages could be picked up by the CUDA 13 bindings; perf_analyzer itself runs without a GPU)
 #   libb64.so.0d     from Debian's libb64-0d (`apt-get download`, no root needed; `apt-get update` first when
@@ -40,4 +40,16 @@ if ! (cd "$WORK" && apt-get download -q libb64-0d >/dev/null 2>&1); then
 fi
 dpkg -x "$WORK"/libb64-0d_*.deb "$WORK/deb"
 cp -a "$WORK"/deb/usr/lib/x86_64-linux-gnu/libb64.so.0d* "$LIB/"
-LD_LIBRARY_PATH="$LIB" "$BINARY" --version
+# VENV/bin/perf_analyzer becomes a wrapper that puts LIB on LD_LIBRARY_PATH, so the command runs as it is; the
+# wheel's binary moves beside its libraries (a reinstall of tritonclient brings the binary back: run this again)
+if [ "$(head -c 4 "$BINARY" | tail -c 3)" = "ELF" ]; then
+    mv -f "$BINARY" "$LIB/perf_analyzer"
+fi
+cat > "$BINARY" <<'SH'
+#!/bin/sh
+# perf_analyzer from the tritonclient 2.51.0 wheel with the two libraries it links (scripts/install_perf_analyzer.sh)
+LIB="$(dirname "$(readlink -f "$0")")/../lib/perf_analyzer"
+LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$LIB/perf_analyzer" "$@"
+SH
+chmod +x "$BINARY"
+"$BINARY" --version

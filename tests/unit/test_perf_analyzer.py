@@ -154,3 +154,17 @@ def test_find_names_a_missing_binary(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(pa.PerfAnalyzerError, match="make perf-analyzer"):
         pa.find()
+
+
+def test_the_installed_perf_analyzer_command_runs_without_ld_library_path():
+    """Invariant: `perf_analyzer` in the environment's bin runs as a user types it (make setup's wrapper puts its two
+    libraries on LD_LIBRARY_PATH); the wheel's binary alone failed with 'libb64.so.0d: cannot open shared object file'."""
+    import os
+    import subprocess
+
+    command = Path(sys.prefix) / "bin" / "perf_analyzer"
+    if not command.exists():
+        pytest.skip(f"{command} is missing: tritonclient 2.51.0 is not installed in this environment (make setup)")
+    env = {key: value for key, value in os.environ.items() if key != "LD_LIBRARY_PATH"}
+    done = subprocess.run([str(command), "--version"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "Perf Analyzer Version 2.51.0" in done.stdout + done.stderr, done.stdout + done.stderr
