@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 from pathlib import Path
 
 from fastpath.cli.common import DEFAULT_REPOSITORY, bounded
@@ -148,16 +149,29 @@ def _add_bf16_weights(model_dir: Path) -> None:
         LOG.info("text_embedding version 2 bf16 weights (torch runtime) present and verified")
 
 
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     """Run ``fastpath build``; exit status 1 with the reason when a build or verification fails."""
     if args.verify:
         return 1 if verify_repository(args.model_repository) else 0
+    int8_only = [option for option, value, default in (("--calibration-texts", args.calibration_texts, 256),
+                 ("--validation-texts", args.validation_texts, 256), ("--evaluation-texts", args.evaluation_texts, None))
+                 if value != default]
+    if int8_only and not args.int8:
+        LOG.error("fastpath build failed: %s applies to the INT8 version only; add --int8", ", ".join(int8_only))
+        return 1
     if not args.model_repository.is_dir():  # a mistyped path: building there would leave models without config.pbtxt
         LOG.error("fastpath build failed: --model-repository %s is not a directory; build into an existing model "
                   "repository (a copy of %s holds every model's config.pbtxt)", args.model_repository, DEFAULT_REPOSITORY)
         return 1
     from fastpath.artifacts.detection import ensure_text_detection
 
+    # SIGTERM (a `timeout`, an orchestrator, make's recipe stopped) unwinds like Ctrl-C: every staging directory
+    # is removed on the way out, where the default action left a 69 MB one beside the versions for good
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         ensure_text_detection(args.model_repository, if_missing=args.if_missing)  # copied from the rapidocr wheel
         _build_text_embedding(args)

@@ -83,3 +83,38 @@ def test_a_build_into_a_missing_repository_or_with_too_few_sentences_is_refused_
         assert info.value.code == 2
         assert f"argument {option}: must be >= 1 (a number of sentences, 1 or more), got '-5'" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_int8_options_without_int8_are_refused(tmp_path, caplog):
+    """--calibration-texts 5 without --int8 re-exported version 1 and ignored the option: refused, naming it."""
+    caplog.set_level(logging.INFO, logger="fastpath")
+    assert main(["build", "--calibration-texts", "5", "--model-repository", str(tmp_path)]) == 1
+    assert "--calibration-texts applies to the INT8 version only; add --int8" in caplog.text
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_during_an_int8_build_removes_its_staging_directory(tmp_path):
+    """Invariant: `fastpath build --int8` stopped by SIGTERM (what `timeout` or a stopped make recipe sends) exits
+    143 and leaves no .building-* directory (the default action left 69 MB beside the versions for good)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    link_version(MODEL_REPOSITORY / "text_embedding" / "1", tmp_path / "text_embedding" / "1")
+    link_version(MODEL_REPOSITORY / "text_detection" / "1", tmp_path / "text_detection" / "1")
+    build = subprocess.Popen([sys.executable, "-m", "fastpath", "build", "--if-missing", "--int8", "--model-repository",
+                              str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((tmp_path / "text_embedding").glob(".building-*")) and time.monotonic() < deadline:
+            assert build.poll() is None, "the build ended before it staged version 2"
+            time.sleep(0.05)
+        assert list((tmp_path / "text_embedding").glob(".building-*")), "no staging directory within 120 s"
+        build.send_signal(signal.SIGTERM)
+        assert build.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        build.kill()
+        build.wait()
+    assert not list((tmp_path / "text_embedding").glob(".building-*"))
+    assert not (tmp_path / "text_embedding" / "2").exists()
