@@ -243,3 +243,37 @@ def test_retries_and_wait_ready_while_server_and_model_load(tmp_path):
 def test_wait_ready_times_out_naming_what_is_missing(probe_server):
     with Client(probe_server.http_url) as client, pytest.raises(RequestTimeoutError, match="models not ready .*slow_load"):
         client.wait_ready(timeout_s=0.2, models=["slow_load"])
+
+
+EXIT_WITHOUT_CLOSE = """
+import asyncio, os, sys
+import numpy as np
+from fastpath_client import AsyncClient, Client
+url, protocol, mode = sys.argv[1:4]
+images = np.random.default_rng(7).integers(0, 256, (32, 128, 128, 3), dtype=np.uint8)  # 1.5 MB: shared memory
+if mode == "sync":
+    client = Client(url, protocol)
+    client.infer("probe", {"IMAGES": images})
+else:
+    async def run():
+        client = AsyncClient(url, protocol)
+        await client.infer("probe", {"IMAGES": images})
+        return client
+    kept = asyncio.run(run())
+print(os.getpid(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_client_never_closed_releases_its_regions_when_its_process_exits(probe_server, protocol, mode):
+    """Invariant: a script that sends a large input through shared memory and exits without close() leaves no
+    /dev/shm region of its process and none registered at the server (both stayed until Triton stopped)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", EXIT_WITHOUT_CLOSE, _url(probe_server, protocol), protocol, mode],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pid = int(done.stdout.split()[0])
+    assert leaked_regions(pid) == [] and _server_regions(probe_server) == []
