@@ -7,12 +7,18 @@ killed ``fastpath serve`` could not clean) and by the stub supervisor (:mod:`fas
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
 
+LOG = logging.getLogger("fastpath.server.process")
 SHM_GLOB = "triton_python_backend_shm_region_*"  # the python backend's shared-memory regions in /dev/shm
+STATE_PREFIX = "fastpath-state-"  # a server's own control-plane directory in the temporary folder
+OWNER_NAME = "owner.pid"  # in such a directory: the pid of the process that made it
 
 
 def _mapped_paths(pids: list[int] | None = None) -> set[str]:
@@ -106,3 +112,51 @@ def _pgid_of(pid: int) -> int | None:
         return os.getpgid(pid)
     except (ProcessLookupError, PermissionError):
         return None
+
+
+def make_state_dir() -> Path:
+    """A fresh control-plane directory in the temporary folder, naming this process as its maker."""
+    path = Path(tempfile.mkdtemp(prefix=STATE_PREFIX))
+    (path / OWNER_NAME).write_text(f"{os.getpid()}\n")
+    return path
+
+
+def remove_orphaned_state_dirs() -> list[Path]:
+    """Remove this user's :func:`make_state_dir` directories whose maker no longer runs (a ``fastpath serve`` killed
+    with SIGKILL cannot remove its own); a directory without an owner file, or another user's, is left alone.
+    Returns the directories removed."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(STATE_PREFIX + "*"):
+        try:
+            if path.stat().st_uid != os.getuid():
+                continue
+            pid = int((path / OWNER_NAME).read_text())
+        except (OSError, ValueError):
+            continue
+        if not _running(pid):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process holds the pid
+        return True
+    return True
+
+
+def clean_after_killed_servers() -> None:
+    """Before a start: remove what servers killed with their ``fastpath serve`` left, and log it: their shared-memory
+    regions (:func:`remove_stale_shm`) and their state directories (:func:`remove_orphaned_state_dirs`)."""
+    orphaned = remove_orphaned_state_dirs()
+    if orphaned:
+        LOG.info("removed %d state directories of servers killed before they could: %s", len(orphaned),
+                 ", ".join(str(path) for path in orphaned))
+    stale = remove_stale_shm()
+    if stale:
+        LOG.info("removed %d shared-memory regions left by an earlier tritonserver that was killed: %s",
+                 len(stale), ", ".join(Path(path).name for path in stale))

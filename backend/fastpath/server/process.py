@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -34,7 +33,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fastpath.errors import ServerError
-from fastpath.server.cleanup import SHM_GLOB, group_members, mapped_regions, reap_process_group, remove_stale_shm  # noqa: F401 (re-exported)
+from fastpath.server.cleanup import (  # noqa: F401
+    SHM_GLOB,
+    clean_after_killed_servers,
+    group_members,
+    make_state_dir,
+    mapped_regions,
+    reap_process_group,
+)
 from fastpath.server.malloc import malloc_environment
 from fastpath.server.preflight import check_model_dirs, check_ports_free, check_state_dir, check_version_state_dir
 from fastpath.server.triton_api import ADMIN_HEADER, RepositoryApi
@@ -238,7 +244,7 @@ class TritonServer:
         command = server_command(self.options, prepare_backends(dist), dist)
         self.state_dir = self.options.state_dir
         if self.state_dir is None:
-            self.state_dir, self._own_state_dir = Path(tempfile.mkdtemp(prefix="fastpath-state-")), True
+            self.state_dir, self._own_state_dir = make_state_dir(), True
         else:
             check_state_dir(self.state_dir)
         try:
@@ -252,10 +258,7 @@ class TritonServer:
             raise
         if self.log_path is not None:
             self._log_file = open(self.log_path, "ab")
-        stale = remove_stale_shm()
-        if stale:
-            LOG.info("removed %d shared-memory regions left by an earlier tritonserver that was killed: %s",
-                     len(stale), ", ".join(Path(path).name for path in stale))
+        clean_after_killed_servers()
         self._shm_before = {str(p) for p in Path("/dev/shm").glob(SHM_GLOB)} if Path("/dev/shm").is_dir() else set()
         self._process = subprocess.Popen(
             command,

@@ -61,3 +61,24 @@ def test_reaping_a_group_removes_its_own_regions_and_never_another_servers():
         holder.kill()
         for path in (own, foreign):
             path.unlink(missing_ok=True)
+
+
+def test_state_directories_of_dead_makers_are_removed_and_others_kept(tmp_path, monkeypatch):
+    """Invariant: a start removes the temporary state directory of a `fastpath serve` killed with SIGKILL (its maker's
+    pid no longer runs) and keeps one whose maker runs, one without an owner file, and anything else in the folder."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from fastpath.server.cleanup import OWNER_NAME, make_state_dir, remove_orphaned_state_dirs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    orphaned, live, unowned = make_state_dir(), make_state_dir(), make_state_dir()
+    (orphaned / OWNER_NAME).write_text(f"{dead.pid}\n")
+    (unowned / OWNER_NAME).unlink()
+    (tmp_path / "fastpath-statement.txt").write_text("not a directory of ours")
+    assert live.parent == tmp_path and (live / OWNER_NAME).read_text().strip() == str(os.getpid())
+    assert remove_orphaned_state_dirs() == [orphaned]
+    assert not orphaned.exists() and live.is_dir() and unowned.is_dir() and (tmp_path / "fastpath-statement.txt").exists()
