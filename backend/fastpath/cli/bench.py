@@ -42,13 +42,28 @@ METRICS_PORT = 8002  # Triton's default metrics port
 
 
 def _list(text: str, kind: type, lowest: float, strict: bool, what: str) -> list:
-    items = [v for v in text.split(",") if v.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {what}, got {text!r}")
+    items = text.split(",")
+    if not text.strip() or any(not v.strip() for v in items):  # "1,,2" or "1,8,": an item left out by mistake
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {what} without empty items, got {text!r}")
     try:
         return [bounded_number(v, kind, lowest, strict, what) for v in items]
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"{exc} in {text!r}" if len(items) > 1 else str(exc)) from None
+
+
+def _metrics_url(text: str) -> str:
+    """``--metrics-url``: HOST:PORT, or ``none``."""
+    from fastpath_client.checks import host_port
+    from fastpath_client.errors import InvalidInputError
+
+    if text == "none":
+        return text
+    try:
+        host_port(text)
+    except InvalidInputError:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT of Triton's metrics port (its default {METRICS_PORT}) or "
+                                         f"'none', got {text!r}") from None
+    return text
 
 
 def _int_list(text: str) -> list[int]:
@@ -79,25 +94,25 @@ def register(subparsers: Any) -> None:
     mode.add_argument("--request-rate", type=_float_list, default=None, help="open-loop sweep in requests/s, e.g. 10,20")
     bench.add_argument("--poisson", action="store_true", help="Poisson arrivals in --request-rate mode (default constant gaps)")
     bench.add_argument("--duration-s", type=bounded(float, 0, True, "seconds"), default=15.0,
-                       help="measurement per configuration, split into 3 windows")
+                       help="measurement per configuration, split into 3 windows (default 15)")
     bench.add_argument("--warmup-s", type=bounded(float, 0, False, "seconds"), default=None,
                        help="warm-up per configuration (default min(5, duration/3))")
     bench.add_argument("--max-windows", type=bounded(int, 1, False, "windows"), default=6,
-                       help="stop after this many windows even if not stable (at least 3 run)")
+                       help="stop after this many windows even if not stable (at least 3 run; default 6)")
     bench.add_argument("--stability-pct", type=bounded(float, 0, True, "percent"), default=10.0,
-                       help="windows must agree within this percent")
+                       help="windows must agree within this percent (default 10)")
     bench.add_argument("--url", default=None, help=f"HOST:PORT of Triton. {URL_DEFAULT}")
     bench.add_argument("--protocol", choices=("http", "grpc"), default="http")
-    bench.add_argument("--metrics-url", default=None,
+    bench.add_argument("--metrics-url", type=_metrics_url, default=None,
                        help=f"HOST:PORT of Triton's metrics port, for FastPath's share of the server time "
                             f"(default --url's host, port $METRICS_PORT or {METRICS_PORT}; 'none': Triton's statistics only)")
     bench.add_argument("--batch-size", type=bounded(int, 1, False, "items per request"), default=1,
-                       help="items (texts, images) per request")
+                       help="items (texts, images) per request (default 1)")
     bench.add_argument("--shape", type=_shape, action="append", default=[], help="NAME:d1,d2 for inputs with -1 dims")
     bench.add_argument("--shared-memory", choices=("auto", "always", "never"), default="never",
                        help="send large inputs through system shared memory (default never: like perf_analyzer)")
     bench.add_argument("--timeout-s", type=bounded(float, 0, True, "seconds"), default=30.0,
-                       help="per-request timeout; a timeout counts as an error")
+                       help="per-request timeout; a timeout counts as an error (default 30)")
     bench.add_argument("--out", type=Path, default=Path("bench-results"),
                        help="directory for the JSON and PNG (default: bench-results in the current directory)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -14,7 +14,10 @@ from fastpath_client.loadgen import LoadSettings
     ("--concurrency", "-2", "must be >= 1 (concurrent requests, whole numbers), got '-2'"),
     ("--concurrency", "1,0,8", "must be >= 1 (concurrent requests, whole numbers), got '0' in '1,0,8'"),
     ("--concurrency", "1.5", "expected concurrent requests, whole numbers, got '1.5'"),
-    ("--concurrency", ",", "expected a comma-separated list of concurrent requests, whole numbers, got ','"),
+    ("--concurrency", ",", "expected a comma-separated list of concurrent requests, whole numbers without empty items, got ','"),
+    ("--concurrency", "1,,2", "expected a comma-separated list of concurrent requests, whole numbers without empty items, got '1,,2'"),
+    ("--request-rate", "10,", "expected a comma-separated list of requests per second without empty items, got '10,'"),
+    ("--metrics-url", "foo", "expected HOST:PORT of Triton's metrics port (its default 8002) or 'none', got 'foo'"),
     ("--request-rate", "0", "must be > 0 (requests per second), got '0'"),
     ("--request-rate", "-1.5", "must be > 0 (requests per second), got '-1.5'"),
     ("--request-rate", "nan", "must be > 0 (requests per second), got 'nan'"),
@@ -38,6 +41,8 @@ def test_valid_arguments_still_parse():
     args = cli.build_parser().parse_args(["bench", "--request-rate", "0.5,20", "--warmup-s", "0", "--duration-s", "1.5"])
     assert (args.request_rate, args.warmup_s, args.duration_s) == ([0.5, 20.0], 0.0, 1.5)
     assert cli.build_parser().parse_args(["bench", "--concurrency", "1, 8,32"]).concurrency == [1, 8, 32]
+    for metrics_url in ("none", "127.0.0.1:8002"):
+        assert cli.build_parser().parse_args(["bench", "--metrics-url", metrics_url]).metrics_url == metrics_url
 
 
 @pytest.mark.parametrize(("fields", "message"), [
@@ -76,3 +81,11 @@ def test_a_batch_size_above_the_models_max_batch_size_is_refused_before_any_requ
     with pytest.raises(BenchError, match=r"--batch-size 65: model text_embedding takes at most 64 items per request"):
         input_pool(spec, 65, {})
     assert len(input_pool(spec, 64, {})[0]["TEXT"]) == 64
+
+
+def test_a_fleet_command_naming_a_replica_twice_is_refused_before_any_is_touched(capsys):
+    """`fastpath swap --url a,a` swapped the same replica twice (a rollback twice would undo itself): refused, exit 1,
+    naming the address, before any request (nothing listens on the port)."""
+    assert cli.main(["swap", "text_embedding", "2", "--url", "127.0.0.1:1,127.0.0.1:1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["fastpath swap: --url names 127.0.0.1:1 more than once; list each replica once"]
