@@ -5,7 +5,6 @@ Everything here is free of I/O: the two clients differ only in how they wait (bl
 
 from __future__ import annotations
 
-import atexit
 import collections
 import contextlib
 import dataclasses
@@ -13,13 +12,12 @@ import json
 import logging
 import os
 import time
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from fastpath_client import detection
+from fastpath_client import detection, exit_release
 from fastpath_client.checks import host_port, positive_timeout
 from fastpath_client.errors import (
     FastPathClientError,
@@ -78,18 +76,6 @@ def grpc_channel_args() -> list[tuple[str, Any]]:
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 1000),
     ]
-
-
-# Clients whose shared-memory regions are released at interpreter exit if close() was never called: a script that
-# ends without closing its client left each region in /dev/shm and registered at the server until Triton stopped.
-_OPEN_CLIENTS: weakref.WeakSet = weakref.WeakSet()
-
-
-@atexit.register
-def _release_open_clients() -> None:
-    for client in list(_OPEN_CLIENTS):
-        with contextlib.suppress(Exception):
-            client._release_at_exit()
 
 
 @dataclasses.dataclass
@@ -219,8 +205,7 @@ class ClientCore:
         if protocol not in PROTOCOLS:
             raise InvalidInputError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
         host_port(url)  # raises on a malformed url
-        self.url = url
-        self.protocol = protocol
+        self.url, self.protocol = url, protocol
         self.timeout_s = positive_timeout(timeout_s)
         self.retry = retry or RetryPolicy()
         self.shm_policy = SharedMemoryPolicy(mode=shared_memory, threshold_bytes=shm_threshold_bytes)
@@ -234,7 +219,7 @@ class ClientCore:
         self.shm_refused: str | None = None
         self._pending_unregister: list[str] = []
         self._pool = RegionPool()
-        _OPEN_CLIENTS.add(self)
+        exit_release.track(self)  # its regions are released at exit if close() never is
         self.counters: collections.Counter[str] = collections.Counter()
         """``retries``, ``shm_requests``, ``shm_bytes``, ``shm_registrations`` so far (for logs and tests)."""
 
@@ -341,31 +326,6 @@ class ClientCore:
     def _take_pending(self) -> list[str]:
         names, self._pending_unregister = self._pending_unregister, []
         return names
-
-    def _release_at_exit(self) -> None:
-        """What ``close()`` would have released, for a client never closed: unregister its regions at the server
-        (HTTP: the REST call through urllib, as geventhttpclient cannot start while the interpreter exits; gRPC: a
-        short-lived synchronous client; 2 s per call) and unlink them here."""
-        regions = self._pool.drain()
-        names = [region.name for region in regions] + self._take_pending()
-        for name in names:
-            with contextlib.suppress(Exception):  # the server may be gone: the files go regardless
-                self._unregister_now(name)
-        for region in regions:
-            region.destroy()
-
-    def _unregister_now(self, name: str) -> None:
-        if self.protocol == "http":
-            import urllib.request
-
-            url = f"http://{self.url}/v2/systemsharedmemory/region/{name}/unregister"
-            with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=2.0):
-                return
-        triton = self._module.InferenceServerClient(self.url)
-        try:
-            triton.unregister_system_shared_memory(name, client_timeout=2.0)
-        finally:
-            triton.close()
 
     def _shm_fallback(self, error: FastPathClientError) -> bool:
         """After registering a region failed: True when the server could not map it (another host or
