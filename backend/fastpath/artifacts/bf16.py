@@ -23,7 +23,6 @@ from __future__ import annotations
 import importlib.metadata as md
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from fastpath.artifacts.accuracy import check_gate, embed_batches, report, repor
 from fastpath.artifacts.heldout import heldout_texts
 from fastpath.artifacts.int8 import FP32_VERSION, INT8_VERSION, Progress, tqdm_progress
 from fastpath.artifacts.quantize import text_batches
+from fastpath.artifacts.staging import staging_dir
 from fastpath.errors import AccuracyGateError, ArtifactError
 from fastpath.manifest import read_manifest, sha256_file, verify_manifest, write_manifest
 from fastpath.text import TextTokenizer
@@ -152,7 +152,7 @@ def add_bf16_weights(model_dir: Path, *, weights: Path | None = None, progress: 
     if bf16_current(target, fp32_manifest):
         return False
     weights, digest = _fp32_weights(fp32_manifest, weights)
-    with tempfile.TemporaryDirectory(prefix=".staging-bf16-", dir=target) as staging_name:
+    with staging_dir(target, "bf16") as staging_name:
         staged = Path(staging_name) / BF16_ARTIFACT
         config, tensors = load_weights(weights)
         if any(tensor.dtype != torch.float32 for tensor in tensors.values()):

@@ -16,9 +16,9 @@ import importlib.metadata as md
 import importlib.util
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 
+from fastpath.artifacts.staging import staging_dir
 from fastpath.errors import ArtifactError
 from fastpath.manifest import MANIFEST_NAME, sha256_file, write_manifest
 from fastpath.models.text_detection.config import UINT8_ARTIFACT
@@ -73,7 +73,7 @@ def build_text_detection(repository: Path) -> Path:
     source = source_model_path()
     version_dir = text_detection_version_dir(repository)
     version_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=version_dir.parent, prefix=".staging-") as staging_name:
+    with staging_dir(version_dir.parent, "detection") as staging_name:
         staging = Path(staging_name)
         shutil.copyfile(source, staging / ARTIFACT)
         uint8_front(staging / ARTIFACT, staging / UINT8_ARTIFACT)

@@ -15,11 +15,11 @@ which gives a plain MatMul/Softmax graph that ONNX Runtime's quantizer handles.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from fastpath.artifacts.accuracy import check_gate
+from fastpath.artifacts.staging import staging_dir
 from fastpath.artifacts.torch_weights import TORCH_ARTIFACT, evaluation_texts, export_torch_weights, fp32_version_accuracy
 from fastpath.engines.torch.engine import DEFAULT_BATCH_SIZES, DEFAULT_LENGTHS
 from fastpath.manifest import write_manifest
@@ -114,7 +114,7 @@ def export_text_embedding(version_dir: Path) -> Path:
     model_dir = source_model_dir()
     version_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=version_dir.parent, prefix=".staging-") as staging_name:
+    with staging_dir(version_dir.parent, "export") as staging_name:
         staging = Path(staging_name)
         module = _pooled_module(model_dir)
         example = torch.ones(2, 8, dtype=torch.int64)

@@ -16,9 +16,9 @@ every artifact) with the sha256 of the ``model.onnx`` it was made from, under ``
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
+from fastpath.artifacts.staging import staging_dir
 from fastpath.manifest import external_data_artifact, give_default_mode, read_manifest, verify_manifest, write_manifest
 
 GRAPH_NAME = "model.external.onnx"
@@ -49,7 +49,7 @@ def add_external_data_copy(version_dir: Path, source: str = "model.onnx") -> boo
         return False
     source_sha256 = manifest["files"][source]
     model = onnx.load(str(version_dir / source))
-    with tempfile.TemporaryDirectory(prefix=".external-", dir=version_dir) as staging_name:
+    with staging_dir(version_dir, "external") as staging_name:
         staging = Path(staging_name)
         onnx.save_model(model, str(staging / GRAPH_NAME), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=DATA_NAME, size_threshold=SIZE_THRESHOLD_BYTES)

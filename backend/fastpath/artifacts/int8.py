@@ -23,7 +23,6 @@ from __future__ import annotations
 import importlib.metadata as md
 import logging
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -33,6 +32,7 @@ import numpy as np
 from fastpath.artifacts.accuracy import AccuracyReport, check_gate, embed_batches, report, reports_by_kind, shortfalls_by_kind
 from fastpath.artifacts.heldout import calibration_extras, heldout_texts, split_heldout
 from fastpath.artifacts.quantize import RECIPES, QuantRecipe, quantize_int8, text_batches
+from fastpath.artifacts.staging import staging_dir
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import AccuracyGateError, ArtifactError
 from fastpath.manifest import verify_manifest, write_manifest
@@ -168,7 +168,7 @@ def build_int8_version(model_dir: Path, *, source_version: int = FP32_VERSION, t
     heldout_validation, heldout_evaluation = split_heldout(heldout_texts())
     validation = {"sentences": [*calibration_split[len(calibration_split) - validation_texts:], *EDGE_TEXTS],
                   **heldout_validation}
-    with tempfile.TemporaryDirectory(prefix=f".building-{target_version}-", dir=model_dir) as work_name:
+    with staging_dir(model_dir, f"int8-{target_version}") as work_name:
         work = Path(work_name)
         summary, validation_report = _first_passing_recipe(source / "model.onnx", work / "model.onnx", calibration,
                                                            validation, tokenizer, recipes, progress)

@@ -168,7 +168,10 @@ def cmd_build(args: argparse.Namespace) -> int:
                   "repository (a copy of %s holds every model's config.pbtxt)", args.model_repository, DEFAULT_REPOSITORY)
         return 1
     from fastpath.artifacts.detection import ensure_text_detection
+    from fastpath.artifacts.staging import remove_abandoned
 
+    for path in remove_abandoned(args.model_repository):  # left by a build killed with SIGKILL
+        LOG.info("removed %s: the staging directory of a build that no longer runs", path)
     # SIGTERM (a `timeout`, an orchestrator, make's recipe stopped) unwinds like Ctrl-C: every staging directory
     # is removed on the way out, where the default action left a 69 MB one beside the versions for good
     signal.signal(signal.SIGTERM, _exit_on_sigterm)

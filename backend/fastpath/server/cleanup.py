@@ -133,13 +133,14 @@ def remove_orphaned_state_dirs() -> list[Path]:
             pid = int((path / OWNER_NAME).read_text())
         except (OSError, ValueError):
             continue
-        if not _running(pid):
+        if not process_running(pid):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
 
 
-def _running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

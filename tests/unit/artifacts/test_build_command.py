@@ -95,7 +95,7 @@ def test_int8_options_without_int8_are_refused(tmp_path, caplog):
 
 def test_sigterm_during_an_int8_build_removes_its_staging_directory(tmp_path):
     """Invariant: `fastpath build --int8` stopped by SIGTERM (what `timeout` or a stopped make recipe sends) exits
-    143 and leaves no .building-* directory (the default action left 69 MB beside the versions for good)."""
+    143 and leaves no staging directory (the default action left 69 MB beside the versions for good)."""
     import signal
     import subprocess
     import sys
@@ -107,14 +107,35 @@ def test_sigterm_during_an_int8_build_removes_its_staging_directory(tmp_path):
                               str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while not list((tmp_path / "text_embedding").glob(".building-*")) and time.monotonic() < deadline:
+        while not list((tmp_path / "text_embedding").glob(".build-int8-*")) and time.monotonic() < deadline:
             assert build.poll() is None, "the build ended before it staged version 2"
             time.sleep(0.05)
-        assert list((tmp_path / "text_embedding").glob(".building-*")), "no staging directory within 120 s"
+        assert list((tmp_path / "text_embedding").glob(".build-int8-*")), "no staging directory within 120 s"
         build.send_signal(signal.SIGTERM)
         assert build.wait(timeout=120) == 128 + signal.SIGTERM
     finally:
         build.kill()
         build.wait()
-    assert not list((tmp_path / "text_embedding").glob(".building-*"))
+    assert not list((tmp_path / "text_embedding").glob(".build-int8-*"))
     assert not (tmp_path / "text_embedding" / "2").exists()
+
+
+def test_a_build_removes_the_staging_directories_of_builds_that_no_longer_run(tmp_path, caplog):
+    """Invariant: `fastpath build` removes each .build-<step>-<pid>-* directory (in a model's or a version's directory)
+    whose pid no longer runs, the leftovers of a build killed with SIGKILL, and keeps one whose builder runs."""
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    link_version(MODEL_REPOSITORY / "text_embedding" / "1", tmp_path / "text_embedding" / "1")
+    link_version(MODEL_REPOSITORY / "text_detection" / "1", tmp_path / "text_detection" / "1")
+    abandoned = [tmp_path / "text_embedding" / f".build-int8-2-{dead.pid}-ab12", tmp_path / "text_embedding" / "1" / f".build-external-{dead.pid}-cd34"]
+    running = tmp_path / "text_embedding" / f".build-int8-2-{os.getpid()}-ef56"
+    for path in (*abandoned, running):
+        path.mkdir()
+        (path / "model.onnx").write_bytes(b"partial")
+    caplog.set_level(logging.INFO, logger="fastpath")
+    assert main(["build", "--if-missing", "--model-repository", str(tmp_path)]) == 0
+    assert not any(path.exists() for path in abandoned) and running.is_dir()
+    assert all(f"removed {path}: the staging directory of a build that no longer runs" in caplog.text for path in abandoned)
