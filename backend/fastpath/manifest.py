@@ -141,15 +141,18 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     """Load a directory's manifest.
 
     Raises:
-        ArtifactError: the manifest is missing or not JSON.
+        ArtifactError: the manifest is missing, not UTF-8 JSON, or not a JSON object.
     """
     path = directory / MANIFEST_NAME
     try:
-        return json.loads(path.read_text())
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ArtifactError(f"{path} is missing; {REBUILD}") from None
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"{path} is not valid JSON ({exc}); {REBUILD}") from None
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"{path} holds a JSON {type(manifest).__name__}, not an object of files and metadata; {REBUILD}")
+    return manifest
 
 
 def external_data_artifact(manifest: dict[str, Any], source: str = "model.onnx") -> str | None:

@@ -1,12 +1,13 @@
 """Manifest and checksum verification: tampered, truncated, grown, missing and unlisted files are refused."""
 
 import json
+import re
 import shutil
 
 import pytest
 
 from fastpath.errors import ArtifactError
-from fastpath.manifest import verify_manifest, write_manifest
+from fastpath.manifest import read_manifest, verify_manifest, write_manifest
 from tests.conftest import MODEL_REPOSITORY
 
 
@@ -153,3 +154,15 @@ def test_checksum_cache_keeps_at_most_max_entries(tmp_path):
     assert (cache.misses, cache.hits) == (4, 0)
     cache.sha256(tmp_path / "f2")
     assert cache.hits == 1
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (b"[]", "holds a JSON list, not an object of files and metadata"),
+    (b"\xff\xfe{}", "is not valid JSON ('utf-8' codec can't decode byte 0xff"),
+])
+def test_a_manifest_that_is_no_json_object_is_an_artifact_error_naming_it(tmp_path, content, expected):
+    """A manifest of '[]' failed the load with "AttributeError: 'list' object has no attribute 'get'", one not UTF-8
+    with a UnicodeDecodeError; neither named manifest.json. Both are ArtifactErrors naming the file."""
+    (tmp_path / "manifest.json").write_bytes(content)
+    with pytest.raises(ArtifactError, match=re.escape(f"{tmp_path / 'manifest.json'} {expected}")):
+        read_manifest(tmp_path)

@@ -8,6 +8,7 @@ import errno
 import logging
 import os
 import socket
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -45,8 +46,11 @@ def check_state_dir(path: Path, *, what: str = "state directory", option: str = 
     except OSError as exc:
         raise ServerError(f"{what} {path}: cannot create it ({exc.strerror or exc}); "
                           f"expected a writable directory ({option})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ServerError(f"{what} {path} is not writable by this user; expected a writable directory ({option})")
+    try:  # a real write: os.access says yes to root on read-only file systems such as /sys
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as exc:
+        raise ServerError(f"{what} {path} is not writable by this user ({exc.strerror or exc}); expected a writable "
+                          f"directory ({option})") from None
 
 
 def check_version_state_dir(path: Path | None) -> None:

@@ -3,6 +3,8 @@ names the argument, the value and what is expected (never a traceback, never Tri
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fastpath.cli import main as cli
@@ -233,3 +235,15 @@ def test_a_bad_port_variable_stops_only_a_serve_that_uses_it_and_names_the_varia
     assert "argument --metrics-port: 'abc' is not a port number (an integer in 1-65535) (from environment variable METRICS_PORT)" in capsys.readouterr().err
     monkeypatch.setenv("METRICS_PORT", "18302")
     assert parse().metrics_port == 18302
+
+
+def test_a_state_directory_even_root_cannot_write_is_refused():
+    """Invariant: the state-directory check writes a file rather than asking os.access, which answers yes to root on a
+    read-only file system: /sys/kernel (sysfs) is refused naming the variable instead of failing at the first swap."""
+    from fastpath.server.preflight import check_version_state_dir
+
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("no /sys/kernel on this machine")
+    with pytest.raises(ServerError, match=r"serving-version record directory /sys/kernel is not writable by this user .*"
+                                          r"\(FASTPATH_VERSION_STATE_DIR\)"):
+        check_version_state_dir(Path("/sys/kernel"))
