@@ -7,6 +7,7 @@ killed ``fastpath serve`` could not clean) and by the stub supervisor (:mod:`fas
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -150,9 +151,39 @@ def process_running(pid: int) -> bool:
     return True
 
 
+STUB_NAME = "triton_python_backend_stub"
+
+
+def kill_orphaned_stubs() -> list[int]:
+    """SIGKILL this user's python-backend stubs whose tritonserver is gone (their parent is no longer a tritonserver):
+    a ``fastpath serve`` killed while its models load leaves them before their watchdog runs, ignoring SIGTERM and
+    holding their shared-memory regions. Returns the pids signalled."""
+    killed = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if proc.stat().st_uid != os.getuid() or not (proc / "cmdline").read_bytes().split(b"\0")[0].endswith(STUB_NAME.encode()):
+                continue
+            state, ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            parent = Path(f"/proc/{ppid}/comm").read_text().strip() if int(ppid) > 1 else ""
+        except (OSError, ValueError):
+            continue
+        if parent != "tritonserver" and state not in ("Z", "X"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed.append(int(proc.name))
+    return killed
+
+
 def clean_after_killed_servers() -> None:
-    """Before a start: remove what servers killed with their ``fastpath serve`` left, and log it: their shared-memory
-    regions (:func:`remove_stale_shm`) and their state directories (:func:`remove_orphaned_state_dirs`)."""
+    """Before a start: remove what servers killed with their ``fastpath serve`` left, and log it: their stubs
+    (:func:`kill_orphaned_stubs`), shared-memory regions (:func:`remove_stale_shm`) and state directories
+    (:func:`remove_orphaned_state_dirs`)."""
+    stubs = kill_orphaned_stubs()
+    if stubs:
+        LOG.info("killed %d python-backend stubs whose tritonserver was gone: pids %s", len(stubs), ", ".join(map(str, stubs)))
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and any(Path(f"/proc/{pid}/maps").exists() for pid in stubs):
+            time.sleep(0.05)  # their regions count as mapped until they have exited
     orphaned = remove_orphaned_state_dirs()
     if orphaned:
         LOG.info("removed %d state directories of servers killed before they could: %s", len(orphaned),

@@ -3,6 +3,7 @@ reap_process_group (a crashed server's own regions only)."""
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import time
@@ -82,3 +83,55 @@ def test_state_directories_of_dead_makers_are_removed_and_others_kept(tmp_path, 
     assert live.parent == tmp_path and (live / OWNER_NAME).read_text().strip() == str(os.getpid())
     assert remove_orphaned_state_dirs() == [orphaned]
     assert not orphaned.exists() and live.is_dir() and unowned.is_dir() and (tmp_path / "fastpath-statement.txt").exists()
+
+
+def test_stubs_whose_tritonserver_is_gone_are_killed_and_live_servers_stubs_kept(tmp_path):
+    """Invariant: a start SIGKILLs this user's processes named triton_python_backend_stub whose parent is not a
+    tritonserver (orphans of a server killed while its models loaded: they ignored SIGTERM and held their regions
+    for good) and leaves a stub whose parent is a tritonserver alone."""
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    from fastpath.server.cleanup import STUB_NAME, kill_orphaned_stubs
+
+    stub, server = tmp_path / STUB_NAME, tmp_path / "tritonserver"
+    shutil.copy(shutil.which("sleep"), stub)
+    shutil.copy(shutil.which("sh"), server)
+    orphan = int(subprocess.run(["sh", "-c", f"{stub} 60 > /dev/null 2>&1 & echo $!"], capture_output=True, text=True,
+                                check=True).stdout)  # its shell exits: the stub is reparented away from it
+    parent = subprocess.Popen([str(server), "-c", f"{stub} 60; :"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not (child := [p for p in Path("/proc").glob("[0-9]*") if _parent_of(p) == parent.pid]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert child, "the tritonserver-named shell started no stub"
+        killed = kill_orphaned_stubs()
+        assert orphan in killed and int(child[0].name) not in killed
+        assert _gone(orphan, timeout_s=5) and Path(f"/proc/{child[0].name}").exists()
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(orphan, signal.SIGKILL)
+
+
+def _parent_of(proc: Path) -> int | None:
+    try:
+        return int(proc.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.02)
+    return False
