@@ -135,3 +135,23 @@ def sentences():
     from fastpath.text.corpus import pydoc_sentences
 
     return pydoc_sentences()
+
+
+def load_refusal(log_dir: Path, repository: Path, model: str) -> str:
+    """Start a server on ``repository`` with no model loaded, ask it to load ``model`` and return Triton's error
+    message, after checking the load answered 400 and left the model not ready; the server is stopped."""
+    import pytest
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    server = start_server(log_dir, models=(), repository=repository)
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model(model)
+        assert info.value.status() == "400", info.value.message()
+        assert not client.is_model_ready(model)
+        return info.value.message()
+    finally:
+        client.close()  # an open HTTP keep-alive connection holds up Triton's shutdown
+        server.stop()

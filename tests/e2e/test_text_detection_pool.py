@@ -14,11 +14,9 @@ import re
 import cv2
 import numpy as np
 import pytest
-import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException
 
 from fastpath.artifacts.detection import build_text_detection, text_detection_present
-from tests.conftest import MODEL_REPOSITORY, start_server, variant_repository, wait_for
+from tests.conftest import MODEL_REPOSITORY, load_refusal, start_server, variant_repository, wait_for
 from tests.e2e.test_scheduler import _metric_sum, _metrics
 from tests.e2e.test_text_detection import MODEL, detect_array
 from tests.unit.models.text_detection.reference import skimage_rgb
@@ -100,15 +98,6 @@ def test_a_16_mib_pool_with_the_default_batch_refuses_to_load_naming_bytes_and_b
     needed = _shipped_parameter("max_batch_images") * CHANNELS * _shipped_parameter("max_resized_pixels") * FLOAT32_BYTES
     block = 16 * MIB  # the largest power of two within the capacity
     repository = variant_repository(tmp_path, MODEL, staging_capacity_bytes=str(16 * MIB))
-    server = start_server(tmp_path, models=(), repository=repository)
-    client = httpclient.InferenceServerClient(server.http_url)
-    try:
-        with pytest.raises(InferenceServerException) as info:
-            client.load_model(MODEL)
-        message = info.value.message()
-        assert info.value.status() == "400" and "ConfigError" in message, message
-        assert f"needs {needed} bytes of float32 input, above the pool's largest block ({block} bytes)" in message, message
-        assert not client.is_model_ready(MODEL)
-    finally:
-        client.close()  # an open HTTP keep-alive connection holds up Triton's shutdown
-        server.stop()
+    message = load_refusal(tmp_path, repository, MODEL)
+    assert "ConfigError" in message, message
+    assert f"needs {needed} bytes of float32 input, above the pool's largest block ({block} bytes)" in message, message

@@ -31,6 +31,8 @@ LOG = logging.getLogger("fastpath")
 
 FP32_REQUIRED = ("model.onnx", "model.fp16.safetensors", "tokenizer.json", "golden.npz")
 INT8_REQUIRED = ("model.onnx", "tokenizer.json", "golden.npz", "model.py")
+# the options only the INT8 build reads, with their defaults (a value other than its default needs --int8)
+INT8_DEFAULTS = {"calibration_texts": 256, "validation_texts": 256, "evaluation_texts": None}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,9 +46,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--if-missing", action="store_true", help="skip versions whose manifest verifies")
     build.add_argument("--int8", action="store_true", help="also build text_embedding version 2 (INT8 QDQ, and bf16 weights for the torch runtime)")
     sentences = bounded(int, 1, False, "a number of sentences, 1 or more")
-    build.add_argument("--calibration-texts", type=sentences, default=256, help="calibration-split sentences for INT8 calibration")
-    build.add_argument("--validation-texts", type=sentences, default=256, help="further calibration-split sentences to choose a recipe")
-    build.add_argument("--evaluation-texts", type=sentences, default=None, help="evaluation-split sentences for the gate (default: all)")
+    build.add_argument("--calibration-texts", type=sentences, default=INT8_DEFAULTS["calibration_texts"],
+                       help="calibration-split sentences for INT8 calibration")
+    build.add_argument("--validation-texts", type=sentences, default=INT8_DEFAULTS["validation_texts"],
+                       help="further calibration-split sentences to choose a recipe")
+    build.add_argument("--evaluation-texts", type=sentences, default=INT8_DEFAULTS["evaluation_texts"],
+                       help="evaluation-split sentences for the gate (default: all)")
     build.add_argument("--verify", action="store_true", help="only verify every version's manifest")
     build.set_defaults(func=cmd_build)
 
@@ -157,9 +162,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     """Run ``fastpath build``; exit status 1 with the reason when a build or verification fails."""
     if args.verify:
         return 1 if verify_repository(args.model_repository) else 0
-    int8_only = [option for option, value, default in (("--calibration-texts", args.calibration_texts, 256),
-                 ("--validation-texts", args.validation_texts, 256), ("--evaluation-texts", args.evaluation_texts, None))
-                 if value != default]
+    int8_only = ["--" + name.replace("_", "-") for name, default in INT8_DEFAULTS.items() if getattr(args, name) != default]
     if int8_only and not args.int8:
         LOG.error("fastpath build failed: %s applies to the INT8 version only; add --int8", ", ".join(int8_only))
         return 1
