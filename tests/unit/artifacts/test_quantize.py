@@ -5,7 +5,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fastpath.artifacts.quantize import check_tensorrt_compatible, text_batches
+from fastpath.artifacts.quantize import check_tensorrt_compatible, int8_saturates, text_batches
 from fastpath.artifacts.smoothquant import channel_absmax, linear_matmuls, smooth_model, smoothing_scales
 from fastpath.engines.onnxruntime.engine import OnnxRuntimeEngine
 from fastpath.errors import ArtifactError
@@ -66,6 +66,24 @@ def test_tensorrt_compatibility_check():
         check_tensorrt_compatible(_qdq_model(np.array(128, dtype=np.uint8)))
 
 
+CPUINFO = """processor\t: 0
+vendor_id\t: {vendor}
+model name\t: {model}
+flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr sse sse2 ssse3 fma sse4_1 sse4_2 avx avx2{extra}
+bugs\t\t: sysret_ss_attrs
+"""
+
+
+def test_int8_saturates_on_x86_cpus_without_vnni_only():
+    """Invariant: 7-bit weights (reduce_range) exactly where ONNX Runtime's u8s8 kernel sums into int16 (AVX2 without
+    VNNI): an AVX2-only EPYC saturates; avx512_vnni, avx_vnni or amx_int8 accumulate in int32; no flags line: no claim."""
+    assert int8_saturates(CPUINFO.format(vendor="AuthenticAMD", model="AMD EPYC", extra=""))
+    assert int8_saturates(CPUINFO.format(vendor="GenuineIntel", model="Xeon", extra=" avx512f avx512bw"))  # AVX-512 without VNNI
+    for flag in ("avx512_vnni", "avx_vnni", "amx_int8"):
+        assert not int8_saturates(CPUINFO.format(vendor="GenuineIntel", model="Xeon", extra=f" avx512f {flag}"))
+    assert not int8_saturates("processor\t: 0\nmodel name\t: unknown\n")
+
+
 def test_the_built_int8_model_is_signed_symmetric_per_channel():
     path = MODEL_DIR / "2" / "model.onnx"
     if not path.exists():
@@ -77,3 +95,9 @@ def test_the_built_int8_model_is_signed_symmetric_per_channel():
     weight_scales = [numpy_helper.to_array(initializers[n.input[1]]) for n in model.graph.node
                      if n.op_type == "DequantizeLinear" and n.input[0] in initializers]
     assert len(weight_scales) == int8_layers and all(s.ndim == 1 and s.size in (384, 1536) for s in weight_scales)  # per output channel
+    # 7-bit weights where this CPU's INT8 kernel would saturate (int8_saturates), the full int8 range elsewhere
+    reduce_range = read_manifest(MODEL_DIR / "2")["quantization"]["reduce_range"]
+    assert reduce_range == int8_saturates()
+    largest = max(int(np.abs(numpy_helper.to_array(initializers[n.input[0]]).astype(np.int32)).max()) for n in model.graph.node
+                  if n.op_type == "DequantizeLinear" and n.input[0] in initializers)
+    assert largest <= 64 if reduce_range else 64 < largest <= 127
