@@ -5,7 +5,8 @@
 #   wheels/      cp312 wheels for the stub's environment: numpy 1.26 (Triton 2.51's stub breaks with numpy 2),
 #                onnxruntime-gpu (CUDA 13 build: the CUDA EP for text_detection), OpenCV 4.11 (the last
 #                numpy-1 build) and pyclipper (text_detection's DB post-processing), tritonclient 2.51
-#                (perf_analyzer inside), python-rapidjson, py-spy
+#                (perf_analyzer inside), python-rapidjson, py-spy, inotify_simple (the swap agent's watch: without
+#                it every instance polls for swap commands)
 #   pa/          perf_analyzer's two libraries: libcudart.so.12 (nvidia-cuda-runtime-cu12), libb64.so.0d (Debian);
 #                Debian's libtcmalloc-minimal4 (fastpath serve preloads tcmalloc into tritonserver)
 #   artifacts/   text_embedding/1 (fp16 weights, tokenizer, manifest, golden), text_embedding/2's torch-runtime
@@ -28,7 +29,7 @@ tar -C "$(dirname "$TRITON")" --exclude='python_backend_stubs/3.[0-9]' --exclude
 PIP="python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64"
 $PIP -d "$B/wheels" numpy==1.26.4 onnxruntime-gpu==1.31.1 opencv-python-headless==4.11.0.86 pyclipper==1.3.0.post6 \
-     tritonclient==2.51.0 python-rapidjson==1.20 py-spy==0.4.0
+     tritonclient==2.51.0 python-rapidjson==1.20 py-spy==0.4.0 inotify_simple==2.0.1
 $PIP -d "$B/pa" nvidia-cuda-runtime-cu12==12.9.79
 (cd "$B/pa" && apt-get download -q libb64-0d libtcmalloc-minimal4 >/dev/null 2>&1)
 for name in model.fp16.safetensors tokenizer.json manifest.json golden.npz; do

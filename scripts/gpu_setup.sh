@@ -2,7 +2,7 @@
 # Device machine, first step of the last call of a run (scripts/gpu_bundle.sh made the parts; the earlier calls
 # copied theirs to /tmp/parts): join the parts into /tmp/bundle, unpack tritonserver (from the nvidia-pytriton wheel),
 # and make a Python environment for the python-backend stub in /tmp/venv: the bundle's wheels first (numpy 1.26,
-# onnxruntime-gpu, OpenCV 4.11, pyclipper, tritonclient), then the image's torch environment, then FastPath's
+# onnxruntime-gpu, OpenCV 4.11, pyclipper, tritonclient, inotify_simple), then the image's torch environment, then FastPath's
 # backend/ (Triton 2.51's python-backend stub breaks with numpy 2: docs/known-issues.md). The artifacts go into
 # model_repository/, so `fastpath serve --device cuda` serves every model. perf_analyzer goes to /tmp/pa with its
 # two libraries in /tmp/pa/lib; tcmalloc (preloaded into tritonserver) to /tmp/venv/lib/tcmalloc.
@@ -42,6 +42,6 @@ dpkg -x "$B"/pa/libb64-0d_*.deb /tmp/pa/deb && cp -a /tmp/pa/deb/usr/lib/x86_64-
 mkdir -p /tmp/venv/lib/tcmalloc && dpkg -x "$B"/pa/libtcmalloc-minimal4_*.deb /tmp/pa/deb \
     && cp -L /tmp/pa/deb/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 /tmp/venv/lib/tcmalloc/
 LD_LIBRARY_PATH=/tmp/pa/lib /tmp/pa/perf_analyzer --version 2>&1 | head -2 || true
-/tmp/venv/bin/python -c "import numpy, torch, cv2, onnxruntime, pyclipper, tokenizers, tritonclient.grpc, fastpath; print('numpy', numpy.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'cv2', cv2.__version__, 'onnxruntime', onnxruntime.__version__, onnxruntime.get_available_providers())"
+/tmp/venv/bin/python -c "import numpy, torch, cv2, onnxruntime, pyclipper, tokenizers, tritonclient.grpc, inotify_simple, fastpath; print('numpy', numpy.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'cv2', cv2.__version__, 'onnxruntime', onnxruntime.__version__, onnxruntime.get_available_providers())"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
 touch /tmp/venv/.fastpath-ready

@@ -179,23 +179,51 @@ def test_concurrent_posts_get_distinct_generations_and_the_last_one_stays(tmp_pa
     assert plane.desired()["generation"] == 40
 
 
-def test_a_watching_agent_is_woken_by_the_post_and_otherwise_sleeps(tmp_path, monkeypatch):
-    """With inotify the agent's thread sleeps until desired.json is replaced: with the safety-net
-    re-check pushed to 60 s, a swap still completes (the post woke it), and while idle it reads the
-    file's stat only at heartbeats, where polling every 5 ms read it ~100 times in 0.5 s."""
-    monkeypatch.setattr(agent_module, "WATCH_RECHECK_S", 60.0)
+def _counted_plane(tmp_path, monkeypatch):
+    """A repository with model m version 2, its control plane, and the list that grows by one per stat of desired.json."""
     (tmp_path / "repo" / "m" / "2").mkdir(parents=True)
     (tmp_path / "repo" / "m" / "config.pbtxt").write_text('name: "m"')
     plane = ControlPlane(tmp_path / "state", "m")
     stats = []
     stamp = plane.desired_stamp
     monkeypatch.setattr(plane, "desired_stamp", lambda: stats.append(1) or stamp())
+    return plane, stats
+
+
+def test_a_watching_agent_is_woken_by_the_post_and_otherwise_sleeps(tmp_path, monkeypatch):
+    """With inotify the agent's thread sleeps until desired.json is replaced: with the safety-net
+    re-check pushed to 60 s, a swap still completes (the post woke it), and while idle it reads the
+    file's stat only at heartbeats, where polling every 5 ms read it ~100 times in 0.5 s."""
+    monkeypatch.setattr(agent_module, "WATCH_RECHECK_S", 60.0)
+    plane, stats = _counted_plane(tmp_path, monkeypatch)
     slots = EngineSlots(1, Engine(1))
     agent = SwapAgent(plane, "m_0", slots, Engine, _refuse_3, poll_s=0.005).start()
     try:
         assert agent.watching
         threading.Event().wait(0.5)
         assert len(stats) <= 2
+        reply = AdminService(tmp_path / "repo", tmp_path / "state", "k", timeout_s=10).handle(
+            {"command": "swap", "model": "m", "version": 2, "key": "k"})
+    finally:
+        agent.stop()
+    assert reply["active_version"] == 2 and slots.active_version == 2
+
+
+def test_without_inotify_simple_the_agent_warns_and_polls_every_poll_s(tmp_path, monkeypatch, caplog):
+    """Where inotify_simple cannot be imported the agent says so once, naming the package, and polls
+    desired.json every POLL_S (50 ms: 20 wakes a second, not 200); a posted swap still applies."""
+    monkeypatch.setitem(sys.modules, "inotify_simple", None)  # import raises ImportError
+    plane, stats = _counted_plane(tmp_path, monkeypatch)
+    slots = EngineSlots(1, Engine(1))
+    with caplog.at_level(logging.WARNING, logger=agent_module.LOG.name):
+        agent = SwapAgent(plane, "m_0", slots, Engine, _refuse_3).start()
+    try:
+        assert not agent.watching
+        assert agent_module.POLL_S == 0.05
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and "inotify_simple is not installed" in warnings[0] and "every 50 ms" in warnings[0]
+        threading.Event().wait(0.5)
+        assert 5 <= len(stats) <= 12  # ~10 polls in 0.5 s (at 5 ms: ~100)
         reply = AdminService(tmp_path / "repo", tmp_path / "state", "k", timeout_s=10).handle(
             {"command": "swap", "model": "m", "version": 2, "key": "k"})
     finally:
