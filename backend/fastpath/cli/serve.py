@@ -185,12 +185,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from fastpath.errors import ServerError
 
-    admin_key, generated = _admin_key()
-    try:
-        options = serve_options(args, admin_key)
-    except ServerError as exc:
-        LOG.error("%s", exc)
-        return 1
     stop_requested = threading.Event()
 
     def _request_stop(signum: int, _frame: object) -> None:
@@ -198,8 +192,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         LOG.info("received %s: stopping tritonserver", signal.Signals(signum).name)
         stop_requested.set()
 
+    # first: a stop during the checks below (the CUDA probe takes seconds) is a clean exit, not a traceback
     signal.signal(signal.SIGTERM, _request_stop)
     signal.signal(signal.SIGINT, _request_stop)
+    admin_key, generated = _admin_key()
+    try:
+        options = serve_options(args, admin_key)
+    except ServerError as exc:
+        LOG.error("%s", exc)
+        return 1
+    if stop_requested.is_set():
+        LOG.info("stopped before tritonserver started")
+        return 0
     restarts: list[float] = []
     published = False
 
@@ -269,10 +273,6 @@ def _serve_once(options: ServerOptions, ready_timeout_s: float, stop_requested: 
         supervisor.join(timeout=1.0)  # a reload under way goes on; server.stop() unloads what it loads
     died = server.poll() is not None and not stop_requested.is_set()
     code = server.stop()
-    if stop_requested.is_set() and supervisor is None and code == -signal.SIGINT:
-        # Triton installs its SIGINT handler only once its models have loaded: stopped before, it dies of the signal
-        LOG.info("tritonserver was stopped while it loaded its models")
-        code = 0
     LOG.info("tritonserver exited with code %s", code)
     if supervisor is not None and supervisor.failure is not None:
         return ServerRun(1, final=True)

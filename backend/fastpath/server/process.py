@@ -331,7 +331,8 @@ class TritonServer:
 
         Returns:
             tritonserver's exit code; 0 when it was killed only while waiting for idle connections
-            after every model had been unloaded; None if it was not running.
+            after every model had been unloaded, or died of the SIGINT while its models loaded; None if it
+            was not running.
         """
         process, self._process = self._process, None
         code = None
@@ -354,10 +355,14 @@ class TritonServer:
                                  "for a model it still counts as live): stopped it", IDLE_EXIT_S)
                         process.returncode = 0
             code = process.returncode
+            # Triton installs its SIGINT handler once its models have loaded: stopped before, it dies of the signal,
+            # leaving the stubs it was starting (a clean stop: their cleanup is expected, not a warning)
+            loading, code = code == -signal.SIGINT, 0 if code == -signal.SIGINT else code
             killed, removed = reap_process_group(process.pid, getattr(self, "_shm_before", set()), owned)
-            if killed or removed:
-                LOG.warning("tritonserver exited with code %s and left %d processes (killed) and %d shared-memory "
-                            "regions (removed: %s)", code, killed, len(removed), ", ".join(Path(r).name for r in removed) or "none")
+            if loading or killed or removed:
+                LOG.log(logging.INFO if loading else logging.WARNING, "tritonserver %s with code %s and left %d processes (killed) "
+                        "and %d shared-memory regions (removed: %s)", "was stopped while it loaded its models: exited" if loading
+                        else "exited", code, killed, len(removed), ", ".join(Path(r).name for r in removed) or "none")
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
