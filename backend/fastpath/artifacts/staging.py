@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from fastpath.server.cleanup import process_running
+from fastpath.processes import process_running
 
 BUILD_PREFIX = ".build-"
 

@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from fastpath.processes import process_running
+
 LOG = logging.getLogger("fastpath.server.process")
 SHM_GLOB = "triton_python_backend_shm_region_*"  # the python backend's shared-memory regions in /dev/shm
 STATE_PREFIX = "fastpath-state-"  # a server's own control-plane directory in the temporary folder
@@ -138,17 +140,6 @@ def remove_orphaned_state_dirs() -> list[Path]:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
-
-
-def process_running(pid: int) -> bool:
-    """Whether a process ``pid`` exists (one of another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process holds the pid
-        return True
-    return True
 
 
 STUB_NAME = "triton_python_backend_stub"

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fastpath.errors import SwapError
+from fastpath.processes import process_running
 
 HEARTBEAT_S = 1.0
 STALE_AFTER_S = 30.0  # generous: on a saturated 2-core machine a heartbeat can lag seconds
@@ -69,21 +70,11 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _process_exists(pid: Any) -> bool:
-    """Whether process ``pid`` exists on this host and has not exited; True when the status names none
-    (nothing to check). A zombie has exited: a killed stub stays one until tritonserver, its parent, reaps it,
-    which Triton 2.51 did not do for tens of seconds, and ``kill(pid, 0)`` still succeeds on it."""
+    """Whether process ``pid`` exists on this host and has not exited (:func:`fastpath.processes.process_running`);
+    True when the status names none (nothing to check)."""
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it exists
-        return True
-    try:  # Linux: the state is the field after the parenthesized command name, which may itself hold spaces
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):  # no /proc on this system (the kill above is the whole check), or it exited just now
-        return not Path("/proc").is_dir()
+    return process_running(pid)
 
 
 class ControlPlane:
