@@ -18,7 +18,7 @@ from fastpath.scheduling.policy import BatchPolicy, BucketSpec, ItemBucket
 from fastpath.scheduling.queue import BatchQueue
 from fastpath.scheduling.runner import BatchHandler, BatchRunner, SchedulerObserver
 from fastpath.scheduling.shapes import ExactShapePolicy
-from fastpath.scheduling.tickets import Ticket, WorkItem
+from fastpath.scheduling.tickets import Ticket, WorkItem, ask_cancelled
 
 __all__ = [
     "Batch",
@@ -41,4 +41,5 @@ __all__ = [
     "SchedulerObserver",
     "Ticket",
     "WorkItem",
+    "ask_cancelled",
 ]

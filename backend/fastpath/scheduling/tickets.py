@@ -21,6 +21,16 @@ _UNSET = object()
 DoneCallback = Callable[["Ticket", "list[Any] | None", "BaseException | None"], None]
 
 
+def ask_cancelled(is_cancelled: Callable[[], bool], label: str | None = None) -> bool:
+    """Whether ``is_cancelled`` (a request's ``is_cancelled``: a stub-to-server round trip) says the client cancelled;
+    False when the question fails (a dead request handle must not take the scheduler down; it is logged)."""
+    try:
+        return bool(is_cancelled())
+    except Exception:
+        LOG.exception("is_cancelled() failed for %s", label or "a request")
+        return False
+
+
 class Ticket:
     """One accepted request: ``rows`` results, answered once through ``on_done``.
 
@@ -60,11 +70,7 @@ class Ticket:
         """Ask the request's owner whether the client cancelled; False if it cannot say."""
         if self._is_cancelled is None or self._done:
             return False
-        try:
-            return bool(self._is_cancelled())
-        except Exception:  # a dead request handle must not take the scheduler down
-            LOG.exception("is_cancelled() failed for %s", self.label or "a request")
-            return False
+        return ask_cancelled(self._is_cancelled, self.label)
 
     def set_row(self, row: int, value: Any) -> None:
         """Store row ``row``'s result; the last missing row completes the ticket."""

@@ -43,7 +43,7 @@ from fastpath.models.text_detection.image import ARRAY_INPUT, BYTES_INPUT, check
 from fastpath.models.text_detection.pipeline import PreparedImage, TextDetector, concatenate
 from fastpath.models.text_detection.probe import ProbedRequest, probe_request
 from fastpath.profiling import PROFILE
-from fastpath.scheduling import BatchQueue, ExactShapePolicy, Ticket, WorkItem
+from fastpath.scheduling import BatchQueue, ExactShapePolicy, Ticket, WorkItem, ask_cancelled
 from fastpath.triton.io import TensorSpec, input_rows, read_input
 from fastpath.triton.requests import (
     Replies,
@@ -97,14 +97,6 @@ def _after_batch(memory: MemoryReturner, on_metrics: Any) -> None:
     memory.after_batch()
     if on_metrics is not None:
         on_metrics()
-
-
-def _cancelled(is_cancelled: Callable[[], bool]) -> bool:
-    """Whether Triton says the request's client cancelled it; False when the question fails (it runs, as it would)."""
-    try:
-        return bool(is_cancelled())
-    except Exception:  # noqa: BLE001 (a request Triton already released: the answer reports that)
-        return False
 
 
 class TextDetectionModel(ScheduledModel):
@@ -277,7 +269,7 @@ class TextDetectionModel(ScheduledModel):
         """Decode and resize request ``index``'s images (checked by :meth:`_check`) and queue them; a failure is the
         request's answer."""
         level, timeout_s, wanted, is_cancelled, label = options
-        if self.decoders is not None and _cancelled(is_cancelled):  # it waited for a decode thread; its client gave up
+        if self.decoders is not None and ask_cancelled(is_cancelled, label):  # it waited for a decode thread; its client gave up
             self.metrics.rejected("cancelled", len(checked.elements if isinstance(checked, ProbedRequest) else checked))
             replies.fail(index, RequestCancelledError("the request was cancelled before its images were decoded"))
             return
