@@ -310,7 +310,9 @@ class GraphRunner:
             return self.run_eager(feeds)
         outputs = []
         for start in range(0, rows, self.grid.max_batch):
-            chunk = {spec.name: feeds[spec.name][start : start + self.grid.max_batch] for spec in self.inputs}
+            # one chunk: the feeds as given (a PackedFeeds keeps its block for packed_inputs)
+            chunk = feeds if rows <= self.grid.max_batch else {
+                spec.name: feeds[spec.name][start : start + self.grid.max_batch] for spec in self.inputs}
             count = min(self.grid.max_batch, rows - start)
             bucket = self.grid.select(count, length)
             if bucket is None:  # unreachable: count <= max_batch and length <= max_length

@@ -92,6 +92,10 @@ class CallPlanPolicy(BatchPolicy):
             ValueError: a text outside [1, last bucket] tokens (naming its position in ``items``).
         """
         members = self._groups(items)
+        if len(items) == 1:  # a lone text (every call at c=1): one call of batch 1, nothing to compare
+            length = self._run_length(members, 1)
+            return [Batch(items=tuple(items), batch_size=1, length=length, rule=PLAN_RULE, formed_s=now,
+                          predicted_s=self.costs.estimate(1, length, floor=True))]
         lengths = [self._run_length(members, hi) for hi in range(1, len(members) + 1)]
         sizing = _Sizing(self)
         plan = []

@@ -130,6 +130,26 @@ def test_packed_inputs_only_accepts_one_exact_block_in_input_order():
     assert packed_inputs(as_int32, BERT_INPUTS, Bucket(2, 8)) is None
 
 
+def test_packed_feeds_reach_the_device_as_their_own_block_until_a_slab_is_replaced(runner):
+    """Invariant: feeds staged as PackedFeeds (the text_embedding handler's) are handed over as their block itself
+    (no strided view, one direct transfer, the same results); once an entry no longer is its slab, the address
+    check decides (a separate array: staged through the host buffer)."""
+    from fastpath.graphs.staging import PackedFeeds, packed_inputs
+
+    rng = np.random.default_rng(9)
+    batch = make_batch(rng, 4, 16)
+    block = np.stack([batch[name] for name in ("input_ids", "attention_mask", "token_type_ids")])
+    feeds = PackedFeeds(block, ("input_ids", "attention_mask", "token_type_ids"))
+    assert packed_inputs(feeds, BERT_INPUTS, Bucket(4, 16)) is block
+    assert packed_inputs(feeds, BERT_INPUTS, Bucket(8, 16)) is None  # not the bucket's shape
+    np.testing.assert_array_equal(runner.run(feeds), expected(batch))
+    assert (runner.direct_transfers, runner.staged_transfers) == (1, 0)
+    feeds["attention_mask"] = batch["attention_mask"].copy()
+    assert packed_inputs(feeds, BERT_INPUTS, Bucket(4, 16)) is None
+    np.testing.assert_array_equal(runner.run(feeds), expected(batch))
+    assert (runner.direct_transfers, runner.staged_transfers) == (1, 1)
+
+
 def test_an_unknown_sync_mode_is_refused_naming_the_choices():
     with pytest.raises(EngineError, match="sync='poll'.*blocking, spin"):
         GraphRunner(masked_sum, BERT_INPUTS, BucketGrid((1,), (8,)), output_shape=(2,), device="cpu", use_graphs=False, sync="poll")

@@ -113,6 +113,21 @@ def test_the_plan_is_never_predicted_slower_than_one_call_per_bucket_or_one_call
 def test_a_length_beyond_the_last_bucket_is_refused_naming_the_text():
     with pytest.raises(ValueError, match="text 1 has 300 tokens; expected 1..256"):
         plan_call([5, 300], GPU_LIKE)
+    with pytest.raises(ValueError, match="text 0 has 300 tokens; expected 1..256"):  # a lone text too
+        plan_call([300], GPU_LIKE)
+
+
+@pytest.mark.parametrize("pad_to_longest", [False, True])
+@pytest.mark.parametrize("costs", [GPU_LIKE, CPU_LIKE])
+def test_a_lone_text_is_one_call_of_batch_1(costs, pad_to_longest):
+    """Invariant: a call of one text (every call at concurrency 1) is one engine call of batch 1, at its length
+    bucket (pad_to_longest: at its own length), with the cost model's floor for that shape as its prediction."""
+    for tokens in (1, 16, 17, 200, 256):
+        (planned,) = plan_call([tokens], costs, pad_to_longest=pad_to_longest)
+        check_plan([planned], [tokens], any_shape=pad_to_longest)
+        length = tokens if pad_to_longest else next(b for b in LENGTHS if b >= tokens)
+        assert (planned.batch_size, planned.length, rows(planned)) == (1, length, [0])
+        assert planned.predicted_s == estimate(costs, 1, length)
 
 
 @pytest.mark.parametrize("costs", [GPU_LIKE, CPU_LIKE])

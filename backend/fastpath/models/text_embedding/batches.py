@@ -18,6 +18,7 @@ import numpy as np
 
 from fastpath.errors import EngineError
 from fastpath.graphs.buckets import BucketGrid
+from fastpath.graphs.staging import PackedFeeds
 from fastpath.memory import BlockPool, Lease, PoolConfig
 from fastpath.models.text_embedding.pipeline import EMBEDDING_DIM
 from fastpath.models.text_embedding.versions import VersionedEmbedder
@@ -26,6 +27,7 @@ from fastpath.scheduling import Batch, CostModel
 from fastpath.text import EncodedBatch
 
 TOKEN_INPUTS = 3  # input_ids, attention_mask, token_type_ids: int64 [rows, length] each
+FEED_NAMES = ("input_ids", "attention_mask", "token_type_ids")  # EncodedBatch's fields, in the engines' input order
 
 
 def staging_pool_config(max_batch_texts: int, max_seq_length: int) -> PoolConfig:
@@ -117,8 +119,9 @@ class EmbeddingBatchHandler:
         encodings = encodings + [self._filler] * (rows - len(encodings))
         lease = self.pool.lease(TOKEN_INPUTS * rows * length * 8)
         try:
-            views = lease.view(np.int64, (TOKEN_INPUTS, rows, length))  # one view; each input is a contiguous slab
-            feeds = self.embedder.tokenizer.pad(encodings, length, out=EncodedBatch(views[0], views[1], views[2])).feeds()
+            # one view; each input is a contiguous slab, and the block goes to the engine's one host-to-device copy
+            feeds = PackedFeeds(lease.view(np.int64, (TOKEN_INPUTS, rows, length)), FEED_NAMES)
+            self.embedder.tokenizer.pad(encodings, length, out=EncodedBatch(*feeds.parts))
         except BaseException:
             lease.release()
             raise
