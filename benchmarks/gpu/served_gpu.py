@@ -9,6 +9,7 @@ Runs on the device machine (docs/benchmarks/served_gpu_h200.md has the exact com
                            and the call's texts run in the batches the cost model picks;
        text_embedding_prev the same configuration on another copy of FastPath's backend
                            (``--prev-backend``), for an A/B of two versions of the code in one run;
+       text_embedding_gpu_prev  ``text_embedding_gpu`` (configs/gpu.pbtxt as shipped) on that copy;
        stack_pad_embedding Triton's dynamic batcher (200 us) + stack every text of the call, pad to
                            the longest, one graph-bucket call (``benchmarks/models``);
        naive_embedding     one graph replay per request, no dynamic batching;
@@ -102,25 +103,40 @@ def passages(tokenizer_path: Path, *, min_tokens: int = 64, max_tokens: int = 25
     return chunks
 
 
+def _on_prev_backend(repository: Path, source: str, name: str, prev_backend: Path | None) -> Path:
+    """A copy of model ``source`` named ``name`` whose model.py imports FastPath from ``prev_backend`` (A/B of two versions of the code)."""
+    if prev_backend is None:
+        raise SystemExit(f"{name} needs --prev-backend (a copy of another version's backend/)")
+    target = repository / name
+    shutil.copytree(repository / source, target, symlinks=True)
+    (target / "1" / "model.py").unlink()
+    code = (ROOT / "model_repository" / "text_embedding" / "1" / "model.py").read_text()
+    (target / "1" / "model.py").write_text(f"import sys\nsys.path.insert(0, {str(prev_backend.resolve())!r})\n" + code)
+    config = (target / "config.pbtxt").read_text().replace(f'name: "{source}"', f'name: "{name}"')
+    (target / "config.pbtxt").write_text(config)
+    return target
+
+
 def build_repository(root: Path, version_dir: Path, models: list[str], *, instances: int, prev_backend: Path | None,
                      device: str = "cuda", precision: str = "fp16") -> Path:
     """The run's model repository: ``models`` (see the module docstring) with ``instances`` each."""
     repository = triton_gpu.make_repository(root, version_dir, device=device, precision=precision, instances=instances, delay_us=500)
     names = [m for m in models if m != "floor_embedding"]
-    triton_gpu.add_variants(repository, version_dir, [m for m in names if m != "text_embedding_prev"],
+    triton_gpu.add_variants(repository, version_dir, [m for m in names if m not in ("text_embedding_prev", "text_embedding_gpu_prev")],
                             device=device, precision=precision, instances=instances)
     if "text_embedding_prev" in models:
-        if prev_backend is None:
-            raise SystemExit("text_embedding_prev needs --prev-backend (a copy of another version's backend/)")
-        target = repository / "text_embedding_prev"
-        shutil.copytree(repository / "text_embedding", target, symlinks=True)
-        (target / "1" / "model.py").unlink()
-        code = (ROOT / "model_repository" / "text_embedding" / "1" / "model.py").read_text()
-        (target / "1" / "model.py").write_text(f"import sys\nsys.path.insert(0, {str(prev_backend.resolve())!r})\n" + code)
-        config = (target / "config.pbtxt").read_text().replace('name: "text_embedding"', 'name: "text_embedding_prev"')
+        target = _on_prev_backend(repository, "text_embedding", "text_embedding_prev", prev_backend)
+        config = (target / "config.pbtxt").read_text()
         config += 'parameters { key: "response_mode" value: { string_value: "return" } }\n'
         config += "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
         (target / "config.pbtxt").write_text(config)
+    if "text_embedding_gpu_prev" in models:
+        built = (repository / "text_embedding_gpu").is_dir()
+        if not built:
+            triton_gpu.add_variants(repository, version_dir, ["text_embedding_gpu"], device=device, precision=precision, instances=instances)
+        _on_prev_backend(repository, "text_embedding_gpu", "text_embedding_gpu_prev", prev_backend)
+        if not built:
+            shutil.rmtree(repository / "text_embedding_gpu")
     if "floor_embedding" in models:
         triton_gpu.add_variants(repository, version_dir, ["floor_embedding"], device=device, precision=precision, instances=instances)
         config = repository / "floor_embedding" / "config.pbtxt"

@@ -9,6 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
+import served_gpu  # noqa: E402
 import stub_probes  # noqa: E402
 import triton_gpu  # noqa: E402
 
@@ -43,6 +44,24 @@ def test_gpu_config_variants_change_one_parameter_of_the_shipped_config(tmp_path
         assert served.count(line) == 1 and sum(f'key: "{key}"' in row for row in served) == 1
         assert [row for row in served if row not in shipped] == [f'name: "{name}"', line]
         assert [row for row in shipped if row not in served] == ['name: "text_embedding"']  # count: 6 as shipped
+
+
+def test_text_embedding_gpu_prev_is_the_shipped_config_on_the_other_backend(tmp_path):
+    """Invariant: text_embedding_gpu_prev (an A/B of two versions of the code in one server) is text_embedding_gpu's
+    config.pbtxt with only the name changed, and its model.py imports fastpath from --prev-backend first; asked for
+    alone, no text_embedding_gpu is left in the repository."""
+    version_dir = ROOT / "model_repository" / "text_embedding" / "1"
+    prev = tmp_path / "prev" / "backend"
+    prev.mkdir(parents=True)
+    repository = served_gpu.build_repository(tmp_path / "a", version_dir, ["text_embedding_gpu", "text_embedding_gpu_prev"],
+                                             instances=6, prev_backend=prev)
+    current = (repository / "text_embedding_gpu" / "config.pbtxt").read_text()
+    assert (repository / "text_embedding_gpu_prev" / "config.pbtxt").read_text() == current.replace(
+        'name: "text_embedding_gpu"', 'name: "text_embedding_gpu_prev"')
+    model = (repository / "text_embedding_gpu_prev" / "1" / "model.py").read_text()
+    assert model.startswith(f"import sys\nsys.path.insert(0, {str(prev.resolve())!r})\n")
+    alone = served_gpu.build_repository(tmp_path / "b", version_dir, ["text_embedding_gpu_prev"], instances=6, prev_backend=prev)
+    assert (alone / "text_embedding_gpu_prev").is_dir() and not (alone / "text_embedding_gpu").exists()
 
 
 def test_with_parameter_replaces_an_existing_line_and_appends_a_new_one():
