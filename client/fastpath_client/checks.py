@@ -4,6 +4,8 @@ IPv6 hosts in brackets), timeouts and model versions."""
 from __future__ import annotations
 
 import numbers
+import socket
+from collections.abc import Sequence
 
 from fastpath_client.errors import InvalidInputError
 
@@ -32,6 +34,32 @@ def host_port(url: str) -> tuple[str, int]:
     if not port.isdigit() or not 1 <= int(port) <= 65535:
         raise InvalidInputError(f"url {url!r}: port {port!r} is not a number in 1-65535; {expected}")
     return host, int(port)
+
+
+def distinct_replicas(urls: Sequence[str]) -> None:
+    """Refuse a fleet that names one replica twice: the same ``HOST:PORT``, or two hosts that resolve to a shared
+    address with the same port (``localhost:8000`` and ``127.0.0.1:8000``). A second swap of one replica is a no-op;
+    a second rollback undoes the first. A host that does not resolve is compared as written (connecting to it fails
+    on its own); a server reached through two different addresses (0.0.0.0 bound, LAN and loopback) is not seen.
+
+    Raises:
+        InvalidInputError: a malformed url (:func:`host_port`), or the first pair that names one replica, quoted.
+    """
+    owner: dict[tuple[str, int], int] = {}
+    for index, url in enumerate(urls):
+        host, port = host_port(url)
+        try:
+            addresses = {info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+        except (OSError, UnicodeError):  # socket.gaierror is an OSError
+            addresses = {host.lower()}
+        for address in sorted(addresses):
+            other = owner.setdefault((address, port), index)
+            if other == index:
+                continue
+            if urls[other] == url:
+                raise InvalidInputError(f"replica {url} is named more than once; list each replica once")
+            raise InvalidInputError(f"replicas {urls[other]} and {url} are one (both reach {address} port {port}); "
+                                    "list each replica once")
 
 
 def positive_timeout(timeout_s: float) -> float:

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fastpath_client.checks import model_version
+from fastpath_client.checks import distinct_replicas, model_version
 from fastpath_client.client import Client
 from fastpath_client.errors import FastPathClientError, ServerError
 
@@ -66,9 +66,12 @@ def rolling_swap(urls: Sequence[str], model: str, version: int, *, protocol: str
         (``swapped`` empty when the check before the roll failed).
 
     Raises:
+        InvalidInputError: a malformed url, or one replica named twice (:func:`~fastpath_client.checks.distinct_replicas`),
+            before any replica is touched.
         BaseException: an interrupt (KeyboardInterrupt, or what a signal handler raised) during the
             roll, re-raised after the replicas already moved were swapped back.
     """
+    distinct_replicas(urls)
     say = on_progress or (lambda line: None)
     factory = client_factory or (lambda url: Client(url, protocol=protocol))
     clients = {url: factory(url) for url in urls}

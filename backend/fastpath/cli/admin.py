@@ -64,17 +64,13 @@ def _status(client: Any, model: str) -> dict[str, Any]:
 def _run(args: argparse.Namespace) -> int:
     from fastpath.cli.common import error_line
     from fastpath_client import Client, FastPathClientError, InvalidInputError
-    from fastpath_client.checks import host_port
+    from fastpath_client.checks import distinct_replicas
 
     urls = _urls(args.url, args.protocol)
     try:
         if not urls:
             raise InvalidInputError(f"--url {','.join(args.url or [])!r} names no replica; expected HOST:PORT, comma-separated for a fleet")
-        for url in urls:  # every address checked before any replica is touched
-            host_port(url)
-        repeated = sorted({url for url in urls if urls.count(url) > 1})
-        if repeated:  # a second swap of one replica is a no-op, a second rollback undoes the first
-            raise InvalidInputError(f"--url names {', '.join(repeated)} more than once; list each replica once")
+        distinct_replicas(urls)  # every address checked before any replica is touched
         if args.command == "swap" and len(urls) > 1:
             return _rolling_swap(args, urls)
         if args.command == "rollback" and len(urls) > 1:

@@ -88,4 +88,6 @@ def test_a_fleet_command_naming_a_replica_twice_is_refused_before_any_is_touched
     naming the address, before any request (nothing listens on the port)."""
     assert cli.main(["swap", "text_embedding", "2", "--url", "127.0.0.1:1,127.0.0.1:1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["fastpath swap: --url names 127.0.0.1:1 more than once; list each replica once"]
+    assert err == ["fastpath swap: replica 127.0.0.1:1 is named more than once; list each replica once"]
+    assert cli.main(["rollback", "text_embedding", "--url", "127.0.0.1:1,localhost:1"]) == 1  # one server, two spellings
+    assert "replicas 127.0.0.1:1 and localhost:1 are one" in capsys.readouterr().err

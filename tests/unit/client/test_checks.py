@@ -4,12 +4,13 @@ version an integer >= 1."""
 from __future__ import annotations
 
 import math
+import socket
 
 import numpy as np
 import pytest
 
 from fastpath_client import Client, InvalidInputError
-from fastpath_client.checks import host_port, model_version, positive_timeout
+from fastpath_client.checks import distinct_replicas, host_port, model_version, positive_timeout
 
 
 @pytest.mark.parametrize(("url", "expected"), [
@@ -95,3 +96,26 @@ def test_an_inference_version_is_empty_or_a_positive_integer_string():
     for bad in ("abc", "1.5", "0", "-1", -1, 0, True, 2.0, "٣", " 2"):
         with pytest.raises(InvalidInputError, match=r"version must be \"\" \(the server's choice\) or a model version >= 1"):
             inference_version(bad)
+
+
+def _resolves(host: str, address: str) -> bool:
+    try:
+        return address in {info[4][0] for info in socket.getaddrinfo(host, 1, type=socket.SOCK_STREAM)}
+    except OSError:
+        return False
+
+
+def test_a_fleet_naming_one_replica_twice_is_refused_however_it_is_spelled():
+    """Invariant: distinct_replicas refuses a url listed twice, and two spellings that resolve to a shared address
+    on the same port (localhost and 127.0.0.1), naming both; the same host on another port, or another host, is
+    another replica."""
+    distinct_replicas(["127.0.0.1:8000", "127.0.0.1:8001", "[::1]:8000"])
+    with pytest.raises(InvalidInputError, match=r"^replica 127.0.0.1:8000 is named more than once; list each replica once$"):
+        distinct_replicas(["127.0.0.1:8000", "127.0.0.1:8001", "127.0.0.1:8000"])
+    if not _resolves("localhost", "127.0.0.1"):
+        pytest.skip("localhost does not resolve to 127.0.0.1 on this machine (/etc/hosts)")
+    with pytest.raises(InvalidInputError, match=r"^replicas 127.0.0.1:8000 and localhost:8000 are one \(both reach 127.0.0.1 port 8000\)"):
+        distinct_replicas(["127.0.0.1:8000", "localhost:8000"])
+    distinct_replicas(["127.0.0.1:8000", "localhost:8001"])
+    with pytest.raises(InvalidInputError, match="has a scheme"):  # a malformed one is refused like everywhere else
+        distinct_replicas(["127.0.0.1:8000", "http://localhost:8001"])
