@@ -3,6 +3,7 @@ IPv6 hosts in brackets), timeouts and model versions."""
 
 from __future__ import annotations
 
+import ipaddress
 import numbers
 import socket
 from collections.abc import Sequence
@@ -36,9 +37,24 @@ def host_port(url: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _destination(address: str) -> str:
+    """The host a connection to ``address`` reaches, one spelling per host: an IPv4-mapped IPv6 address as its IPv4
+    address, the unspecified address (0.0.0.0, ::) as this host's loopback (where Linux connects it)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 scope id (fe80::1%eth0) is no part of the address
+    except ValueError:
+        return address.lower()
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_unspecified:
+        ip = ipaddress.ip_address("127.0.0.1" if ip.version == 4 else "::1")
+    return str(ip)
+
+
 def distinct_replicas(urls: Sequence[str]) -> None:
     """Refuse a fleet that names one replica twice: the same ``HOST:PORT``, or two hosts that resolve to a shared
-    address with the same port (``localhost:8000`` and ``127.0.0.1:8000``). A second swap of one replica is a no-op;
+    address with the same port (``localhost:8000``, ``127.0.0.1:8000``, ``[::ffff:127.0.0.1]:8000`` and
+    ``0.0.0.0:8000`` are one). A second swap of one replica is a no-op;
     a second rollback undoes the first. A host that does not resolve is compared as written (connecting to it fails
     on its own); a server reached through two different addresses (0.0.0.0 bound, LAN and loopback) is not seen.
 
@@ -49,7 +65,7 @@ def distinct_replicas(urls: Sequence[str]) -> None:
     for index, url in enumerate(urls):
         host, port = host_port(url)
         try:
-            addresses = {info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+            addresses = {_destination(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
         except (OSError, UnicodeError):  # socket.gaierror is an OSError
             addresses = {host.lower()}
         for address in sorted(addresses):

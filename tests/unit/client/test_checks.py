@@ -4,6 +4,7 @@ version an integer >= 1."""
 from __future__ import annotations
 
 import math
+import re
 import socket
 
 import numpy as np
@@ -112,6 +113,12 @@ def test_a_fleet_naming_one_replica_twice_is_refused_however_it_is_spelled():
     distinct_replicas(["127.0.0.1:8000", "127.0.0.1:8001", "[::1]:8000"])
     with pytest.raises(InvalidInputError, match=r"^replica 127.0.0.1:8000 is named more than once; list each replica once$"):
         distinct_replicas(["127.0.0.1:8000", "127.0.0.1:8001", "127.0.0.1:8000"])
+    # an IPv4-mapped IPv6 address and the unspecified address (Linux connects it to this host) are 127.0.0.1 too
+    for other in ("[::ffff:127.0.0.1]:8000", "0.0.0.0:8000", "127.1:8000"):
+        with pytest.raises(InvalidInputError, match=rf"^replicas 127.0.0.1:8000 and {re.escape(other)} are one \(both reach 127.0.0.1 port 8000\)"):
+            distinct_replicas(["127.0.0.1:8000", other])
+    with pytest.raises(InvalidInputError, match=r"are one \(both reach ::1 port 8000\)"):
+        distinct_replicas(["[::1]:8000", "[::]:8000"])
     if not _resolves("localhost", "127.0.0.1"):
         pytest.skip("localhost does not resolve to 127.0.0.1 on this machine (/etc/hosts)")
     with pytest.raises(InvalidInputError, match=r"^replicas 127.0.0.1:8000 and localhost:8000 are one \(both reach 127.0.0.1 port 8000\)"):
