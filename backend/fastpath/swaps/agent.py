@@ -32,8 +32,9 @@ from fastpath.swaps.slots import EngineSlots
 LOG = logging.getLogger(__name__)
 WATCH_RECHECK_S = 0.25  # with an inotify watch: also stat desired.json this often (a missed event costs at most this)
 # Without inotify: seconds between stat calls on desired.json. Each wake takes the GIL from the serving thread. At 5 ms
-# an idle instance spent 2% of a core on it (dev VM): six instances at ~470 requests/s (c=1 on a GPU) make ~250 us of
-# stub CPU per request. At 50 ms a command is seen 25 ms later on average, beside the 0.8 s or more a swap takes.
+# an idle instance spent 2% of a core on it (dev VM), and six served on an H100 0.01 core each: ~115-130 us of stub CPU
+# per request at c=1 (docs/benchmarks/served_gpu_h100.md). At 50 ms a command is seen 25 ms later on average, beside
+# the 0.8 s or more a swap takes.
 POLL_S = 0.05
 
 
