@@ -5,11 +5,13 @@ every python-backend process that serves a FastPath model accumulates, per phase
 and how many times the phase ran, and writes them to ``<directory>/<model instance>.json`` every
 10 s and at ``finalize``. ``benchmarks/gpu/triton_gpu.py`` reads those files to print its "where the
 time goes" table. Phases use dotted names: ``execute.*`` (Triton's ``execute()`` thread:
-decode, tokenize, submit), ``scheduler.*`` (plan, stage, run, finish), ``respond`` (building one
+decode, tokenize, submit; in return mode plan, run, outputs), ``run.*`` (return mode's batches: stage,
+observe), ``scheduler.*`` (plan, stage, run, finish), ``respond`` (building one
 ``InferenceResponse``), ``graph.*`` (host staging in the graph runner: ``host_stage_direct`` when
 the batch went to the device straight from the caller's block, ``host_stage_copy`` when it was
 padded into the static buffer first; ``device_and_sync``) and ``gpu.*`` (CUDA event
-times of the host-to-device copy, the graph replay and the device-to-host copy).
+times of the host-to-device copy, the graph replay and the device-to-host copy) and ``gc.gen0``..``gc.gen2``
+(Python's cyclic garbage collector, on whichever thread's allocation triggered it).
 
 ``FASTPATH_TIMELINE=<directory>`` keeps each lap as a span too (the last :data:`MAX_SPANS`), written at
 ``finalize`` to ``<directory>/<model instance>.trace.json``, Chrome trace events in microseconds since the epoch
@@ -20,6 +22,7 @@ variables unset, :meth:`PhaseProfile.lap` returns at once: the hooks cost nothin
 from __future__ import annotations
 
 import collections
+import gc
 import json
 import logging
 import os
@@ -43,9 +46,12 @@ class PhaseProfile:
         timeline: where :meth:`dump` (``force=True``) writes the spans; None: no spans kept. With neither,
             every method is a no-op.
         max_spans: spans kept (the most recent).
+        time_collections: also time the garbage collector's collections (phases ``gc.gen0``..``gc.gen2``) while
+            enabled, through ``gc.callbacks`` until :meth:`close`.
     """
 
-    def __init__(self, directory: str | Path | None, timeline: str | Path | None = None, max_spans: int = MAX_SPANS) -> None:
+    def __init__(self, directory: str | Path | None, timeline: str | Path | None = None, max_spans: int = MAX_SPANS,
+                 *, time_collections: bool = False) -> None:
         self.enabled = bool(directory) or bool(timeline)
         self.directory = Path(directory) if directory else None
         self.timeline = Path(timeline) if timeline else None
@@ -58,6 +64,37 @@ class PhaseProfile:
         self._lock = threading.Lock()
         self._last_dump_s = time.monotonic()
         self._counters: dict[str, Callable[[], float]] = {}
+        self._gc_start_s = 0.0
+        self._gc: dict[str, list[float]] = {}  # phase -> [seconds, collections], written by _collection alone
+        if self.enabled and time_collections:
+            gc.callbacks.append(self._collection)
+
+    def close(self) -> None:
+        """Stop timing collections (idempotent)."""
+        if self._collection in gc.callbacks:
+            gc.callbacks.remove(self._collection)
+
+    def _collection(self, phase: str, info: dict) -> None:
+        """``gc.callbacks`` hook: a collection's wall time as phase ``gc.gen<generation>``.
+
+        CPython runs it with the GIL held and no collection nests in it, so it takes no lock (a collection
+        can start inside :meth:`snapshot`'s locked section, and the lock is not reentrant).
+        """
+        now = time.perf_counter()
+        if phase == "start":
+            self._gc_start_s = now
+            return
+        start, self._gc_start_s = self._gc_start_s, 0.0
+        if not start:
+            return
+        name = f"gc.gen{info.get('generation', 0)}"
+        sums = self._gc.setdefault(name, [0.0, 0])
+        sums[0] += now - start
+        sums[1] += 1
+        if self._spans is not None:
+            thread = threading.get_ident()
+            self._thread_names.setdefault(thread, threading.current_thread().name)
+            self._spans.append((name, start, now, thread, 1))
 
     def lap(self, phase: str, start_s: float, count: int = 1) -> float:
         """Add ``perf_counter() - start_s`` seconds to ``phase``; returns the new ``perf_counter()`` (0.0 when off).
@@ -95,6 +132,7 @@ class PhaseProfile:
         with self._lock:
             self._seconds.clear()
             self._counts.clear()
+            self._gc.clear()
             if self._spans is not None:
                 self._spans.clear()
 
@@ -115,8 +153,10 @@ class PhaseProfile:
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         """``{phase: {"seconds": total wall seconds, "count": units}}``."""
+        collected = {phase: {"seconds": sums[0], "count": int(sums[1])} for phase, sums in list(self._gc.items())}
         with self._lock:
-            return {phase: {"seconds": self._seconds[phase], "count": self._counts[phase]} for phase in sorted(self._seconds)}
+            phases = {phase: {"seconds": self._seconds[phase], "count": self._counts[phase]} for phase in self._seconds}
+        return dict(sorted({**phases, **collected}.items()))
 
     def trace_events(self) -> list[dict]:
         """The kept spans as Chrome trace events: a complete event (``"ph": "X"``; ``ts``, ``dur`` in
@@ -167,5 +207,5 @@ class PhaseProfile:
             return None
 
 
-PROFILE = PhaseProfile(os.environ.get(ENV), os.environ.get(TIMELINE_ENV))
+PROFILE = PhaseProfile(os.environ.get(ENV), os.environ.get(TIMELINE_ENV), time_collections=True)
 """The process's profile (one python-backend stub serves one model instance)."""

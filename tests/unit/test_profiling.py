@@ -75,3 +75,34 @@ def test_a_timeline_that_cannot_be_written_is_a_warning_naming_the_path(tmp_path
     with caplog.at_level("WARNING", logger="fastpath.profiling"):
         assert profile.dump("text_detection_0_0") is None
     assert "could not write the timeline to" in caplog.text and "afile/sub/text_detection_0_0.trace.json" in caplog.text
+
+
+def test_collections_are_timed_as_gc_phases_of_their_generation_until_close(tmp_path):
+    """Invariants: with ``time_collections=True`` each garbage collection adds one count to ``gc.gen<generation>`` and
+    its wall time, and one span on the collecting thread's timeline; after ``close`` none is recorded."""
+    import gc
+
+    profile = PhaseProfile(tmp_path / "phases", tmp_path / "timeline", time_collections=True)
+    try:
+        gc.collect(2)
+        gc.collect(2)
+        first = profile.snapshot()["gc.gen2"]
+        assert first["count"] == 2 and first["seconds"] > 0
+        spans = [event for event in profile.trace_events() if event.get("name") == "gc.gen2"]
+        assert len(spans) == 2 and all(event["tid"] == threading.get_ident() for event in spans)
+        profile.reset()
+        assert "gc.gen2" not in profile.snapshot()
+    finally:
+        profile.close()
+    gc.collect(2)
+    assert "gc.gen2" not in profile.snapshot()
+    assert profile._collection not in gc.callbacks
+
+
+def test_a_profile_without_collections_leaves_the_garbage_collector_alone(tmp_path):
+    import gc
+
+    before = list(gc.callbacks)
+    profile = PhaseProfile(tmp_path / "phases")
+    gc.collect(0)
+    assert gc.callbacks == before and not any(phase.startswith("gc.") for phase in profile.snapshot())

@@ -183,12 +183,13 @@ class EmbeddingBatchHandler:
             EngineError: the engine failed or returned a wrong shape; the call's requests fail.
         """
         embeddings = None
+        mark = PROFILE.start()
         with self.versions.lease() as (embedder, version):
             engine = embedder.engine
             name = engine.outputs[0].name
             for planned in plan:
                 staged = self.stage_encodings([item.payload for item in planned.items], planned.batch_size, planned.length)
-                mark = PROFILE.start()
+                mark = PROFILE.lap("run.stage", mark)
                 try:
                     begin = time.perf_counter()
                     output = engine.infer(staged.feeds)[name]
@@ -197,7 +198,7 @@ class EmbeddingBatchHandler:
                     self._release(staged.lease)
                     if self.on_batch is not None:
                         self.on_batch()
-                PROFILE.lap("engine.infer", mark)
+                mark = PROFILE.lap("engine.infer", mark)
                 if output.shape != (planned.batch_size, EMBEDDING_DIM):
                     raise EngineError(f"engine returned {name} of shape {output.shape}; expected ({planned.batch_size}, {EMBEDDING_DIM})")
                 rows = [item.row for item in planned.items]
@@ -208,6 +209,7 @@ class EmbeddingBatchHandler:
                         embeddings = np.empty((count, EMBEDDING_DIM), dtype=np.float32)
                     embeddings[rows] = output[: planned.texts]
                 ran(planned, seconds)
+                mark = PROFILE.lap("run.observe", mark)
         return embeddings, version
 
     def finish(self, batch: Batch, outputs: tuple[np.ndarray, int]) -> None:

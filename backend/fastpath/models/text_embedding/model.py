@@ -194,6 +194,7 @@ class TextEmbeddingModel(ScheduledModel):
                 lengths = [len(e.ids) for e in encodings]
                 rows = [WorkItem(None, row, tokens, encoding) for row, (tokens, encoding) in enumerate(zip(lengths, encodings))]
                 plan = self.planner.plan(rows, time.perf_counter())
+                mark = PROFILE.lap("execute.plan", mark, len(plan))
                 waited_s = time.perf_counter() - arrival_s
                 embeddings, version = self.handler.run_plan(len(encodings), plan, functools.partial(self._ran, waited_s))
             except Exception as exc:
@@ -205,6 +206,7 @@ class TextEmbeddingModel(ScheduledModel):
                 outputs = {"EMBEDDING": embeddings, "TOKEN_COUNT": np.array(lengths, dtype=np.int32).reshape(-1, 1),
                            "TRUNCATED": np.array([len(e.overflowing) > 0 for e in encodings], dtype=np.bool_).reshape(-1, 1),
                            "MODEL_VERSION": np.full((len(texts), 1), version, dtype=np.int32)}
+                mark = PROFILE.lap("execute.outputs", mark, len(texts))
                 for index, first, end, wanted in spans:
                     # only the requested outputs are built and sent: each pb.Tensor is a copy into the stub's shared memory
                     responses[index] = pb.InferenceResponse(output_tensors=[
