@@ -108,6 +108,8 @@ def add_variants(repository: Path, version_dir: Path, names: list[str], *, devic
             config = re.sub(r"count: \d+", f"count: {instances}", config.replace('name: "text_embedding"', f'name: "{name}"'))
             for key, value in GPU_CONFIG_VARIANTS.get(name, {}).items():
                 config = with_parameter(config, key, value)
+            if device == "cpu":  # the same configuration on CPU instances (a smoke test, or Python-path A/Bs on a CPU machine)
+                config = with_parameter(config.replace("kind: KIND_GPU", "kind: KIND_CPU"), "precision", precision)
             (target / "config.pbtxt").write_text(config)
             continue
         if name in ("text_embedding_tb", "text_embedding_rt", "text_embedding_noinline") or name.startswith("text_embedding_rt_"):

@@ -146,3 +146,41 @@ def test_flusher_publishes_at_close_and_survives_a_failing_flush(caplog):
         flusher.close()  # idempotent
     assert published == ["pool"]
     assert "publishing FastPath metrics failed" in caplog.text
+
+
+def _published(buffered: bool, record) -> dict:
+    """Every series' value or observations after ``record(metrics)`` and a flush, by family and labels (pid left out)."""
+    RecordingPbUtils.calls.clear()
+    RecordingPbUtils.families.clear()
+    metrics = SchedulerMetrics(RecordingPbUtils, model="m", version="1", batch_sizes=(1, 2, 4), buffered=buffered)
+    record(metrics)
+    if buffered:
+        assert RecordingPbUtils.calls == []  # nothing on the request path
+        metrics.flush()
+    values = {(name, tuple(item for item in labels if item[0] != "pid")): (metric.value, metric.observations)
+              for name, family in RecordingPbUtils.families.items() for labels, metric in family.metrics.items()}
+    metrics.close()
+    return values
+
+
+def test_a_call_execute_ran_itself_publishes_what_dispatched_and_batch_done_with_inline_do():
+    """Invariant: ran_inline(batch, delay, seconds) publishes exactly what dispatched(batch, [delay] * texts, inline=True)
+    and batch_done(batch, seconds, inline=True) publish, buffered (one record, expanded at the flush) or not."""
+    calls = [(_batch(3, 10, 4, 16), 0.002, 0.005), (_batch(1, 7, 1, 8), 0.0001, 0.001), (_batch(3, 10, 4, 16), 0.001, 0.004)]
+
+    def separately(metrics):
+        for batch, delay, seconds in calls:
+            metrics.dispatched(batch, [delay] * batch.texts, inline=True)
+            metrics.batch_done(batch, seconds, None, inline=True)
+
+    def together(metrics):
+        for batch, delay, seconds in calls:
+            metrics.ran_inline(batch, delay, seconds)
+
+    expected = _published(True, separately)
+    assert expected[("fastpath_queue_duration_seconds_total", (("model", "m"), ("path", "inline"), ("version", "1")))][0] == approx(0.0091)
+    for buffered in (True, False):
+        published = _published(buffered, together)
+        assert published.keys() == expected.keys()
+        for key, (value, observations) in expected.items():
+            assert published[key][0] == approx(value) and published[key][1] == approx(observations), key

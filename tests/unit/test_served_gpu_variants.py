@@ -105,3 +105,18 @@ def test_reload_memory_variants_name_the_environment_fastpath_serve_starts_with(
     assert reload_memory.variant_environment("glibc", None) == {"FASTPATH_MALLOC": "glibc"}
     assert reload_memory.variant_environment("jemalloc", "/lib/libjemalloc.so.2") == {
         "FASTPATH_MALLOC": "glibc", "LD_PRELOAD": "/lib/libjemalloc.so.2"}
+
+
+def test_on_cpu_text_embedding_gpu_is_the_shipped_gpu_configuration_on_cpu_instances_at_the_runs_precision(tmp_path):
+    """Invariant: with --device cpu, text_embedding_gpu differs from configs/gpu.pbtxt only in its name, its instance
+    count, KIND_CPU for KIND_GPU and the run's precision: a CPU machine can serve it (a KIND_GPU instance group
+    fails to load without a GPU)."""
+    version_dir = ROOT / "model_repository" / "text_embedding" / "1"
+    repository = triton_gpu.make_repository(tmp_path, version_dir, device="cpu", precision="fp32", instances=1, delay_us=0)
+    triton_gpu.add_variants(repository, version_dir, ["text_embedding_gpu"], device="cpu", precision="fp32", instances=1)
+    shipped = (ROOT / "model_repository" / "text_embedding" / "configs" / "gpu.pbtxt").read_text().splitlines()
+    served = (repository / "text_embedding_gpu" / "config.pbtxt").read_text().splitlines()
+    assert sorted(set(shipped) - set(served)) == sorted(['name: "text_embedding"', "    count: 6", "    kind: KIND_GPU",
+                                                          'parameters { key: "precision" value: { string_value: "fp16" } }'])
+    assert sorted(set(served) - set(shipped)) == sorted(['name: "text_embedding_gpu"', "    count: 1", "    kind: KIND_CPU",
+                                                          'parameters { key: "precision" value: { string_value: "fp32" } }'])

@@ -91,11 +91,12 @@ class CallPlanPolicy(BatchPolicy):
         Raises:
             ValueError: a text outside [1, last bucket] tokens (naming its position in ``items``).
         """
-        members = self._groups(items)
         if len(items) == 1:  # a lone text (every call at c=1): one call of batch 1, nothing to compare
-            length = self._run_length(members, 1)
-            return [Batch(items=tuple(items), batch_size=1, length=length, rule=PLAN_RULE, formed_s=now,
+            item = self._checked(0, items[0])
+            length = item.tokens if self.pad_to_longest else self.length_buckets.bucket_of(item).length
+            return [Batch(items=(item,), batch_size=1, length=length, rule=PLAN_RULE, formed_s=now,
                           predicted_s=self.costs.estimate(1, length, floor=True))]
+        members = self._groups(items)
         lengths = [self._run_length(members, hi) for hi in range(1, len(members) + 1)]
         sizing = _Sizing(self)
         plan = []
@@ -115,13 +116,17 @@ class CallPlanPolicy(BatchPolicy):
 
     def _groups(self, items: Sequence[WorkItem]) -> list[list[WorkItem]]:
         """The items of each length bucket present, buckets in order, each group shortest first."""
-        last = self.length_buckets.lengths.largest
         groups: dict[int, list[WorkItem]] = {}
         for index, item in enumerate(items):
-            if not 1 <= item.tokens <= last:
-                raise ValueError(f"text {index} has {item.tokens} tokens; expected 1..{last} (the last length bucket)")
-            groups.setdefault(self.length_buckets.bucket_of(item).key, []).append(item)
+            groups.setdefault(self.length_buckets.bucket_of(self._checked(index, item)).key, []).append(item)
         return [sorted(groups[key], key=_tokens) for key in sorted(groups)]
+
+    def _checked(self, index: int, item: WorkItem) -> WorkItem:
+        """``item`` (text ``index`` of the plan's items), after checking its tokens fit the length buckets."""
+        last = self.length_buckets.lengths.largest
+        if not 1 <= item.tokens <= last:
+            raise ValueError(f"text {index} has {item.tokens} tokens; expected 1..{last} (the last length bucket)")
+        return item
 
     def _run_length(self, members: list[list[WorkItem]], hi: int) -> int:
         """Padded length of a merged run ending at group ``hi - 1`` (its longest text, or that group's bucket)."""

@@ -31,6 +31,12 @@ class SchedulerObserver:
     def batch_done(self, batch: Batch, seconds: float, error: BaseException | None, *, inline: bool = False) -> None:
         """The engine ran ``batch`` in ``seconds`` (failed with ``error`` if set); ``inline`` as in :meth:`dispatched`."""
 
+    def ran_inline(self, batch: Batch, queue_delay_s: float, seconds: float) -> None:
+        """``execute()`` ran ``batch`` itself, in ``seconds``, after each of its texts waited ``queue_delay_s``:
+        :meth:`dispatched` and :meth:`batch_done` with ``inline=True``, in one call."""
+        self.dispatched(batch, (queue_delay_s,) * batch.texts, inline=True)
+        self.batch_done(batch, seconds, None, inline=True)
+
     def rejected(self, reason: str, texts: int) -> None:
         """Texts answered with an error before running: ``queue_full`` | ``shutdown`` | ``timeout`` | ``cancelled``."""
 

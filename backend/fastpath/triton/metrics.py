@@ -72,6 +72,7 @@ class SchedulerMetrics(SchedulerObserver):
         self._buffered = buffered
         self._counts: dict[int, list[Any]] = {}  # id(metric) -> [metric, pending increment]
         self._observations: list[tuple[Any, float]] = []
+        self._inline: list[tuple[int, int, int, int, float, float]] = []  # ran_inline's records, until a flush
 
         def make(name: str, description: str, kind: Any, buckets: list[float] | None = None, **labels: str) -> Any:
             if name not in self._families:
@@ -132,6 +133,13 @@ class SchedulerMetrics(SchedulerObserver):
         """
         with self._publish_lock:
             with self._lock:
+                inline, self._inline = self._inline, []
+            if self._make is None:  # closed
+                return
+            for texts, real, batch_size, length, delay_s, seconds in inline:
+                self._record_dispatch(texts, real, batch_size * length, delay_s, delay_s * texts, True)
+                self._record_execution(batch_size, length, texts, seconds, True)
+            with self._lock:
                 counts, self._counts = list(self._counts.values()), {}
                 observations, self._observations = self._observations, []
             if self._make is None:  # closed
@@ -142,20 +150,37 @@ class SchedulerMetrics(SchedulerObserver):
                 metric.observe(value)
 
     def dispatched(self, batch: Batch, queue_delays_s: Sequence[float], *, inline: bool = False) -> None:
-        self._observe(self._batch_size, float(batch.texts))
-        padded, real = batch.padded_tokens, batch.real_tokens
+        oldest = max(queue_delays_s) if queue_delays_s else None
+        self._record_dispatch(batch.texts, batch.real_tokens, batch.padded_tokens, oldest, sum(queue_delays_s), inline)
+
+    def _record_dispatch(self, texts: int, real: int, padded: int, oldest_delay_s: float | None, total_delay_s: float,
+                         inline: bool) -> None:
+        self._observe(self._batch_size, float(texts))
         self._observe(self._padding, (padded - real) / padded if padded else 0.0)
         self._increment(self._padded_tokens, float(padded))
         self._increment(self._real_tokens, float(real))
-        if queue_delays_s:
-            self._observe(self._queue_delay, max(queue_delays_s))
-            self._increment(self._queue_duration[_path(inline)], sum(queue_delays_s))
+        if oldest_delay_s is not None:
+            self._observe(self._queue_delay, oldest_delay_s)
+            self._increment(self._queue_duration[_path(inline)], total_delay_s)
 
     def batch_done(self, batch: Batch, seconds: float, error: BaseException | None, *, inline: bool = False) -> None:
         if error is not None:
             self._increment(self._failures, 1.0)
             return
-        key = execution_labels(batch.batch_size, batch.length, self._batch_sizes)
+        self._record_execution(batch.batch_size, batch.length, batch.texts, seconds, inline)
+
+    def ran_inline(self, batch: Batch, queue_delay_s: float, seconds: float) -> None:
+        """Buffered: one record per engine call, which :meth:`flush` turns into the updates of :meth:`dispatched`
+        and :meth:`batch_done` on the metrics thread (the serving thread of a lone request pays one lock, not ten)."""
+        if not self._buffered:
+            super().ran_inline(batch, queue_delay_s, seconds)
+            return
+        record = (batch.texts, batch.real_tokens, batch.batch_size, batch.length, queue_delay_s, seconds)
+        with self._lock:
+            self._inline.append(record)
+
+    def _record_execution(self, batch_size: int, length: int, texts: int, seconds: float, inline: bool) -> None:
+        key = execution_labels(batch_size, length, self._batch_sizes)
         with self._lock:
             metric = self._execution.get(key)
             if metric is None:
@@ -164,8 +189,8 @@ class SchedulerMetrics(SchedulerObserver):
                     "(rounded up to a power of two), seconds", self._histogram, SECONDS_BUCKETS,
                     batch_size=str(key[0]), seq_length=str(key[1]))
         self._observe(metric, seconds)
-        if batch.texts:
-            self._increment(self._text_execution[_path(inline)], seconds * batch.texts)
+        if texts:
+            self._increment(self._text_execution[_path(inline)], seconds * texts)
 
     def rejected(self, reason: str, texts: int) -> None:
         metric = self._rejected.get(reason)
@@ -183,7 +208,7 @@ class SchedulerMetrics(SchedulerObserver):
         segmentation fault at every unload (tests/e2e/test_serve_cli.py checks the log).
         """
         with self._publish_lock, self._lock:
-            self._counts, self._observations = {}, []
+            self._counts, self._observations, self._inline = {}, [], []
             self._execution.clear()
             self._rejected = {}
             self._batch_size = self._padding = self._padded_tokens = self._real_tokens = None

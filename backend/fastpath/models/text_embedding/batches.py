@@ -114,8 +114,12 @@ class EmbeddingBatchHandler:
         """
         return self.stage_encodings([item.payload for item in batch.items], batch.batch_size, batch.length)
 
-    def stage_encodings(self, encodings: list[Any], rows: int, length: int) -> StagedBatch:
-        """:meth:`stage` for ``encodings`` (at most ``rows``; filler rows after them) padded to ``length``."""
+    def stage_encodings(self, encodings: list[Any], rows: int, length: int, *, tracked: bool = True) -> StagedBatch:
+        """:meth:`stage` for ``encodings`` (at most ``rows``; filler rows after them) padded to ``length``.
+
+        ``tracked``: :meth:`close` releases the lease if the batch never runs (a queued batch); False for a
+        caller that runs and releases it at once (:meth:`run_plan`).
+        """
         encodings = encodings + [self._filler] * (rows - len(encodings))
         lease = self.pool.lease(TOKEN_INPUTS * rows * length * 8)
         try:
@@ -125,8 +129,9 @@ class EmbeddingBatchHandler:
         except BaseException:
             lease.release()
             raise
-        with self._lock:
-            self._leases.add(lease)
+        if tracked:
+            with self._lock:
+                self._leases.add(lease)
         return StagedBatch(feeds, lease)
 
     def run(self, staged: StagedBatch, lane: int | None = None) -> tuple[np.ndarray, int]:
@@ -188,14 +193,15 @@ class EmbeddingBatchHandler:
             engine = embedder.engine
             name = engine.outputs[0].name
             for planned in plan:
-                staged = self.stage_encodings([item.payload for item in planned.items], planned.batch_size, planned.length)
+                staged = self.stage_encodings([item.payload for item in planned.items], planned.batch_size, planned.length,
+                                              tracked=False)
                 mark = PROFILE.lap("run.stage", mark)
                 try:
                     begin = time.perf_counter()
                     output = engine.infer(staged.feeds)[name]
                     seconds = time.perf_counter() - begin
                 finally:
-                    self._release(staged.lease)
+                    staged.lease.release()
                     if self.on_batch is not None:
                         self.on_batch()
                 mark = PROFILE.lap("engine.infer", mark)

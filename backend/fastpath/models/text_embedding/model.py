@@ -250,8 +250,7 @@ class TextEmbeddingModel(ScheduledModel):
         (each text's queue delay: ``waited_s``, from the call's start to its first engine call)."""
         self.costs.observe(planned.batch_size, planned.length, seconds)
         self.progress.advance()
-        self.metrics.dispatched(planned, (waited_s,) * planned.texts, inline=True)
-        self.metrics.batch_done(planned, seconds, None, inline=True)
+        self.metrics.ran_inline(planned, waited_s, seconds)
 
     def _expire(self, responses: list[Any], index: int, request: Any, texts: int, waited_s: float, timeout_s: float) -> None:
         """Answer request ``index`` UNAVAILABLE: its timeout passed before its texts could run."""
