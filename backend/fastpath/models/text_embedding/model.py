@@ -203,14 +203,17 @@ class TextEmbeddingModel(ScheduledModel):
                     responses[index] = error_response(pb, exc, requests[index].request_id())
             else:
                 mark = PROFILE.lap("execute.run", mark, len(plan))
-                outputs = {"EMBEDDING": embeddings, "TOKEN_COUNT": np.array(lengths, dtype=np.int32).reshape(-1, 1),
-                           "TRUNCATED": np.array([len(e.overflowing) > 0 for e in encodings], dtype=np.bool_).reshape(-1, 1),
-                           "MODEL_VERSION": np.full((len(texts), 1), version, dtype=np.int32)}
-                mark = PROFILE.lap("execute.outputs", mark, len(texts))
+                count = len(texts)
+                outputs = {"EMBEDDING": embeddings, "TOKEN_COUNT": np.array(lengths, dtype=np.int32).reshape(count, 1),
+                           "TRUNCATED": self._truncated(encodings, lengths),
+                           "MODEL_VERSION": np.full((count, 1), version, dtype=np.int32)}
+                mark = PROFILE.lap("execute.outputs", mark, count)
                 for index, first, end, wanted in spans:
                     # only the requested outputs are built and sent: each pb.Tensor is a copy into the stub's shared memory
+                    whole = first == 0 and end == count  # the call's only request: its outputs as they are, no slices
                     responses[index] = pb.InferenceResponse(output_tensors=[
-                        pb.Tensor(name, outputs[name][first:end]) for name in OUTPUT_NAMES if not wanted or name in wanted])
+                        pb.Tensor(name, outputs[name] if whole else outputs[name][first:end])
+                        for name in OUTPUT_NAMES if not wanted or name in wanted])
                 PROFILE.lap("respond", mark, len(spans))
         if PROFILE.enabled:
             PROFILE.lap("execute.total", started, len(requests))
@@ -239,6 +242,13 @@ class TextEmbeddingModel(ScheduledModel):
             spans.append((index, len(texts), len(texts) + len(decoded), requested_outputs(request)))
             texts.extend(decoded)
         return texts, spans
+
+    def _truncated(self, encodings: list[Any], lengths: list[int]) -> np.ndarray:
+        """TRUNCATED, bool [n, 1]: a text was cut when it overflowed ``max_seq_length``; only one that
+        fills all ``max_seq_length`` tokens can have (asking the others' overflow costs a list each)."""
+        if max(lengths) < self.embedder.tokenizer.max_seq_length:
+            return np.zeros((len(lengths), 1), dtype=np.bool_)
+        return np.array([len(e.overflowing) > 0 for e in encodings], dtype=np.bool_).reshape(-1, 1)
 
     def _parallel(self, texts: int) -> bool | None:
         """Whether a call of ``texts`` texts tokenizes on the Rayon pool (None: parallelism is off)."""
