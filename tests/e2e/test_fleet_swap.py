@@ -140,7 +140,7 @@ def test_cli_swap_status_rollback(fleet):
 def test_cli_fleet_rollback_with_a_replica_down_rolls_back_nothing(fleet):
     """`fastpath rollback --url A,DOWN` reads every replica's status before rolling any back: with the second
     replica down it exits 1 naming it and "nothing rolled back", and A stays on the version it was swapped to
-    (before, A was rolled back and only the connection error was printed)."""
+    (before, A was rolled back and only the connection error was printed); each replica's check is a line on stderr."""
     env = dict(os.environ, FASTPATH_ADMIN_KEY=KEY)
     url, down = fleet[2].http_url, f"127.0.0.1:{free_ports(1)[0]}"
 
@@ -151,7 +151,32 @@ def test_cli_fleet_rollback_with_a_replica_down_rolls_back_nothing(fleet):
     try:
         refused = cli("rollback", "text_embedding", "--url", f"{url},{down}")
         assert refused.returncode == 1 and f"{down}: " in refused.stderr and "nothing rolled back" in refused.stderr
+        assert f"fastpath rollback: {url}: ready, serving version 2" in refused.stderr.splitlines()  # each step on stderr
         assert _versions([fleet[2]]) == [2]
     finally:
         cli("swap", "text_embedding", "1", "--url", url)
     assert _versions([fleet[2]]) == [1]
+
+
+def test_cli_fleet_rollback_rolls_each_replica_back_and_reports_each_step(fleet):
+    """`fastpath rollback --url A,B` after a rolling swap: both back on version 1, exit 0, stdout the replies by
+    url, and stderr each replica's check, then its roll back and the version it serves after, in order."""
+    env = dict(os.environ, FASTPATH_ADMIN_KEY=KEY)
+    healthy = [fleet[0], fleet[2]]
+    urls = [s.http_url for s in healthy]
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "fastpath", *args], env=env, capture_output=True, text=True, timeout=300)
+
+    assert cli("swap", "text_embedding", "2", "--url", ",".join(urls)).returncode == 0
+    try:
+        rolled = cli("rollback", "text_embedding", "--url", ",".join(urls))
+        assert rolled.returncode == 0, rolled.stderr
+        assert {url: reply["active_version"] for url, reply in json.loads(rolled.stdout).items()} == dict.fromkeys(urls, 1)
+        steps = [line for line in rolled.stderr.splitlines() if line.startswith("fastpath rollback: ")]
+        assert steps == [f"fastpath rollback: {urls[0]}: ready, serving version 2", f"fastpath rollback: {urls[1]}: ready, serving version 2",
+                         f"fastpath rollback: {urls[0]}: rolling back", f"fastpath rollback: {urls[0]}: serving version 1",
+                         f"fastpath rollback: {urls[1]}: rolling back", f"fastpath rollback: {urls[1]}: serving version 1"]
+    finally:
+        cli("swap", "text_embedding", "1", "--url", ",".join(urls))
+    assert _versions(healthy) == [1, 1]

@@ -70,9 +70,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if not urls:
             raise InvalidInputError(f"--url {','.join(args.url or [])!r} names no replica; expected HOST:PORT, comma-separated for a fleet")
-        distinct_replicas(urls)  # every address checked before any replica is touched
         if args.command == "swap" and len(urls) > 1:
-            return _rolling_swap(args, urls)
+            return _rolling_swap(args, urls)  # the SDK's rolling_swap checks the replicas are distinct first
+        distinct_replicas(urls)  # every address checked before any replica is touched
         if args.command == "rollback" and len(urls) > 1:
             return _fleet_rollback(args, urls)
         replies: dict[str, Any] = {}
@@ -128,24 +128,35 @@ def _fleet_rollback(args: argparse.Namespace, urls: list[str]) -> int:
     def line(exc: Exception) -> str:
         return error_line(exc, args.protocol, url_given=True) if isinstance(exc, FastPathClientError) else str(exc)
 
+    def say(text: str) -> None:  # each replica's steps on stderr, as a rolling swap reports them
+        print(f"fastpath rollback: {text}", file=sys.stderr, flush=True)
+
     for url in urls:
         try:
             with Client(url, protocol=args.protocol, admin_key=_key(url)) as client:
-                _status(client, args.model)
+                serving = _status(client, args.model).get("active_versions")
         except (FastPathClientError, NotLoadedError) as exc:
-            print(f"fastpath rollback: {url}: {line(exc)}; nothing rolled back", file=sys.stderr)
+            say(f"{url}: {line(exc)}; nothing rolled back")
             return 1
+        say(f"{url}: ready, serving version {_versions(serving)}")
     done: dict[str, Any] = {}
     for index, url in enumerate(urls):
+        say(f"{url}: rolling back")
         try:
             with Client(url, protocol=args.protocol, admin_key=_key(url)) as client:
                 done[url] = client.rollback(args.model)
+            say(f"{url}: serving version {_versions(done[url].get('active_versions'))}")
         except (FastPathClientError, NotLoadedError) as exc:
             print(f"fastpath rollback: {url}: {line(exc)}; rolled back before it: {list(done) or 'none'}", file=sys.stderr)
             print(json.dumps({"rolled_back": done, "failed": {url: line(exc)}, "not_attempted": urls[index + 1:]}, indent=2))
             return 1
     print(json.dumps(done, indent=2))
     return 0
+
+
+def _versions(active: Any) -> str:
+    """A reply's ``active_versions`` as a progress line says it: ``2``, or ``1, 2`` mid-change (``?`` when absent)."""
+    return ", ".join(str(version) for version in active) if active else "?"
 
 
 def register(subparsers: Any) -> None:

@@ -38,14 +38,15 @@ WATCH_RECHECK_S = 0.25  # with an inotify watch: also stat desired.json this oft
 POLL_S = 0.05
 
 
-def _directory_watch(directory: Any) -> Any:
+def _directory_watch(directory: Any, poll_s: float) -> Any:
     """An ``inotify_simple.INotify`` watching ``directory`` for files created or renamed into it, or None
-    (no inotify_simple, not Linux, or the kernel refused: e.g. ``fs.inotify.max_user_instances`` reached)."""
+    (no inotify_simple, not Linux, or the kernel refused: e.g. ``fs.inotify.max_user_instances`` reached);
+    ``poll_s`` is what the warning names, the agent's polling period without it."""
     try:
         from inotify_simple import INotify, flags
     except ImportError:
         LOG.warning("inotify_simple is not installed: polling %s every %.0f ms for swap commands (an idle instance "
-                    "wakes %.0f times a second); pip install inotify_simple", directory, POLL_S * 1e3, 1 / POLL_S)
+                    "wakes %.0f times a second); pip install inotify_simple", directory, poll_s * 1e3, 1 / poll_s)
         return None
     try:
         watch = INotify()
@@ -108,7 +109,7 @@ class SwapAgent:
     def start(self) -> SwapAgent:
         self._report()  # creates the control directory, so it can be watched
         if self._watch_wanted:
-            self._watch = _directory_watch(self.plane.directory)
+            self._watch = _directory_watch(self.plane.directory, self._poll_s)
         if self._watch is not None:
             self._wake = os.pipe()
             self._poller = select.poll()

@@ -231,6 +231,17 @@ def test_without_inotify_simple_the_agent_warns_and_polls_every_poll_s(tmp_path,
     assert reply["active_version"] == 2 and slots.active_version == 2
 
 
+def test_the_polling_warning_names_the_agents_own_period(tmp_path, monkeypatch, caplog):
+    """Invariant: without inotify_simple the warning gives the period the agent polls at, its ``poll_s``."""
+    monkeypatch.setitem(sys.modules, "inotify_simple", None)
+    plane, _ = _counted_plane(tmp_path, monkeypatch)
+    with caplog.at_level(logging.WARNING, logger=agent_module.LOG.name):
+        agent = SwapAgent(plane, "m_0", EngineSlots(1, Engine(1)), Engine, _refuse_3, poll_s=0.02).start()
+    agent.stop()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "every 20 ms" in warnings[0] and "50 times a second" in warnings[0]
+
+
 def _exited_pid() -> int:
     """The process id of a child that has exited and been reaped: no process has it (until the id is reused)."""
     return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
