@@ -219,7 +219,7 @@ class ClientCore:
         self.shm_refused: str | None = None
         self._pending_unregister: list[str] = []
         self._pool = RegionPool()
-        exit_release.track(self)  # its regions are released at exit if close() never is
+        exit_release.track(self._release_at_exit)  # its regions are released at exit if close() never is
         self.counters: collections.Counter[str] = collections.Counter()
         """``retries``, ``shm_requests``, ``shm_bytes``, ``shm_registrations`` so far (for logs and tests)."""
 
@@ -326,6 +326,9 @@ class ClientCore:
     def _take_pending(self) -> list[str]:
         names, self._pending_unregister = self._pending_unregister, []
         return names
+
+    def _release_at_exit(self) -> None:  # what close() releases (nothing after it), when the interpreter exits
+        exit_release.release(self.url, self.protocol, self._pool.drain(), self._take_pending())
 
     def _shm_fallback(self, error: FastPathClientError) -> bool:
         """After registering a region failed: True when the server could not map it (another host or
