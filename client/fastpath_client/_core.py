@@ -24,6 +24,7 @@ from fastpath_client.errors import (
     InvalidInputError,
     ModelNotFoundError,
     ModelNotReadyError,
+    PermissionDeniedError,
     ServerError,
     foreign_http_answer,
     from_exception,
@@ -39,7 +40,7 @@ from fastpath_client.shm import (
     packed_bytes,
     size_class,
 )
-from fastpath_client.tensors import ModelSpec, chunks, renumber_items, text_array, typed_empty, wire_array
+from fastpath_client.tensors import ModelSpec, check_rows, chunks, renumber_items, text_array, typed_empty, wire_array
 
 LOG = logging.getLogger("fastpath_client")
 PROTOCOLS = ("http", "grpc")
@@ -357,8 +358,6 @@ class ClientCore:
     def _admin_error(self, error: InvalidInputError) -> FastPathClientError:
         """A missing/wrong key (a 400: Triton 2.51's python backend has no 403) -> PermissionDeniedError; a model the
         repository lacks -> ModelNotFoundError, as inference; no ``fastpath_admin`` loaded -> one saying how to load it."""
-        from fastpath_client.errors import ModelNotFoundError, PermissionDeniedError
-
         fields = {"server_message": error.server_message, "status": error.status, "url": error.url, "model": error.model}
         if "admin key" in error.server_message or ADMIN_KEY_ENV in error.server_message:
             return PermissionDeniedError(str(error), **fields)
@@ -385,8 +384,6 @@ class ClientCore:
         width = next((o.dims[-1] for o in spec.outputs if o.name == EMBEDDING_OUTPUT and o.dims), -1)
         if not parts:
             return np.zeros((0, max(width, 0)), np.float32)
-        from fastpath_client.tensors import check_rows
-
         joined = np.concatenate(parts).astype(np.float32, copy=False)
         return check_rows(spec.name, EMBEDDING_OUTPUT, joined, count, width if width > 0 else None)
 
