@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         # so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
+    except KeyboardInterrupt:
+        # Ctrl-C before a command installed its own handling (e.g. `fastpath serve` while it imports): one line, no traceback
+        print(f"fastpath {args.command}: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT
 
 
 if __name__ == "__main__":

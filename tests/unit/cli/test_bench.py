@@ -91,3 +91,16 @@ def test_a_fleet_command_naming_a_replica_twice_is_refused_before_any_is_touched
     assert err == ["fastpath swap: replica 127.0.0.1:1 is named more than once; list each replica once"]
     assert cli.main(["rollback", "text_embedding", "--url", "127.0.0.1:1,localhost:1"]) == 1  # one server, two spellings
     assert "replicas 127.0.0.1:1 and localhost:1 are one" in capsys.readouterr().err
+
+
+def test_ctrl_c_before_a_command_handles_it_is_one_line_and_exit_130(monkeypatch, capsys):
+    """Invariant: a KeyboardInterrupt out of a command (Ctrl-C while it still imports, before its own signal
+    handling) ends the CLI with exit 130 and one line naming the command, not a traceback."""
+    from fastpath.cli import admin
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(admin, "_run", interrupted)
+    assert cli.main(["status", "text_embedding", "--url", "127.0.0.1:1"]) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["fastpath status: interrupted"]
