@@ -3,7 +3,7 @@
 # to /tmp/parts, this one carries the last): set up, then one benchmarks/gpu/served_gpu.py run per argument, one
 # server each. An argument is
 # NAME=FLAGS ("6=--instances 6 --models ..."); GPU_TESTS names tests/gpu files to run first; PHASE_PROFILE=1 keeps
-# each stub's phase profile. Each run leaves $OUT/NAME.json, $OUT/NAME.log and
+# each stub's phase profile (benchmarks/phases.py prints it per model). Each run leaves $OUT/NAME.json, $OUT/NAME.log and
 # $OUT/NAME_csv.tgz (perf_analyzer's CSV files); the last lines of each log are printed.
 set -uo pipefail
 bash scripts/gpu_setup.sh > "$OUT/setup.log" 2>&1 || { tail -20 "$OUT/setup.log"; exit 1; }
@@ -22,4 +22,7 @@ for spec in "$@"; do
         --out "$OUT/$name.json" --csv-dir "/tmp/csv_$name" ${spec#*=} > "$OUT/$name.log" 2>&1
     tar czf "$OUT/${name}_csv.tgz" -C "/tmp/csv_$name" .
     echo "== $name"; tail -n 28 "$OUT/$name.log"
+    if [ -n "${PHASE_PROFILE:-}" ]; then  # each model's phases per request, side by side
+        /tmp/venv/bin/python benchmarks/phases.py "$OUT/${name}_phases" --out "$OUT/${name}_phases.json"
+    fi
 done
