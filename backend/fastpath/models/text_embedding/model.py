@@ -246,7 +246,7 @@ class TextEmbeddingModel(ScheduledModel):
     def _truncated(self, encodings: list[Any], lengths: list[int]) -> np.ndarray:
         """TRUNCATED, bool [n, 1]: a text was cut when it overflowed ``max_seq_length``; only one that
         fills all ``max_seq_length`` tokens can have (asking the others' overflow costs a list each)."""
-        if max(lengths) < self.embedder.tokenizer.max_seq_length:
+        if max(lengths, default=0) < self.embedder.tokenizer.max_seq_length:
             return np.zeros((len(lengths), 1), dtype=np.bool_)
         return np.array([len(e.overflowing) > 0 for e in encodings], dtype=np.bool_).reshape(-1, 1)
 
