@@ -19,7 +19,9 @@ Runs on the device machine (docs/benchmarks/served_gpu_h200.md has the exact com
      text alone against the same text inside a batch;
   3. load from perf_analyzer (gRPC, real texts from ``--input-data`` JSON, one text or ``-b 32``
      texts per request) for each workload, model and concurrency; perf_analyzer's columns, plus the
-     CPU each process group used (tritonserver, each model's stubs, perf_analyzer);
+     CPU each process group used (tritonserver, each model's stubs, perf_analyzer); with ``--rounds N`` each
+     cell runs its models N times, the order reversed every other round, and each model's ratio to
+     ``--baseline`` (req/s, same round) per round and its median;
   4. optionally py-spy on one stub of each of --py-spy-models at the highest concurrency, and the raw in-process
      engine (tokenize + pad + graph) on the 32-text batches of the passages workload.
 
@@ -32,7 +34,6 @@ paragraphs beside long passages in the proportion that documentation has them; :
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import random
 import resource
@@ -56,51 +57,7 @@ import stub_probes  # noqa: E402  (benchmarks/gpu: CPU accounting, py-spy, metri
 import thread_cpu  # noqa: E402  (benchmarks/gpu: CPU per stub thread)
 import timeline  # noqa: E402  (benchmarks/timeline.py: FastPath's timeline per cell)
 import triton_gpu  # noqa: E402  (benchmarks/gpu: repository layout)
-
-WORKLOADS = {"short": 1, "passages": 1, "passages32": 32, "mixed": 1}  # texts per request
-
-
-def token_lengths(tokenizer_path: Path, texts: list[str], max_tokens: int = 256) -> dict:
-    """Median and p90 tokens ([CLS]/[SEP] included, before truncation) and the share over ``max_tokens``."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    lengths = np.array([len(e.ids) for e in tokenizer.encode_batch(texts)])
-    return {"texts": len(texts), "median_tokens": int(np.median(lengths)), "p90_tokens": int(np.percentile(lengths, 90)),
-            "truncated_share": round(float(np.mean(lengths > max_tokens)), 3),
-            "median_chars": int(np.median([len(t) for t in texts]))}
-
-
-def passages(tokenizer_path: Path, *, min_tokens: int = 64, max_tokens: int = 256, seed: int = 0) -> list[str]:
-    """pydoc topic text cut into chunks of ``min_tokens``..``max_tokens`` tokens ([CLS]/[SEP] included),
-    at word boundaries, each length drawn uniformly (seeded): real prose and code of mixed length."""
-    from pydoc_data.topics import topics
-
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
-    rng = random.Random(seed)
-    chunks = []
-    for key in sorted(topics):
-        text = " ".join(topics[key].split())
-        encoding = tokenizer.encode(text, add_special_tokens=False)
-        words = encoding.word_ids
-        starts = [i for i in range(len(words)) if i == 0 or words[i] != words[i - 1]]  # token index of each word's start
-        position = 0
-        while True:
-            target = position + rng.randint(min_tokens, max_tokens) - 2  # room for [CLS] and [SEP]
-            if target >= len(words):
-                break
-            stop = starts[bisect.bisect_right(starts, target) - 1]  # the last word start at or before the target
-            if stop <= position:
-                break
-            chunks.append(text[encoding.offsets[position][0]:encoding.offsets[stop - 1][1]])
-            position = stop
-    return chunks
+from text_workloads import WORKLOADS, passages, token_lengths  # noqa: E402  (benchmarks/gpu: the texts)
 
 
 def _on_prev_backend(repository: Path, source: str, name: str, prev_backend: Path | None) -> Path:
@@ -145,7 +102,7 @@ def build_repository(root: Path, version_dir: Path, models: list[str], *, instan
 
 
 def run_cell(analyzer: pa.PerfAnalyzer, server, model: str, workload: str, data: Path, concurrency: int,
-             measurement_ms: int, out_dir: Path) -> dict:
+             measurement_ms: int, out_dir: Path, tag: str = "") -> dict:
     """A cell (:func:`perf_analyzer.stable_cell` over gRPC) with the CPU its process groups used (cores, and
     microseconds per request)."""
     account = stub_probes.CpuAccount(server.pid)
@@ -153,7 +110,7 @@ def run_cell(analyzer: pa.PerfAnalyzer, server, model: str, workload: str, data:
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     load = pa.Load(model=model, url=server.grpc_url, data=data, batch=WORKLOADS[workload], concurrency=concurrency)
-    cell = pa.stable_cell(analyzer, load, measurement_ms=measurement_ms, csv_path=out_dir / f"{model}_{workload}_c{concurrency}.csv")
+    cell = pa.stable_cell(analyzer, load, measurement_ms=measurement_ms, csv_path=out_dir / f"{model}_{workload}_c{concurrency}{tag}.csv")
     wall_s = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     client_s = (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime)
@@ -210,6 +167,9 @@ def main() -> int:
     parser.add_argument("--skip", default="naive_embedding@short:256,512;naive_embedding@passages32",
                         help="cells not to run: model@workload[:concurrencies];...")
     parser.add_argument("--measurement-ms", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=1, help="run each cell's models this many times, the order reversed "
+                        "every other round (the model measured first in a cell led by up to ~10%%); ratios per round")
+    parser.add_argument("--baseline", default="stack_pad_embedding", help="the model each ratio divides by (req/s, same round)")
     parser.add_argument("--py-spy", type=float, default=0.0, dest="py_spy", help="seconds of py-spy on one stub of each --py-spy-models")
     parser.add_argument("--py-spy-native", action="store_true",
                         help="py-spy with --native: the C/C++ frames under each Python frame (it pauses the stub per sample)")
@@ -270,26 +230,28 @@ def main() -> int:
         rows = []
         for spec in args.cells.split(";"):
             workload, levels = spec.split(":")
-            for concurrency in (int(c) for c in levels.split(",")):
-                for model in models:
-                    if {(model, workload, "*"), (model, workload, str(concurrency))} & skip:
-                        continue
-                    cell_t0 = time.time()
-                    try:
-                        rows.append(run_cell(analyzer, server, model, workload, data[workload], concurrency, args.measurement_ms, out_dir))
-                    except (pa.PerfAnalyzerError, subprocess.TimeoutExpired) as exc:  # reported; the other cells still run
-                        report.setdefault("failed_cells", []).append({"model": model, "workload": workload,
-                                                                      "concurrency": concurrency, "error": str(exc)[-800:]})
-                        print("FAILED", report["failed_cells"][-1], flush=True)
-                        report["failed_cells"][-1].update(stub_probes.failure_state(metrics_port, model, root / "tritonserver.log"))
-                        print("    server then:", report["failed_cells"][-1], flush=True)
-                        args.out.write_text(json.dumps(report, indent=2) + "\n")
-                        continue
-                    timelines.ran(f"{model}:{workload}:{concurrency}", cell_t0, time.time())
-                    print(_line(rows[-1]), "\n    stub cores per thread group:", rows[-1]["stub_threads"]["groups"], flush=True)
-                    report["load"] = rows
-                    args.out.write_text(json.dumps(report, indent=2) + "\n")  # what ran so far survives a time limit
+            for concurrency, round_, model in cell_order(models, [int(c) for c in levels.split(",")], args.rounds):
+                if {(model, workload, "*"), (model, workload, str(concurrency))} & skip:
+                    continue
+                cell_t0 = time.time()
+                try:
+                    rows.append(run_cell(analyzer, server, model, workload, data[workload], concurrency, args.measurement_ms, out_dir,
+                                         tag=f"_r{round_}" if args.rounds > 1 else ""))
+                    rows[-1]["round"] = round_
+                except (pa.PerfAnalyzerError, subprocess.TimeoutExpired) as exc:  # reported; the other cells still run
+                    report.setdefault("failed_cells", []).append({"model": model, "workload": workload,
+                                                                  "concurrency": concurrency, "error": str(exc)[-800:]})
+                    print("FAILED", report["failed_cells"][-1], flush=True)
+                    report["failed_cells"][-1].update(stub_probes.failure_state(metrics_port, model, root / "tritonserver.log"))
+                    print("    server then:", report["failed_cells"][-1], flush=True)
+                    args.out.write_text(json.dumps(report, indent=2) + "\n")
+                    continue
+                timelines.ran(f"{model}:{workload}:{concurrency}", cell_t0, time.time())
+                print(_line(rows[-1]), "\n    stub cores per thread group:", rows[-1]["stub_threads"]["groups"], flush=True)
+                report["load"] = rows
+                args.out.write_text(json.dumps(report, indent=2) + "\n")  # what ran so far survives a time limit
         report["load"] = rows
+        report["ratios"] = cell_ratios(rows, args.baseline)
         if args.py_spy:
             top = max(int(c) for c in args.cells.split(";")[0].split(":")[1].split(","))
             report["py_spy"] = {model: spy_cell(analyzer, server, model, data["short"], top, args.py_spy, root / model,
@@ -383,6 +345,31 @@ def spy_cell(analyzer: pa.PerfAnalyzer, server, model: str, data: Path, concurre
     return summary
 
 
+def cell_order(models: list[str], concurrencies: list[int], rounds: int) -> list[tuple[int, int, str]]:
+    """(concurrency, round, model) in the order a workload's cells run: per concurrency, ``rounds`` rounds of every model,
+    the models in the given order in even rounds and reversed in odd ones (so each leads as often as it trails)."""
+    return [(concurrency, round_, model) for concurrency in concurrencies for round_ in range(rounds)
+            for model in (models if round_ % 2 == 0 else models[::-1])]
+
+
+def cell_ratios(rows: list[dict], baseline: str) -> dict[str, dict[str, dict]]:
+    """``{"workload:c": {model: {"per_round": [...], "median": x}}}``: each model's req/s over ``baseline``'s in the same
+    round of the same cell (rounds where either is missing are left out); empty where ``baseline`` never ran."""
+    cells: dict[tuple[str, int, int], dict[str, float]] = {}
+    for row in rows:
+        cells.setdefault((row["workload"], row["concurrency"], row.get("round", 0)), {})[row["model"]] = row["req_per_s"]
+    ratios: dict[str, dict[str, dict]] = {}
+    for (workload, concurrency, _), rates in sorted(cells.items()):
+        if not rates.get(baseline):
+            continue
+        for model, rate in rates.items():
+            if model != baseline:
+                entry = ratios.setdefault(f"{workload}:{concurrency}", {}).setdefault(model, {"per_round": []})
+                entry["per_round"].append(round(rate / rates[baseline], 3))
+                entry["median"] = round(float(np.median(entry["per_round"])), 3)
+    return ratios
+
+
 def _line(r: dict) -> str:
     cpu = r["cpu"]["cpu_us_per_request"]
     stubs = cpu.get(f"stubs:{r['model']}", sum(v for k, v in cpu.items() if k.startswith("stubs:")))  # the model's own stubs
@@ -404,6 +391,8 @@ def summary(report: dict) -> None:
             print(f"py-spy {model}: {spied['samples']} samples" + "".join(f"\n  py-spy: {line}" for line in spied.get("stderr", [])))
             print("  self %:", "; ".join(f"{n} {p}" for n, p in spied["self_pct"][:22]))
             print("  inclusive %:", "; ".join(f"{n} {p}" for n, p in spied["inclusive_pct"][:22]))
+    for cell, models in report.get("ratios", {}).items():
+        print(f"  {cell:<14}" + "; ".join(f"{model} / baseline {entry['median']} (rounds {entry['per_round']})" for model, entry in models.items()))
     for model, stats in report.get("triton_statistics", {}).items():
         print(f"  {model:<22} requests per execute {stats['requests'] / max(1, stats['executions']):.2f}",
               report.get("fastpath_metrics", {}).get(model, ""))

@@ -120,3 +120,20 @@ def test_on_cpu_text_embedding_gpu_is_the_shipped_gpu_configuration_on_cpu_insta
                                                           'parameters { key: "precision" value: { string_value: "fp16" } }'])
     assert sorted(set(served) - set(shipped)) == sorted(['name: "text_embedding_gpu"', "    count: 1", "    kind: KIND_CPU",
                                                           'parameters { key: "precision" value: { string_value: "fp32" } }'])
+
+
+def test_rounds_alternate_which_model_a_cell_measures_first():
+    """Invariant: per concurrency, each round runs every model once; odd rounds reverse the order, so over an even
+    number of rounds each model is measured first as often as last."""
+    order = served_gpu.cell_order(["a", "b"], [1, 64], 2)
+    assert order == [(1, 0, "a"), (1, 0, "b"), (1, 1, "b"), (1, 1, "a"), (64, 0, "a"), (64, 0, "b"), (64, 1, "b"), (64, 1, "a")]
+    assert served_gpu.cell_order(["a", "b"], [1], 1) == [(1, 0, "a"), (1, 0, "b")]
+
+
+def test_ratios_divide_by_the_baseline_of_the_same_round_and_cell():
+    """Invariants: a ratio is a model's req/s over the baseline's in the same (workload, concurrency, round); the median
+    is over rounds; a round without the baseline gives no ratio."""
+    rows = [{"workload": "short", "concurrency": 64, "round": r, "model": m, "req_per_s": v}
+            for r, m, v in ((0, "fp", 110.0), (0, "sp", 100.0), (1, "sp", 100.0), (1, "fp", 90.0), (2, "fp", 120.0))]
+    assert served_gpu.cell_ratios(rows, "sp") == {"short:64": {"fp": {"per_round": [1.1, 0.9], "median": 1.0}}}
+    assert served_gpu.cell_ratios(rows, "absent") == {}

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from served_gpu import WORKLOADS, token_lengths  # noqa: E402
+from text_workloads import WORKLOADS, token_lengths  # noqa: E402
 
 from fastpath.text.corpus import pydoc_paragraphs  # noqa: E402
 
