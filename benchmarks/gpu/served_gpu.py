@@ -18,10 +18,9 @@ Runs on the device machine (docs/benchmarks/served_gpu_h200.md has the exact com
   2. numerics through the server: the golden texts against their fp32 embeddings (cosine), and a
      text alone against the same text inside a batch;
   3. load from perf_analyzer (gRPC, real texts from ``--input-data`` JSON, one text or ``-b 32``
-     texts per request) for each workload, model and concurrency; perf_analyzer's columns, plus the
-     CPU each process group used (tritonserver, each model's stubs, perf_analyzer); with ``--rounds N`` each
-     cell runs its models N times, the order reversed every other round, and each model's ratio to
-     ``--baseline`` (req/s, same round) per round and its median;
+     texts per request) for each workload, model and concurrency; perf_analyzer's columns, plus the CPU each process
+     group used (tritonserver, each model's stubs, perf_analyzer); with ``--rounds N`` each cell runs its models N times,
+     the order reversed every other round, and each model's ratio to ``--baseline`` (req/s, same round) per round;
   4. optionally py-spy on one stub of each of --py-spy-models at the highest concurrency, and the raw in-process
      engine (tokenize + pad + graph) on the 32-text batches of the passages workload.
 
@@ -167,8 +166,7 @@ def main() -> int:
     parser.add_argument("--skip", default="naive_embedding@short:256,512;naive_embedding@passages32",
                         help="cells not to run: model@workload[:concurrencies];...")
     parser.add_argument("--measurement-ms", type=int, default=3000)
-    parser.add_argument("--rounds", type=int, default=1, help="run each cell's models this many times, the order reversed "
-                        "every other round (the model measured first in a cell led by up to ~10%%); ratios per round")
+    parser.add_argument("--rounds", type=int, default=1, help="each cell's models this many times, reversed every other round")
     parser.add_argument("--baseline", default="stack_pad_embedding", help="the model each ratio divides by (req/s, same round)")
     parser.add_argument("--py-spy", type=float, default=0.0, dest="py_spy", help="seconds of py-spy on one stub of each --py-spy-models")
     parser.add_argument("--py-spy-native", action="store_true",
