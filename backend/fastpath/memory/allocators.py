@@ -44,6 +44,8 @@ class Block:
         array: uint8 numpy array over the whole block (host blocks), else ``None``.
         pinned: True for page-locked host memory.
         handle: allocator-private owner of the memory (an ``mmap``), or ``None``.
+        kept: objects made from the block's memory (views) that its leases keep for the next lease
+            (:meth:`~fastpath.memory.pool.Lease.kept`); emptied when the block is freed.
     """
 
     address: int
@@ -51,6 +53,7 @@ class Block:
     array: np.ndarray | None
     pinned: bool
     handle: Any = None
+    kept: dict[Any, Any] = dataclasses.field(default_factory=dict, repr=False)
 
 
 class Allocator(abc.ABC):
@@ -86,7 +89,8 @@ class Allocator(abc.ABC):
         return block
 
     def free(self, block: Block) -> None:
-        """Free ``block`` now, or later if numpy views of it are still alive."""
+        """Free ``block`` now, or later if numpy views of it are still alive (those its leases kept go first)."""
+        block.kept.clear()
         self.release_deferred()
         if self._views_alive(block):
             with self._lock:

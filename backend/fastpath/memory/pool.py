@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import CodeType
+from typing import Any
 
 import numpy as np
 
@@ -98,10 +99,8 @@ class Lease:
         count = math.prod(shape)  # exact Python ints (np.prod costs ~10 us per call in the staging hot path)
         needed = count * dtype.itemsize
         if offset_bytes < 0 or offset_bytes + needed > self.nbytes:
-            raise ValueError(
-                f"view {dtype}{list(shape)} at offset {offset_bytes} needs {offset_bytes + needed} bytes, "
-                f"lease #{self.lease_id} has {self.nbytes}"
-            )
+            raise ValueError(f"view {dtype}{list(shape)} at offset {offset_bytes} needs {offset_bytes + needed} bytes, "
+                             f"lease #{self.lease_id} has {self.nbytes}")
         if needed == 0:
             return np.empty(shape, dtype=dtype)
         if self.block is None or self.block.array is None:
@@ -109,6 +108,16 @@ class Lease:
         if offset_bytes % dtype.alignment:
             raise ValueError(f"offset {offset_bytes} is not a multiple of {dtype}'s alignment {dtype.alignment}")
         return self.block.array[offset_bytes : offset_bytes + needed].view(dtype).reshape(shape)
+
+    def kept(self, key: Any, make: Callable[[], Any], *, most: int = 64) -> Any:
+        """``make()`` (views of the block: use them only while leased), kept with it under ``key`` till it is freed
+        (past ``most`` keys, all go); a zero-byte or fallback lease keeps nothing."""
+        kept = self.block.kept if self.block is not None and not self.fallback else {}  # a fallback block is freed at release
+        if key not in kept:
+            if len(kept) >= most:
+                kept.clear()
+            kept[key] = make()
+        return kept[key]
 
     def release(self) -> None:
         """Return the block to the pool. Raises LeaseError when already released."""

@@ -291,3 +291,34 @@ def test_untraced_leases_say_so_in_the_report(make_pool):
     pool = make_pool(trace_leases=False)
     pool.lease(10)
     assert "trace_leases is off" in pool.close().leaks[0].stack
+
+
+def test_what_a_lease_keeps_serves_the_blocks_next_leases_until_the_pool_frees_it(make_pool, clock):
+    """Invariants: a value kept under a key is the very object the next lease of that block gets (made once); another
+    block makes its own; past ``most`` keys all go; when the pool frees the block (eviction), what it kept goes
+    first, so the free is not deferred by kept views; zero-byte and fallback leases keep nothing."""
+    pool = make_pool(capacity_bytes=16 * KIB)
+    made = []
+
+    def make(lease):
+        return lambda: made.append(1) or lease.view(np.int64, (2, 4))
+
+    with pool.lease(4 * KIB) as lease:
+        first = lease.kept("v", make(lease))
+        first[:] = 3
+    with pool.lease(4 * KIB) as lease:  # the same block back from its free list
+        assert lease.kept("v", make(lease)) is first and len(made) == 1
+        for key in range(3):
+            lease.kept(key, make(lease), most=3)
+        assert lease.kept("v", make(lease), most=3) is not first  # the fourth key dropped them all
+    del first  # the test's own view would defer the free
+    with pool.lease(16 * KIB) as big:  # room only by evicting the idle 4 KiB block: freed, not deferred
+        big.kept("v", make(big))
+    stats = pool.stats()
+    assert stats.evictions == 1 and stats.frees == 1 and pool.allocator.deferred_frees == 0
+    with pool.lease(0) as empty:
+        assert empty.kept("v", lambda: "made") == "made" and empty.kept("v", lambda: "again") == "again"
+    fallback_pool = make_pool(condition=ClockCondition(clock), capacity_bytes=4 * KIB, max_block_bytes=4 * KIB,
+                              wait_timeout_s=0.0, fallback="pageable", fallback_capacity_bytes=4 * KIB)
+    with fallback_pool.lease(4 * KIB), fallback_pool.lease(100) as fallback:
+        assert fallback.fallback and fallback.kept("v", lambda: 1) == 1 and not fallback.block.kept

@@ -1,7 +1,7 @@
 """text_embedding's batch path through the host staging pool, with the real fp32 engine:
 each batch is padded once into one leased block, results equal the engine on ordinary arrays, the
-lease is back after the engine call, steady state allocates nothing, and unload releases what
-was staged but never ran."""
+lease is back after the engine call, steady state allocates nothing (not even the block's views),
+and unload releases what was staged but never ran."""
 
 import numpy as np
 import pytest
@@ -60,7 +60,8 @@ def test_batches_are_staged_in_one_pool_block_and_answer_like_the_plain_engine(v
             assert error is None
             np.testing.assert_allclose(np.stack([row.embedding for row in rows]), expected, atol=1e-5)
             if round_index == 0:
-                allocations = pool.stats().allocations
+                allocations, feeds = pool.stats().allocations, staged.feeds
+            assert staged.feeds is feeds  # the block's views are made once, kept with it for its next leases
         assert pool.stats().allocations == allocations == 1  # steady state: no new allocation
         left, _ = _batch(embedder.tokenizer, texts[:1], 1, 16)
         handler.stage(left)  # staged, never run (a drain that timed out)
@@ -72,3 +73,33 @@ def test_batches_are_staged_in_one_pool_block_and_answer_like_the_plain_engine(v
 def test_the_largest_batch_fits_one_block():
     config = staging_pool_config(64, 256)
     assert config.max_block_bytes >= TOKEN_INPUTS * 64 * 256 * 8 and config.capacity_bytes == 4 * config.max_block_bytes
+
+
+def test_a_calls_planned_batches_answer_like_the_plain_engine_in_call_order_and_leave_no_lease(versions):
+    """Invariants: run_plan returns every text's embedding in the call's order (its batches grouped by length,
+    shortest first), equal to the plain engine's, with the serving version; each batch's lease is back after its
+    engine call; a second call of the same shapes allocates nothing."""
+    from fastpath.scheduling import CallPlanPolicy
+    from fastpath.scheduling.costs import CostModel
+
+    pool = create_host_pool(staging_pool_config(64, 256), allocator="page-aligned", name="staging")
+    handler = EmbeddingBatchHandler(versions, pool)
+    embedder: TextEmbedder = versions.initial
+    texts = ["a longer text, " * 12, "short", "a middling text of some words", "tiny", "another long one, " * 10]
+    planner = CallPlanPolicy(length_buckets=(16, 64, 256), batch_sizes=(1, 2, 4, 8), costs=CostModel(), pad_to_longest=True)
+    expected = embedder.embed(texts).embeddings
+    try:
+        allocations = []
+        for _ in range(2):
+            encodings = embedder.tokenizer.encode(texts)
+            plan = planner.plan([WorkItem(None, row, len(e.ids), e) for row, e in enumerate(encodings)], 0.0)
+            ran = []
+            embeddings, version = handler.run_plan(len(texts), plan, lambda batch, seconds, ran=ran: ran.append(batch))
+            assert len(plan) > 1 and ran == plan and version == 1
+            np.testing.assert_allclose(embeddings, expected, atol=1e-5)
+            assert pool.stats().outstanding == 0
+            allocations.append(pool.stats().allocations)
+        assert allocations[1] == allocations[0]
+    finally:
+        assert handler.close() == 0
+        assert pool.close().ok
