@@ -93,7 +93,7 @@ class CallPlanPolicy(BatchPolicy):
         """
         if len(items) == 1:  # a lone text (every call at c=1): one call of batch 1, nothing to compare
             item = self._checked(0, items[0])
-            length = item.tokens if self.pad_to_longest else self.length_buckets.bucket_of(item).length
+            length = self._run_length([[item]], 1)
             return [Batch(items=(item,), batch_size=1, length=length, rule=PLAN_RULE, formed_s=now,
                           predicted_s=self.costs.estimate(1, length, floor=True))]
         members = self._groups(items)

@@ -207,6 +207,11 @@ class TextTokenizer:
             pending, limit = retry, limit * PREFIX_GROWTH
         return encodings
 
+    def truncated(self, encoding: Encoding) -> bool:
+        """Whether :meth:`encode` cut the text at ``max_seq_length``: only an encoding of exactly that many tokens
+        can have overflowed, so no other one's ``overflowing`` (a list of Encodings) is built."""
+        return len(encoding) >= self.max_seq_length and bool(encoding.overflowing)
+
     def pad(self, encodings: Sequence[Encoding], length: int, out: EncodedBatch | None = None) -> EncodedBatch:
         """Pad encodings to ``length`` tokens into int64 arrays of shape [len(encodings), length].
 

@@ -229,9 +229,10 @@ class EmbeddingBatchHandler:
 
     def finish(self, batch: Batch, outputs: tuple[np.ndarray, int]) -> None:
         embeddings, version = outputs
+        truncated = self.embedder.tokenizer.truncated
         for index, item in enumerate(batch.items):
             encoding = item.payload
-            item.ticket.set_row(item.row, EmbeddingRow(embeddings[index], item.tokens, len(encoding.overflowing) > 0, version))
+            item.ticket.set_row(item.row, EmbeddingRow(embeddings[index], item.tokens, truncated(encoding), version))
 
 
 def register_allocation_counters(pool: BlockPool, engine: Any) -> None:

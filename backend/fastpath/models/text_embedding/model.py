@@ -244,11 +244,11 @@ class TextEmbeddingModel(ScheduledModel):
         return texts, spans
 
     def _truncated(self, encodings: list[Any], lengths: list[int]) -> np.ndarray:
-        """TRUNCATED, bool [n, 1]: a text was cut when it overflowed ``max_seq_length``; only one that
-        fills all ``max_seq_length`` tokens can have (asking the others' overflow costs a list each)."""
-        if max(lengths, default=0) < self.embedder.tokenizer.max_seq_length:
+        """TRUNCATED, bool [n, 1] (``TextTokenizer.truncated``); a call without a full-length text is all false."""
+        tokenizer = self.embedder.tokenizer
+        if max(lengths, default=0) < tokenizer.max_seq_length:
             return np.zeros((len(lengths), 1), dtype=np.bool_)
-        return np.array([len(e.overflowing) > 0 for e in encodings], dtype=np.bool_).reshape(-1, 1)
+        return np.array([tokenizer.truncated(e) for e in encodings], dtype=np.bool_).reshape(-1, 1)
 
     def _parallel(self, texts: int) -> bool | None:
         """Whether a call of ``texts`` texts tokenizes on the Rayon pool (None: parallelism is off)."""

@@ -195,7 +195,7 @@ class TextEmbedder:
         for indices in plan_batches(lengths, self.config.max_batch_texts):
             embeddings[indices] = self.run_encodings([encodings[i] for i in indices])
         token_counts = np.asarray(lengths, dtype=np.int32)
-        truncated = np.asarray([len(e.overflowing) > 0 for e in encodings], dtype=np.bool_)
+        truncated = np.asarray([self.tokenizer.truncated(e) for e in encodings], dtype=np.bool_)
         return EmbeddingResult(embeddings, token_counts, truncated)
 
     def embed(self, texts: Sequence[str]) -> EmbeddingResult:
