@@ -195,27 +195,29 @@ class BlockPool:
             raise ValueError(f"{self.name} pool: lease size {nbytes} bytes is negative")
         stack = capture_stack(_TRACE_DEPTH) if self.config.trace_leases else None
         if nbytes == 0:
-            return self._grant(0, None, fallback=False, stack=stack)
+            with self._cond:
+                return self._grant(0, None, fallback=False, stack=stack)
         size = self.size_class(nbytes)
-        block, evicted, fallback = self._acquire(size, nbytes, self.config.wait_timeout_s if timeout_s is None else timeout_s)
+        lease, evicted, fallback = self._acquire(size, nbytes, self.config.wait_timeout_s if timeout_s is None else timeout_s, stack)
+        if lease is not None:  # a free block's
+            return lease
         for old in evicted:
             self.allocator.free(old)
-        if block is None:
-            block = self._allocate(self._fallback_allocator if fallback else self.allocator, size, fallback)
-        return self._grant(nbytes, block, fallback=fallback, stack=stack)
+        block = self._allocate(self._fallback_allocator if fallback else self.allocator, size, fallback)
+        with self._cond:
+            return self._grant(nbytes, block, fallback=fallback, stack=stack)
 
-    def _acquire(self, size: int, nbytes: int, timeout_s: float) -> tuple[Block | None, list[Block], bool]:
-        """Under the lock: take a free block, or reserve room for a new one, or wait, or give up.
-
-        Returns ``(block or None, evicted blocks to free, fallback?)``; ``None`` means "allocate".
-        """
+    def _acquire(self, size: int, nbytes: int, timeout_s: float,
+                 stack: tuple[tuple[CodeType, int], ...] | None) -> tuple[Lease | None, list[Block], bool]:
+        """Under the lock: lease a free block (a hit takes the lock once), or reserve room for a new one, or wait, or
+        give up. Returns ``(lease or None, evicted blocks to free, fallback?)``; ``None`` means "allocate, then grant"."""
         with self._cond:
             deadline = None
             while True:
                 self._check_open()
                 if self._free[size]:
                     self._counts["hits"] += 1
-                    return self._free[size].pop(), [], False
+                    return self._grant(nbytes, self._free[size].pop(), fallback=False, stack=stack), [], False
                 evicted = self._reserve(size)
                 if evicted is not None:
                     self._counts["misses"] += 1
@@ -279,21 +281,18 @@ class BlockPool:
             ) from exc
 
     def _grant(self, nbytes: int, block: Block | None, *, fallback: bool, stack: tuple[tuple[CodeType, int], ...] | None) -> Lease:
-        with self._cond:
-            lease = Lease(self, nbytes, block, next(self._ids), fallback=fallback, taken_at_s=self._clock(), stack=stack)
-            self._counts["leases"] += 1
-            self._outstanding[lease.lease_id] = lease
-            if block is not None and not fallback:
-                self._in_use += block.nbytes
-                self._high_water = max(self._high_water, self._in_use)
+        """A lease of ``block``, counted as outstanding; the caller holds the lock."""
+        lease = Lease(self, nbytes, block, next(self._ids), fallback=fallback, taken_at_s=self._clock(), stack=stack)
+        self._counts["leases"] += 1
+        self._outstanding[lease.lease_id] = lease
+        if block is not None and not fallback:
+            self._in_use += block.nbytes
+            self._high_water = max(self._high_water, self._in_use)
         return lease
 
     def release(self, lease: Lease) -> None:
-        """Return ``lease``'s block to its free list and wake waiters.
-
-        Raises:
-            LeaseError: the lease belongs to another pool, or was already released.
-        """
+        """Return ``lease``'s block to its free list and wake waiters. Raises LeaseError: the lease belongs to another
+        pool, or was already released."""
         if lease.pool is not self:
             raise LeaseError(
                 f"lease #{lease.lease_id} belongs to pool {lease.pool.name!r}, not {self.name!r}; release it to its own pool"
@@ -315,7 +314,8 @@ class BlockPool:
                     to_free = (self.allocator, block)
                 else:
                     self._free[block.nbytes].append(block)
-            self._cond.notify_all()
+            if self._waiting:  # a waiter counts itself under the lock before it waits
+                self._cond.notify_all()
         if to_free is not None:
             to_free[0].free(to_free[1])
 
