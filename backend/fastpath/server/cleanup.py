@@ -124,19 +124,27 @@ def make_state_dir() -> Path:
     return path
 
 
-def remove_orphaned_state_dirs() -> list[Path]:
+# A state directory gets its owner file right after mkdtemp; one still without it after this long lost its maker in
+# between (or was made by a release before owner files), so nobody else will remove it.
+UNOWNED_STATE_AGE_S = 60.0
+
+
+def remove_orphaned_state_dirs(unowned_age_s: float = UNOWNED_STATE_AGE_S) -> list[Path]:
     """Remove this user's :func:`make_state_dir` directories whose maker no longer runs (a ``fastpath serve`` killed
-    with SIGKILL cannot remove its own); a directory without an owner file, or another user's, is left alone.
+    with SIGKILL cannot remove its own), and those without an owner file older than ``unowned_age_s`` seconds;
+    another user's, or a young one without an owner file (its maker may be about to write it), is left alone.
     Returns the directories removed."""
     removed = []
     for path in Path(tempfile.gettempdir()).glob(STATE_PREFIX + "*"):
         try:
-            if path.stat().st_uid != os.getuid():
+            info = path.stat()
+            if info.st_uid != os.getuid() or not path.is_dir():
                 continue
-            pid = int((path / OWNER_NAME).read_text())
+            owner = path / OWNER_NAME
+            pid = int(owner.read_text()) if owner.exists() else None
         except (OSError, ValueError):
             continue
-        if not process_running(pid):
+        if (pid is None and time.time() - info.st_mtime >= unowned_age_s) or (pid is not None and not process_running(pid)):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed

@@ -66,7 +66,8 @@ def test_reaping_a_group_removes_its_own_regions_and_never_another_servers():
 
 def test_state_directories_of_dead_makers_are_removed_and_others_kept(tmp_path, monkeypatch):
     """Invariant: a start removes the temporary state directory of a `fastpath serve` killed with SIGKILL (its maker's
-    pid no longer runs) and keeps one whose maker runs, one without an owner file, and anything else in the folder."""
+    pid no longer runs) and one without an owner file older than a minute (its maker died before writing it), and
+    keeps one whose maker runs, a young one without an owner file, and anything else in the folder."""
     import subprocess
     import sys
     import tempfile
@@ -76,13 +77,17 @@ def test_state_directories_of_dead_makers_are_removed_and_others_kept(tmp_path, 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    orphaned, live, unowned = make_state_dir(), make_state_dir(), make_state_dir()
+    orphaned, live, unowned, old_unowned = make_state_dir(), make_state_dir(), make_state_dir(), make_state_dir()
     (orphaned / OWNER_NAME).write_text(f"{dead.pid}\n")
     (unowned / OWNER_NAME).unlink()
+    (old_unowned / OWNER_NAME).unlink()
+    minute_ago = time.time() - 61
+    os.utime(old_unowned, (minute_ago, minute_ago))
     (tmp_path / "fastpath-statement.txt").write_text("not a directory of ours")
     assert live.parent == tmp_path and (live / OWNER_NAME).read_text().strip() == str(os.getpid())
-    assert remove_orphaned_state_dirs() == [orphaned]
-    assert not orphaned.exists() and live.is_dir() and unowned.is_dir() and (tmp_path / "fastpath-statement.txt").exists()
+    assert sorted(remove_orphaned_state_dirs()) == sorted([orphaned, old_unowned])
+    assert not orphaned.exists() and not old_unowned.exists()
+    assert live.is_dir() and unowned.is_dir() and (tmp_path / "fastpath-statement.txt").exists()
 
 
 def test_stubs_whose_tritonserver_is_gone_are_killed_and_live_servers_stubs_kept(tmp_path):
