@@ -17,31 +17,39 @@
 # Result: .device/parts/part-00 .. part-NN. Every call but the last copies its part to /tmp/parts there
 # (`mkdir -p /tmp/parts && cp .device/parts/part-NN /tmp/parts/`); the last runs scripts/gpu_setup.sh, which
 # joins them. The calls must follow one another within the 30 s the machine stays warm.
+# BUNDLE=text: text_embedding's served benchmarks only (no onnxruntime-gpu, OpenCV, pyclipper, text_detection or
+# text_embedding/2 files, no photos): two parts instead of nine, in .device/parts_text.
 # Run from the repository root after `make`.
 set -euo pipefail
 PREV_COMMIT=${PREV_COMMIT:-HEAD}
-B=.device/bundle
-rm -rf "$B" .device/parts && mkdir -p "$B/wheels" "$B/pa" "$B/artifacts/text_embedding" "$B/artifacts/text_embedding_2" \
-    "$B/artifacts/text_detection" "$B/prev" .device/parts
+BUNDLE=${BUNDLE:-all}
+B=.device/bundle_$BUNDLE P=.device/parts
+if [ "$BUNDLE" = text ]; then P=.device/parts_text; else B=.device/bundle; fi
+rm -rf "$B" "$P" && mkdir -p "$B/wheels" "$B/pa" "$B/artifacts/text_embedding" "$B/prev" "$P"
 TRITON=$(.venv/bin/python -c "import pytriton, pathlib; print(pathlib.Path(pytriton.__file__).parent)")
 tar -C "$(dirname "$TRITON")" --exclude='python_backend_stubs/3.[0-9]' --exclude='python_backend_stubs/3.1[013]' \
     -cJf "$B/triton.txz" pytriton/tritonserver nvidia_pytriton.libs
 PIP="python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64"
-$PIP -d "$B/wheels" numpy==1.26.4 onnxruntime-gpu==1.31.1 opencv-python-headless==4.11.0.86 pyclipper==1.3.0.post6 \
-     tritonclient==2.51.0 python-rapidjson==1.20 py-spy==0.4.0 inotify_simple==2.0.1
+$PIP -d "$B/wheels" numpy==1.26.4 tritonclient==2.51.0 python-rapidjson==1.20 py-spy==0.4.0 inotify_simple==2.0.1
+if [ "$BUNDLE" != text ]; then
+    $PIP -d "$B/wheels" onnxruntime-gpu==1.31.1 opencv-python-headless==4.11.0.86 pyclipper==1.3.0.post6
+fi
 $PIP -d "$B/pa" nvidia-cuda-runtime-cu12==12.9.79
 (cd "$B/pa" && apt-get download -q libb64-0d libtcmalloc-minimal4 >/dev/null 2>&1)
 for name in model.fp16.safetensors tokenizer.json manifest.json golden.npz; do
     cp model_repository/text_embedding/1/$name "$B/artifacts/text_embedding/"
 done
-for name in model.bf16.safetensors tokenizer.json manifest.json golden.npz; do
-    cp model_repository/text_embedding/2/$name "$B/artifacts/text_embedding_2/"
-done
-for name in model.onnx model.uint8.onnx manifest.json; do
-    cp model_repository/text_detection/1/$name "$B/artifacts/text_detection/"
-done
 git archive "$PREV_COMMIT" backend | tar -x -C "$B/prev"
-.venv/bin/python benchmarks/gpu/detection_inputs.py --out "$B/inputs" >/dev/null
-tar -C "$B" -cf - . | split -b 56M -d - .device/parts/part-
-du -sh "$B" && ls .device/parts
+if [ "$BUNDLE" != text ]; then
+    mkdir -p "$B/artifacts/text_embedding_2" "$B/artifacts/text_detection"
+    for name in model.bf16.safetensors tokenizer.json manifest.json golden.npz; do
+        cp model_repository/text_embedding/2/$name "$B/artifacts/text_embedding_2/"
+    done
+    for name in model.onnx model.uint8.onnx manifest.json; do
+        cp model_repository/text_detection/1/$name "$B/artifacts/text_detection/"
+    done
+    .venv/bin/python benchmarks/gpu/detection_inputs.py --out "$B/inputs" >/dev/null
+fi
+tar -C "$B" -cf - . | split -b 56M -d - "$P/part-"
+du -sh "$B" && ls "$P"

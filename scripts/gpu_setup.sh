@@ -8,14 +8,17 @@
 # two libraries in /tmp/pa/lib; tcmalloc (preloaded into tritonserver) to /tmp/venv/lib/tcmalloc.
 set -euo pipefail
 B=/tmp/bundle
-if [ -f /tmp/venv/.fastpath-ready ]; then  # a warm machine set up by an earlier call: only the artifacts
+artifacts() {  # the bundle's artifacts into model_repository/ (a BUNDLE=text bundle has text_embedding/1's only)
     cp "$B"/artifacts/text_embedding/* model_repository/text_embedding/1/
-    cp "$B"/artifacts/text_embedding_2/* model_repository/text_embedding/2/
-    cp "$B"/artifacts/text_detection/* model_repository/text_detection/1/
+    if [ -d "$B"/artifacts/text_embedding_2 ]; then cp "$B"/artifacts/text_embedding_2/* model_repository/text_embedding/2/; fi
+    if [ -d "$B"/artifacts/text_detection ]; then cp "$B"/artifacts/text_detection/* model_repository/text_detection/1/; fi
+}
+if [ -f /tmp/venv/.fastpath-ready ]; then  # a warm machine set up by an earlier call: only the artifacts
+    artifacts
     echo "set up already (/tmp/venv/.fastpath-ready)"; exit 0
 fi
 mkdir -p /tmp/parts "$B"
-cp .device/parts/part-* /tmp/parts/ 2>/dev/null || true
+cp .device/parts/part-* .device/parts_text/part-* /tmp/parts/ 2>/dev/null || true
 cat /tmp/parts/part-* | tar -x -C "$B"
 mkdir -p /tmp/g && tar xJf "$B/triton.txz" -C /tmp/g
 python3 -m venv --without-pip /tmp/venv
@@ -24,9 +27,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$B
 python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$SITE/zz_image_torch.pth"
 echo "$PWD/backend" > "$SITE/fastpath_backend.pth"
 echo "$PWD" > "$SITE/fastpath_repo.pth"
-cp "$B"/artifacts/text_embedding/* model_repository/text_embedding/1/
-cp "$B"/artifacts/text_embedding_2/* model_repository/text_embedding/2/
-cp "$B"/artifacts/text_detection/* model_repository/text_detection/1/
+artifacts
 mkdir -p /tmp/pa/lib /tmp/pa/deb
 python3 - "$SITE" "$B" <<'PY'
 import pathlib, sys, zipfile
@@ -42,6 +43,9 @@ dpkg -x "$B"/pa/libb64-0d_*.deb /tmp/pa/deb && cp -a /tmp/pa/deb/usr/lib/x86_64-
 mkdir -p /tmp/venv/lib/tcmalloc && dpkg -x "$B"/pa/libtcmalloc-minimal4_*.deb /tmp/pa/deb \
     && cp -L /tmp/pa/deb/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 /tmp/venv/lib/tcmalloc/
 LD_LIBRARY_PATH=/tmp/pa/lib /tmp/pa/perf_analyzer --version 2>&1 | head -2 || true
-/tmp/venv/bin/python -c "import numpy, torch, cv2, onnxruntime, pyclipper, tokenizers, tritonclient.grpc, inotify_simple, fastpath; print('numpy', numpy.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'cv2', cv2.__version__, 'onnxruntime', onnxruntime.__version__, onnxruntime.get_available_providers())"
+/tmp/venv/bin/python -c "import numpy, torch, tokenizers, tritonclient.grpc, inotify_simple, fastpath; print('numpy', numpy.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+if [ -d "$B"/artifacts/text_detection ]; then
+    /tmp/venv/bin/python -c "import cv2, onnxruntime, pyclipper; print('cv2', cv2.__version__, 'onnxruntime', onnxruntime.__version__, onnxruntime.get_available_providers())"
+fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
 touch /tmp/venv/.fastpath-ready
