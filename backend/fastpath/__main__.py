@@ -2,6 +2,6 @@
 
 import sys
 
-from fastpath.cli.main import main
+from fastpath.cli import run
 
-sys.exit(main())
+sys.exit(run())

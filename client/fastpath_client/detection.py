@@ -137,7 +137,7 @@ def image_request(io: DetectionIO, spec: ModelSpec, image: Any, index: int) -> d
     if array.ndim == 2:  # grayscale HxW: one channel, for models that take C=1
         array = array[..., np.newaxis]
     if array.dtype != np.uint8:
-        raise InvalidInputError(f"image {index}: dtype {array.dtype}, expected uint8 (HxWx3 RGB)")
+        raise InvalidInputError(f"image {index}: dtype {array.dtype}, expected uint8 (HxWxC, C = 1, 2, 3 or 4, or HxW grayscale)")
     height, width, channels = array.shape
     if height < 1 or width < 1 or channels not in IMAGE_CHANNELS:  # refused here, before any image is sent
         raise InvalidInputError(f"image {index}: shape {list(array.shape)}; expected HxWxC with H, W >= 1 and C = 1 (gray), "
@@ -146,7 +146,7 @@ def image_request(io: DetectionIO, spec: ModelSpec, image: Any, index: int) -> d
     dims = spec.full_dims(io.pixels)
     if len(shape) != len(dims) or any(d not in (-1, s) for d, s in zip(dims, shape)):
         raise InvalidInputError(f"image {index}: shape {list(array.shape)} does not fit input {io.pixels.name} "
-                                f"dims {list(dims)} of model '{spec.name}' (expected HxWx3 RGB)")
+                                f"dims {list(dims)} of model '{spec.name}' (expected HxWxC uint8)")
     return {io.pixels.name: np.ascontiguousarray(array).reshape(shape)}
 
 

@@ -62,10 +62,12 @@ def _status(client: Any, model: str) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fastpath.cli.common import error_line
+    from fastpath.cli.common import error_line, quiet_gevent_interrupts
     from fastpath_client import Client, FastPathClientError, InvalidInputError
     from fastpath_client.checks import distinct_replicas
 
+    if args.protocol == "http":
+        quiet_gevent_interrupts()
     urls = _urls(args.url, args.protocol)
     try:
         if not urls:

@@ -215,9 +215,11 @@ class _Progress:
             self._bar.n = min(99.0, 100.0 * elapsed_s / planned_s)
             self._bar.set_postfix_str(f"{completed} responses, {completed / max(elapsed_s, 1e-9):.1f}/s")
 
-    def close(self) -> None:
+    def close(self, *, finished: bool) -> None:
+        """End the bar: at 100% when the configuration ``finished``, else (Ctrl-C, a failure) where it stopped."""
         if self._bar is not None:
-            self._bar.n = 100
+            if finished:
+                self._bar.n = 100
             self._bar.close()
 
 
@@ -304,14 +306,14 @@ async def _run_all(args: argparse.Namespace, url: str) -> dict[str, Any]:
         pool = input_pool(spec, args.batch_size, dict(args.shape))
         fastpath_metrics = await _fastpath_snapshot(args, url)
         results = []
-        for setting in settings:
+        for position, setting in enumerate(settings):
             progress = _Progress(setting.label, not args.no_progress)
             try:
                 run = LoadRun(client, setting, lambda i: pool[i % len(pool)], on_progress=progress,
                               fastpath_metrics=fastpath_metrics)
                 results.append(await run.run())
             finally:
-                progress.close()
+                progress.close(finished=len(results) > position)
     first = settings[0]
     return {
         "tool": "fastpath bench", "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

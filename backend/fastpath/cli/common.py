@@ -172,3 +172,14 @@ def error_line(error: Exception, protocol: str, *, url_given: bool = True) -> st
     if isinstance(error, ServerConnectionError) and url_given and error.url.rpartition(":")[2] != str(default_port(protocol)):
         text += f"; if it does, {port_hint(protocol)}"  # on the protocol's default port that hint says nothing new
     return text
+
+
+def quiet_gevent_interrupts() -> None:
+    """Let a Ctrl-C during an HTTP call end as the CLI's one line: tritonclient.http runs on geventhttpclient, whose
+    gevent hub prints a KeyboardInterrupt raised in its event loop and a timestamp line before passing it on to the
+    caller; listed in this thread's hub's ``NOT_ERROR``, it is only passed on (gevent's documented knob)."""
+    import gevent
+
+    hub = gevent.get_hub()
+    if KeyboardInterrupt not in hub.NOT_ERROR:
+        hub.NOT_ERROR = (*hub.NOT_ERROR, KeyboardInterrupt)

@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
     except KeyboardInterrupt:
         # Ctrl-C before a command installed its own handling (e.g. `fastpath serve` while it imports): one line, no traceback
-        print(f"fastpath {args.command}: interrupted", file=sys.stderr)
+        # (a swap or rollback the server has received completes there: its result is what `status` shows)
+        after = " (the server may have made the change already: `fastpath status` shows the version it serves)"
+        print(f"fastpath {args.command}: interrupted{after if args.command in ('swap', 'rollback') else ''}", file=sys.stderr)
         return 130  # 128 + SIGINT
 
 
