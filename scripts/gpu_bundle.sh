@@ -18,13 +18,12 @@
 # (`mkdir -p /tmp/parts && cp .device/parts/part-NN /tmp/parts/`); the last runs scripts/gpu_setup.sh, which
 # joins them. The calls must follow one another within the 30 s the machine stays warm.
 # BUNDLE=text: text_embedding's served benchmarks only (no onnxruntime-gpu, OpenCV, pyclipper, text_detection or
-# text_embedding/2 files, no photos): two parts instead of nine, in .device/parts_text.
+# text_embedding/2 files, no photos): three parts instead of nine, in .device/parts_text.
 # Run from the repository root after `make`.
 set -euo pipefail
 PREV_COMMIT=${PREV_COMMIT:-HEAD}
 BUNDLE=${BUNDLE:-all}
-B=.device/bundle_$BUNDLE P=.device/parts
-if [ "$BUNDLE" = text ]; then P=.device/parts_text; else B=.device/bundle; fi
+if [ "$BUNDLE" = text ]; then B=.device/bundle_text P=.device/parts_text; else B=.device/bundle P=.device/parts; fi
 rm -rf "$B" "$P" && mkdir -p "$B/wheels" "$B/pa" "$B/artifacts/text_embedding" "$B/prev" "$P"
 TRITON=$(.venv/bin/python -c "import pytriton, pathlib; print(pathlib.Path(pytriton.__file__).parent)")
 tar -C "$(dirname "$TRITON")" --exclude='python_backend_stubs/3.[0-9]' --exclude='python_backend_stubs/3.1[013]' \

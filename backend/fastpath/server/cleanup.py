@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -138,13 +139,15 @@ def remove_orphaned_state_dirs(unowned_age_s: float = UNOWNED_STATE_AGE_S) -> li
     for path in Path(tempfile.gettempdir()).glob(STATE_PREFIX + "*"):
         try:
             info = path.stat()
-            if info.st_uid != os.getuid() or not path.is_dir():
+            if info.st_uid != os.getuid() or not stat.S_ISDIR(info.st_mode):
                 continue
-            owner = path / OWNER_NAME
-            pid = int(owner.read_text()) if owner.exists() else None
+            try:
+                orphaned = not process_running(int((path / OWNER_NAME).read_text()))
+            except FileNotFoundError:
+                orphaned = time.time() - info.st_mtime >= unowned_age_s
         except (OSError, ValueError):
             continue
-        if (pid is None and time.time() - info.st_mtime >= unowned_age_s) or (pid is not None and not process_running(pid)):
+        if orphaned:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed

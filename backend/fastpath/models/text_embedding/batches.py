@@ -136,7 +136,7 @@ class EmbeddingBatchHandler:
     def _feeds(lease: Lease, rows: int, length: int) -> tuple[PackedFeeds, EncodedBatch]:
         """The block of ``lease`` as one int64 [3, rows, length] view, its slabs the three inputs (each contiguous,
         the block the engine's one host-to-device copy), as feeds and as the tokenizer's ``out``; kept with the
-        block for its next leases of that shape (making them cost ~20 us per call served at c=1)."""
+        block for its next leases of that shape (what that saves: docs/benchmarks/scheduler_cpu.md)."""
         def make() -> tuple[PackedFeeds, EncodedBatch]:
             feeds = PackedFeeds(lease.view(np.int64, (TOKEN_INPUTS, rows, length)), FEED_NAMES)
             return feeds, EncodedBatch(*feeds.parts)
